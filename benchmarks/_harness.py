@@ -1,0 +1,116 @@
+"""Shared benchmark harness: warm-up, repeats, medians, CUDA synchronisation, a printed table and JSON.
+
+Every benchmark runs omnipos and its peer in the same process on the same data; the ratio is the figure
+(absolute times on a shared machine are noise).
+
+    from _harness import Bench
+    bench = Bench("sinusoid")
+    t_ours = bench.time(lambda: ours(x), device=x.device)
+    bench.row(case="L=4096", omnipos_s=t_ours, peer_s=t_peer, speedup=t_peer / t_ours)
+    bench.finish()          # prints the table, writes benchmarks/results/sinusoid.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def device_name(device: torch.device | str | None = None) -> str:
+    device = torch.device(device or "cpu")
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+
+
+def synchronize(device: torch.device | str | None) -> None:
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], Any], *, device: torch.device | str | None = None, warmup: int = 3,
+              repeats: int = 10, min_seconds: float = 0.0) -> float:
+    """Median wall time of ``fn()`` in seconds, after ``warmup`` untimed calls, synchronising CUDA around each."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    samples: list[float] = []
+    started = time.perf_counter()
+    while len(samples) < repeats or time.perf_counter() - started < min_seconds:
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def common_arguments(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats (a smoke run)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/NAME.json)")
+    return parser
+
+
+class Bench:
+    """Collects rows of one benchmark, prints them as a table and writes them as JSON."""
+
+    def __init__(self, name: str, *, device: torch.device | str | None = None, notes: str = "") -> None:
+        self.name = name
+        self.device = torch.device(device or "cpu")
+        self.notes = notes
+        self.rows: list[dict[str, Any]] = []
+
+    def time(self, fn: Callable[[], Any], **kwargs: Any) -> float:
+        kwargs.setdefault("device", self.device)
+        return time_call(fn, **kwargs)
+
+    def row(self, **values: Any) -> None:
+        self.rows.append(values)
+
+    def table(self) -> str:
+        if not self.rows:
+            return "(no rows)"
+        columns = list(dict.fromkeys(key for row in self.rows for key in row))
+        cells = [[_format(row.get(col, "")) for col in columns] for row in self.rows]
+        widths = [max(len(col), *(len(r[i]) for r in cells)) for i, col in enumerate(columns)]
+        lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |",
+                 "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+        lines += ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+        return "\n".join(lines)
+
+    def finish(self, out: Path | None = None) -> Path:
+        header = f"{self.name} on {device_name(self.device)} (torch {torch.__version__})"
+        print(header)
+        if self.notes:
+            print(self.notes)
+        print(self.table())
+        out = out or RESULTS / f"{self.name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"benchmark": self.name, "device": device_name(self.device), "torch": torch.__version__,
+                   "python": platform.python_version(), "notes": self.notes, "rows": self.rows}
+        out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        print(f"wrote {out}")
+        return out
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 1e4 or abs(value) < 1e-3:
+            return f"{value:.2e}"
+        return f"{value:.3f}"
+    return str(value)

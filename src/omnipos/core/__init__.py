@@ -1,0 +1,20 @@
+"""The shared core: sinusoids, frequency bands, learned embeddings and ragged batching. Knows no domain."""
+
+from .batching import lengths_to_mask, mask_to_lengths, pack, packed_positions, pad_ragged, unpad
+from .frequencies import frequency_bands
+from .learned import LearnedPositionalEmbedding
+from .sinusoid import SinusoidalEncoding, add_positional, sinusoidal
+
+__all__ = [
+    "frequency_bands",
+    "sinusoidal",
+    "SinusoidalEncoding",
+    "add_positional",
+    "LearnedPositionalEmbedding",
+    "pad_ragged",
+    "unpad",
+    "pack",
+    "packed_positions",
+    "lengths_to_mask",
+    "mask_to_lengths",
+]

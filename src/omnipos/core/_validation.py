@@ -1,0 +1,80 @@
+"""Argument checks shared by every omnipos module: one wording for one kind of mistake."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "check_positive_int",
+    "check_even_dim",
+    "check_choice",
+    "as_position_tensor",
+    "check_finite",
+]
+
+
+def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int, or raise naming ``name`` when it is not an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_even_dim(dim: Any, name: str = "dim") -> int:
+    """A positive, even channel count: sin/cos come in pairs, so odd sizes have no standard meaning."""
+    dim = check_positive_int(dim, name)
+    if dim % 2:
+        raise ValueError(f"{name} must be even (sin/cos come in pairs), got {dim}")
+    return dim
+
+
+def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
+    """Raise naming ``name`` and listing the valid ``choices`` when ``value`` is not one of them."""
+    choices = tuple(choices)
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def as_position_tensor(positions: Any, name: str = "positions", *, device: torch.device | None = None) -> torch.Tensor:
+    """Turn a tensor / array / list / scalar of positions into a real-valued or integer tensor.
+
+    Tensors keep their device and dtype (no copy). Everything else is read without loss: Python and NumPy
+    floats become float64 (``torch.tensor([0.1])`` would silently round them to float32), integers int64.
+    Boolean, complex and non-numeric inputs raise ``TypeError``.
+    """
+    if isinstance(positions, torch.Tensor):
+        tensor = positions
+    else:
+        try:
+            array = np.asarray(positions)
+        except (ValueError, TypeError) as exc:  # ragged nested lists and the like
+            raise TypeError(f"{name} must be a tensor, array or (nested) list of numbers: {exc}") from None
+        if array.dtype.kind in "iu":
+            tensor = torch.as_tensor(array.astype(np.int64, copy=False), device=device)
+        elif array.dtype.kind == "f":
+            tensor = torch.as_tensor(array.astype(np.float64, copy=False), device=device)
+        elif array.dtype.kind == "b":
+            raise TypeError(f"{name} must hold numbers, got booleans")
+        elif array.dtype.kind == "c":
+            raise TypeError(f"{name} must be real-valued, got complex numbers")
+        else:
+            raise TypeError(f"{name} must hold numbers, got an array of dtype {array.dtype}")
+    if tensor.dtype == torch.bool:
+        raise TypeError(f"{name} must hold numbers, got a boolean tensor")
+    if tensor.is_complex():
+        raise TypeError(f"{name} must be real-valued, got a complex tensor ({tensor.dtype})")
+    return tensor
+
+
+def check_finite(tensor: torch.Tensor, name: str) -> None:
+    """Raise naming ``name`` when a floating tensor holds NaN or +-inf (integers are always finite)."""
+    if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+        bad = (~torch.isfinite(tensor)).nonzero()[0].tolist()
+        raise ValueError(f"{name} must be finite; found {tensor[tuple(bad)].item()} at index {tuple(bad)}")

@@ -1,0 +1,140 @@
+"""Ragged <-> padded + mask, lengths, packing: the one place in omnipos that pads anything.
+
+Conventions: ``mask`` is boolean ``[B, L]`` with True at real entries; padding sits at the end of each row.
+``cu_seqlens`` is flash-attn's int32 ``[B + 1]`` vector of cumulative lengths starting at 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ._validation import check_positive_int
+
+__all__ = [
+    "lengths_to_mask",
+    "mask_to_lengths",
+    "pad_ragged",
+    "unpad",
+    "pack",
+    "packed_positions",
+]
+
+
+def _check_lengths(lengths: Any, name: str = "lengths") -> torch.Tensor:
+    if not isinstance(lengths, torch.Tensor):
+        lengths = torch.as_tensor(lengths)
+    if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
+        raise TypeError(f"{name} must be an integer tensor, got {lengths.dtype}")
+    if lengths.ndim != 1:
+        raise ValueError(f"{name} must be 1-D [B], got shape {tuple(lengths.shape)}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"{name} must be >= 0, got {int(lengths.min())}")
+    return lengths.long()
+
+
+def lengths_to_mask(lengths: Any, max_len: int | None = None) -> torch.Tensor:
+    """``lengths [B]`` -> mask ``[B, max_len]`` (True where ``position < length``), on the lengths' device.
+
+    ``max_len`` defaults to ``max(lengths)`` and must not be shorter than it.
+    """
+    lengths = _check_lengths(lengths)
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if max_len is None:
+        max_len = longest
+    else:
+        max_len = check_positive_int(max_len, "max_len", minimum=0)
+        if max_len < longest:
+            raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
+    return torch.arange(max_len, device=lengths.device) < lengths.unsqueeze(-1)
+
+
+def mask_to_lengths(mask: torch.Tensor) -> torch.Tensor:
+    """Number of True entries per row of a ``[B, L]`` boolean mask -> ``[B]`` int64."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a boolean tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be [B, L], got shape {tuple(mask.shape)}")
+    return mask.sum(dim=1)
+
+
+def _as_sequences(seqs: Any) -> list[torch.Tensor]:
+    if isinstance(seqs, torch.Tensor) or not isinstance(seqs, Sequence) and not hasattr(seqs, "__iter__"):
+        raise TypeError("seqs must be a list (or other sequence) of tensors / arrays, one per row")
+    tensors = [s if isinstance(s, torch.Tensor) else torch.as_tensor(s) for s in seqs]
+    if not tensors:
+        raise ValueError("seqs is empty: the trailing shape and dtype of a batch cannot be inferred from nothing")
+    first = tensors[0]
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise ValueError(f"seqs[{i}] is a scalar; each sequence needs a leading length axis")
+        if t.shape[1:] != first.shape[1:]:
+            raise ValueError(
+                f"seqs[{i}] has trailing shape {tuple(t.shape[1:])}, seqs[0] has {tuple(first.shape[1:])}"
+            )
+        if t.dtype != first.dtype:
+            raise TypeError(f"seqs[{i}] has dtype {t.dtype}, seqs[0] has {first.dtype}; cast them to one dtype")
+        if t.device != first.device:
+            raise ValueError(f"seqs[{i}] is on {t.device}, seqs[0] is on {first.device}")
+    return tensors
+
+
+def pad_ragged(
+    seqs: Sequence[Any], pad_value: float | int | bool = 0, *, max_len: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack sequences of different lengths into a padded batch.
+
+    Args:
+        seqs: B tensors (or arrays) ``[L_b, *trailing]`` with one trailing shape, dtype and device.
+        pad_value: value written into padded slots.
+        max_len: pad to this length instead of the longest (must not be shorter than any sequence).
+
+    Returns:
+        ``(padded [B, max_len, *trailing], mask [B, max_len] bool)`` on the sequences' device.
+    """
+    tensors = _as_sequences(seqs)
+    device = tensors[0].device
+    lengths = torch.tensor([t.shape[0] for t in tensors], device=device)
+    mask = lengths_to_mask(lengths, max_len)
+    padded = torch.full(
+        (len(tensors), mask.shape[1], *tensors[0].shape[1:]), pad_value, dtype=tensors[0].dtype, device=device
+    )
+    padded[mask] = torch.cat(tensors)
+    return padded, mask
+
+
+def unpad(padded: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    """Inverse of :func:`pad_ragged`: the True entries of each row of ``padded [B, L, ...]``, as B tensors.
+
+    (``padded[mask]`` gives them concatenated, if that is what you need.)
+    """
+    if not isinstance(padded, torch.Tensor):
+        raise TypeError(f"padded must be a tensor, got {type(padded).__name__}")
+    lengths = mask_to_lengths(mask)
+    if padded.shape[:2] != mask.shape:
+        raise ValueError(f"mask {tuple(mask.shape)} does not match padded's leading axes {tuple(padded.shape[:2])}")
+    return list(padded[mask.to(padded.device)].split(lengths.tolist()))
+
+
+def pack(seqs: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate sequences for varlen attention: ``(packed [sum L_b, *trailing], cu_seqlens [B + 1] int32)``."""
+    tensors = _as_sequences(seqs)
+    lengths = torch.tensor([t.shape[0] for t in tensors], device=tensors[0].device)
+    cu_seqlens = torch.zeros(len(tensors) + 1, dtype=torch.int32, device=lengths.device)
+    cu_seqlens[1:] = lengths.cumsum(0)
+    return torch.cat(tensors), cu_seqlens
+
+
+def packed_positions(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Position of each token inside its own document for a packed batch: ``[sum L_b]`` int64.
+
+    ``cu_seqlens=[0, 3, 5]`` -> ``[0, 1, 2, 0, 1]`` (what RoPE needs for per-document positions).
+    """
+    cu = _check_lengths(cu_seqlens, "cu_seqlens")
+    if cu.numel() == 0 or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError("cu_seqlens must start at 0 and be non-decreasing")
+    lengths = cu[1:] - cu[:-1]
+    starts = torch.repeat_interleave(cu[:-1], lengths)
+    return torch.arange(int(cu[-1]), device=cu.device) - starts

@@ -1,0 +1,220 @@
+"""Sinusoidal encodings of any real-valued positions (Vaswani et al., 2017, and its named variants).
+
+Layouts (``layout=``), for ``d`` channels and ``h = d // 2`` frequencies:
+
+- ``"interleaved"``: ``PE[p, 2i] = sin(p w_i)``, ``PE[p, 2i+1] = cos(p w_i)``, ``w_i = base^(-2i/d)``
+  (the Transformer paper, HF DistilBERT ``create_sinusoidal_embeddings``).
+- ``"split"``: ``[sin(p w_0) .. sin(p w_{h-1}) | cos(p w_0) .. cos(p w_{h-1})]`` with the same ``w_i``
+  (tensor2tensor, x-transformers).
+- ``"fairseq"``: split, with ``w_i = base^(-i/(h-1))`` (fairseq / HF M2M100 ``SinusoidalPositionalEmbedding``;
+  fairseq's positions start at ``padding_idx + 1``: pass them as such).
+
+Precision: the phase ``p * w / 2 pi`` is formed in float64 and its whole turns removed before the float32
+``sin``/``cos``, so a float32 result is within 5e-7 of the float64 formula for ``|p|`` up to 1e7, whatever
+dtype the positions come in
+(a float32 angle alone is off by ~5e-2 at p = 1e6).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._validation import as_position_tensor, check_choice, check_even_dim, check_finite
+from .frequencies import frequency_bands, geometric_frequencies
+
+__all__ = [
+    "LAYOUTS",
+    "frequency_bands",
+    "layout_frequencies",
+    "sinusoidal",
+    "sinusoid_of_angles",
+    "sinusoid_of_turns",
+    "SinusoidalEncoding",
+    "add_positional",
+]
+
+LAYOUTS = ("interleaved", "split", "fairseq")
+_TWO_PI = 2.0 * math.pi
+
+
+def layout_frequencies(
+    dim: int, *, base: float = 10000.0, layout: str = "interleaved", device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The float64 frequencies ``[dim // 2]`` that ``layout`` uses (fairseq has its own exponent)."""
+    dim = check_even_dim(dim)
+    check_choice(layout, "layout", LAYOUTS)
+    if layout == "fairseq":
+        if dim < 4:
+            raise ValueError(f"dim must be >= 4 for layout='fairseq' (its exponent divides by dim/2 - 1), got {dim}")
+        return geometric_frequencies(dim // 2, base=base, denominator=dim // 2 - 1, device=device)
+    return frequency_bands(dim, base=base, device=device)
+
+
+def _sincos_from_turns_(turns: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
+    """Consumes (overwrites) the float64 ``turns`` tensor; see :func:`sinusoid_of_turns`.
+
+    Large temporaries cost more than the arithmetic here (each fresh buffer is page-faulted in), so the
+    phase is reduced in place and written straight into the cosine slots of the output, where sin and cos
+    are then taken in place: one float64 buffer and the output, nothing else of size N.
+    """
+    half = turns.shape[-1]
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    if layout == "interleaved":
+        out = torch.empty(*turns.shape, 2, dtype=work, device=turns.device)
+        sin_slot, cos_slot = out[..., 0], out[..., 1]
+    else:
+        out = torch.empty(*turns.shape[:-1], 2, half, dtype=work, device=turns.device)
+        sin_slot, cos_slot = out[..., 0, :], out[..., 1, :]
+    if work != torch.float64:
+        turns.frac_()  # |phase| < 1 turn, so float32 sin/cos see a small angle whatever the position
+    cos_slot.copy_(turns.mul_(_TWO_PI))
+    torch.sin(cos_slot, out=sin_slot)
+    cos_slot.cos_()
+    return out.reshape(*turns.shape[:-1], 2 * half).to(dtype)
+
+
+def sinusoid_of_turns(
+    turns: torch.Tensor, *, layout: str = "interleaved", dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """``[..., h]`` phases in turns (1 turn = 2 pi; float64 for precision) -> ``[..., 2h]`` sin/cos channels.
+
+    Channels follow ``layout`` (see the module docstring). Below float64 the whole turns are removed in float64
+    first, so ``sin``/``cos`` in float32 see a phase under one turn and lose nothing to the size of the
+    position (error below 5e-7 at any phase). The input is not modified.
+    """
+    check_choice(layout, "layout", LAYOUTS)
+    return _sincos_from_turns_(turns.to(torch.float64, copy=True), layout, dtype)
+
+
+def sinusoid_of_angles(
+    angles: torch.Tensor, *, layout: str = "interleaved", dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """``[..., h]`` angles in radians (float64 for precision) -> ``[..., 2h]`` sin/cos channels; see
+    :func:`sinusoid_of_turns`."""
+    return sinusoid_of_turns(angles.to(torch.float64) * (1.0 / _TWO_PI), layout=layout, dtype=dtype)
+
+
+def sinusoidal(
+    positions: Any,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Sinusoidal encoding of arbitrary (integer or real-valued) positions.
+
+    Args:
+        positions: any shape; tensor (any real dtype, any device), NumPy array, list or scalar.
+            Non-tensors are read losslessly (floats as float64).
+        dim: number of output channels; even and > 0.
+        base: wavelength scale; frequencies run from 1 down to ``base^(-(dim-2)/dim)``.
+        layout: ``"interleaved"`` (sin at even channels, the paper), ``"split"`` (``[sin | cos]``) or
+            ``"fairseq"`` (``[sin | cos]``, exponent ``i / (dim/2 - 1)``). See the module docstring.
+        dtype: floating dtype of the result.
+
+    Returns:
+        ``Tensor[*positions.shape, dim]`` of ``dtype`` on the positions' device.
+
+    Raises:
+        ValueError: odd or non-positive ``dim``, unknown ``layout``, non-finite positions.
+        TypeError: boolean, complex or non-numeric positions; non-floating ``dtype``.
+    """
+    dim = check_even_dim(dim)
+    check_choice(layout, "layout", LAYOUTS)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    positions = as_position_tensor(positions)
+    check_finite(positions, "positions")
+    cycles_per_unit = layout_frequencies(dim, base=base, layout=layout, device=positions.device) / _TWO_PI
+    turns = positions.to(torch.float64).unsqueeze(-1) * cycles_per_unit
+    return _sincos_from_turns_(turns, layout, dtype)
+
+
+class SinusoidalEncoding(nn.Module):
+    """Module form of :func:`sinusoidal`, with an output scale.
+
+    The scale is the knob against a positional signal so large that it saturates the attention softmax (or so
+    small that order is lost); ``learnable_scale=True`` makes it a parameter (x-transformers'
+    ``ScaledSinusoidalEmbedding`` starts it at ``dim ** -0.5``).
+
+    Args:
+        dim: channels (even). base, layout: as in :func:`sinusoidal`.
+        scale: multiplier of the encoding. learnable_scale: learn it (initialised at ``scale``).
+        dtype: dtype of the encoding before scaling.
+
+    Shape:
+        ``forward(positions)``: positions of any shape -> ``[*positions.shape, dim]``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        scale: float = 1.0,
+        learnable_scale: bool = False,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        self.dim = check_even_dim(dim)
+        self.layout = check_choice(layout, "layout", LAYOUTS)
+        layout_frequencies(dim, base=base, layout=layout)  # validates base and fairseq's dim early
+        self.base = float(base)
+        self.dtype = dtype
+        if not math.isfinite(float(scale)):
+            raise ValueError(f"scale must be finite, got {scale}")
+        self.learnable_scale = bool(learnable_scale)
+        if self.learnable_scale:
+            self.scale = nn.Parameter(torch.tensor(float(scale), dtype=dtype))
+        else:
+            self.register_buffer("scale", torch.tensor(float(scale), dtype=dtype), persistent=False)
+
+    def forward(self, positions: Any) -> torch.Tensor:
+        if not isinstance(positions, torch.Tensor):
+            positions = as_position_tensor(positions, device=self.scale.device)
+        pe = sinusoidal(positions, self.dim, base=self.base, layout=self.layout, dtype=self.dtype)
+        return pe * self.scale.to(pe.device)
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, base={self.base:g}, layout={self.layout!r}, "
+            f"scale={float(self.scale):g}, learnable_scale={self.learnable_scale}"
+        )
+
+
+def add_positional(x: torch.Tensor, pe: torch.Tensor, mode: str = "add") -> torch.Tensor:
+    """Combine token features ``x [..., L, D]`` with a positional encoding ``pe`` broadcastable to it.
+
+    ``mode="add"``: ``x + pe`` (``pe [..., L, D]``, the standard). ``mode="concat"``: ``[x | pe]`` along the
+    last axis (``pe [..., L, P]`` broadcast over x's leading axes) -> ``[..., L, D + P]``.
+    ``pe`` is cast to ``x``'s dtype and must be on x's device.
+    """
+    check_choice(mode, "mode", ("add", "concat"))
+    if not isinstance(x, torch.Tensor) or not isinstance(pe, torch.Tensor):
+        raise TypeError("x and pe must be tensors")
+    if pe.device != x.device:
+        raise ValueError(f"pe is on {pe.device} but x is on {x.device}; move one of them")
+    if x.ndim < 2 or pe.ndim < 2:
+        raise ValueError(f"x and pe need at least [L, D] axes; got x {tuple(x.shape)}, pe {tuple(pe.shape)}")
+    pe = pe.to(x.dtype)
+    if mode == "add":
+        try:
+            target = torch.broadcast_shapes(x.shape, pe.shape)
+        except RuntimeError:
+            target = None
+        if target != x.shape:
+            raise ValueError(f"pe {tuple(pe.shape)} does not broadcast to x {tuple(x.shape)} for mode='add'")
+        return x + pe
+    try:
+        lead = torch.broadcast_shapes(x.shape[:-1], pe.shape[:-1])
+    except RuntimeError:
+        lead = None
+    if lead != x.shape[:-1]:
+        raise ValueError(f"pe {tuple(pe.shape)} does not broadcast over x {tuple(x.shape)}'s leading axes")
+    return torch.cat([x, pe.expand(*x.shape[:-1], pe.shape[-1])], dim=-1)

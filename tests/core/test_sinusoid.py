@@ -1,0 +1,217 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from omnipos.core import SinusoidalEncoding, add_positional, frequency_bands, sinusoidal
+
+
+def reference(positions, dim, base=10000.0, layout="interleaved"):
+    """The conventions' formulas, written out in float64 NumPy, independent of omnipos."""
+    p = np.asarray(positions, dtype=np.float64)[..., None]
+    half = dim // 2
+    i = np.arange(half, dtype=np.float64)
+    if layout == "fairseq":
+        w = np.exp(-math.log(base) * i / (half - 1))
+    else:
+        w = 1.0 / base ** (2 * i / dim)
+    s, c = np.sin(p * w), np.cos(p * w)
+    if layout == "interleaved":
+        out = np.empty(p.shape[:-1] + (dim,))
+        out[..., 0::2], out[..., 1::2] = s, c
+        return out
+    return np.concatenate([s, c], axis=-1)
+
+
+def test_seed_reference_values():
+    pe = sinusoidal(torch.tensor([0, 1, 2]), 4)
+    assert torch.allclose(pe[0], torch.tensor([0.0, 1.0, 0.0, 1.0]))
+    assert torch.allclose(pe[1], torch.tensor([0.841, 0.540, 0.010, 1.000]), atol=5e-4)
+    assert torch.allclose(pe[2], torch.tensor([0.909, -0.416, 0.020, 1.000]), atol=5e-4)
+
+
+def test_matches_hf_distilbert_table():
+    """HF DistilBERT's create_sinusoidal_embeddings is the interleaved convention, up to float32."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+
+    n, dim = 64, 32
+    out = torch.empty(n, dim)
+    create_sinusoidal_embeddings(n, dim, out)
+    assert transformers is not None
+    assert torch.allclose(sinusoidal(torch.arange(n), dim), out, atol=1e-6)
+
+
+def test_frequency_bands_formula():
+    w = frequency_bands(64, base=500.0)
+    assert w.dtype == torch.float64 and w.shape == (32,)
+    np.testing.assert_allclose(w.numpy(), 500.0 ** (-2 * np.arange(32) / 64), rtol=1e-14)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "split", "fairseq"])
+@pytest.mark.parametrize("dim", [4, 6, 64, 130])
+def test_layouts_match_formula(layout, dim):
+    gen = torch.Generator().manual_seed(dim)
+    positions = torch.rand(3, 17, generator=gen, dtype=torch.float64) * 5000 - 1000
+    out = sinusoidal(positions, dim, layout=layout, base=777.0, dtype=torch.float64)
+    assert out.shape == (3, 17, dim)
+    np.testing.assert_allclose(out.numpy(), reference(positions.numpy(), dim, 777.0, layout), atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float16, torch.bfloat16, torch.float32,
+                                   torch.float64])
+def test_float32_output_within_1e6_of_float64_for_large_positions(dtype):
+    gen = torch.Generator().manual_seed(0)
+    raw = (torch.rand(4000, generator=gen, dtype=torch.float64) * 2 - 1) * 1e7
+    if dtype == torch.float16:  # float16 tops out at 65504
+        raw = raw * 6e-3
+    positions = raw.to(dtype)
+    exact = reference(positions.to(torch.float64).numpy(), 128)
+    out = sinusoidal(positions, 128)
+    assert out.dtype == torch.float32
+    assert np.abs(out.numpy().astype(np.float64) - exact).max() <= 1e-6
+
+
+def test_inputs_as_list_array_scalar_and_shape():
+    expected = torch.from_numpy(reference([[0.5, 2.25], [1e6 + 0.1, -3.0]], 8)).float()
+    for given_positions in ([[0.5, 2.25], [1e6 + 0.1, -3.0]], np.array([[0.5, 2.25], [1e6 + 0.1, -3.0]])):
+        out = sinusoidal(given_positions, 8)
+        assert out.shape == (2, 2, 8)
+        assert torch.allclose(out, expected, atol=1e-6)
+    assert sinusoidal(3, 8).shape == (8,)
+    assert sinusoidal(torch.empty(0, 5), 8).shape == (0, 5, 8)
+
+
+def test_output_dtypes():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        out = sinusoidal(torch.arange(10), 16, dtype=dtype)
+        assert out.dtype == dtype
+        assert torch.allclose(out.double(), torch.from_numpy(reference(np.arange(10), 16)),
+                              atol=1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6)
+
+
+@given(
+    dim=st.integers(1, 40).map(lambda h: 2 * h),
+    k=st.floats(-50, 50, allow_nan=False),
+    positions=st.lists(st.floats(-1e4, 1e4, allow_nan=False), min_size=1, max_size=30),
+)
+def test_shift_is_one_fixed_linear_map(dim, k, positions):
+    """PE(p + k) = T_k PE(p) with one block-rotation T_k for every p (the seeds' relative-position claim)."""
+    p = torch.tensor(positions, dtype=torch.float64)
+    pe, shifted = sinusoidal(p, dim, dtype=torch.float64), sinusoidal(p + k, dim, dtype=torch.float64)
+    w = frequency_bands(dim)
+    c, s = torch.cos(k * w), torch.sin(k * w)
+    T = torch.zeros(dim, dim, dtype=torch.float64)
+    # [sin(a+b), cos(a+b)] = [[cos b, sin b], [-sin b, cos b]] @ [sin a, cos a]
+    T[0::2, 0::2] = torch.diag(c)
+    T[0::2, 1::2] = torch.diag(s)
+    T[1::2, 0::2] = torch.diag(-s)
+    T[1::2, 1::2] = torch.diag(c)
+    assert torch.allclose(shifted, pe @ T.T, atol=1e-9)
+
+
+@given(
+    dim=st.integers(1, 64).map(lambda h: 2 * h),
+    i=st.integers(-10_000, 10_000), j=st.integers(-10_000, 10_000), shift=st.integers(-10_000, 10_000),
+)
+def test_dot_product_depends_only_on_offset(dim, i, j, shift):
+    a = sinusoidal(torch.tensor([i, j]), dim, dtype=torch.float64)
+    b = sinusoidal(torch.tensor([i + shift, j + shift]), dim, dtype=torch.float64)
+    assert torch.allclose(a[0] @ a[1], b[0] @ b[1], atol=1e-9)
+    w = frequency_bands(dim)
+    assert torch.allclose(a[0] @ a[1], torch.cos((i - j) * w).sum(), atol=1e-9)
+
+
+@pytest.mark.parametrize("dim", [0, -2, 3, 7])
+def test_bad_dim(dim):
+    with pytest.raises(ValueError, match="dim"):
+        sinusoidal(torch.arange(3), dim)
+
+
+def test_bad_dim_type():
+    with pytest.raises(TypeError, match="dim"):
+        sinusoidal(torch.arange(3), 4.0)
+    with pytest.raises(TypeError, match="dim"):
+        sinusoidal(torch.arange(3), True)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_positions(bad):
+    with pytest.raises(ValueError, match="positions must be finite"):
+        sinusoidal(torch.tensor([0.0, bad]), 4)
+    with pytest.raises(ValueError, match="positions must be finite"):
+        sinusoidal([1.0, bad], 4)
+
+
+def test_complex_boolean_and_text_positions():
+    with pytest.raises(TypeError, match="positions.*complex"):
+        sinusoidal(torch.tensor([1 + 2j]), 4)
+    with pytest.raises(TypeError, match="positions.*boolean"):
+        sinusoidal(torch.tensor([True, False]), 4)
+    with pytest.raises(TypeError, match="positions"):
+        sinusoidal(np.array([True]), 4)
+    with pytest.raises(TypeError, match="positions"):
+        sinusoidal(["a", "b"], 4)
+
+
+def test_unknown_layout_and_bad_base_and_dtype():
+    with pytest.raises(ValueError, match="layout.*'interleaved'"):
+        sinusoidal(torch.arange(3), 4, layout="vaswani")
+    with pytest.raises(ValueError, match="base"):
+        sinusoidal(torch.arange(3), 4, base=1.0)
+    with pytest.raises(TypeError, match="dtype"):
+        sinusoidal(torch.arange(3), 4, dtype=torch.int64)
+    with pytest.raises(ValueError, match="fairseq"):
+        sinusoidal(torch.arange(3), 2, layout="fairseq")
+
+
+def test_module_scale_and_repr():
+    enc = SinusoidalEncoding(16, scale=0.25)
+    p = torch.arange(7)
+    assert torch.allclose(enc(p), 0.25 * torch.from_numpy(reference(np.arange(7), 16)).float(), atol=1e-6)
+    assert "scale=0.25" in repr(enc) and "layout='interleaved'" in repr(enc)
+    assert not list(enc.parameters())
+
+    learn = SinusoidalEncoding(16, layout="split", scale=16 ** -0.5, learnable_scale=True)
+    (param,) = list(learn.parameters())
+    learn(p).sum().backward()
+    assert param.grad is not None and torch.isfinite(param.grad)
+
+
+def test_add_positional_modes():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
+    pe = sinusoidal(torch.arange(5), 8)
+    added = add_positional(x, pe)
+    assert added.dtype == torch.float64
+    assert torch.equal(added, x + pe.double())
+    cat = add_positional(x, sinusoidal(torch.arange(5), 4), mode="concat")
+    assert cat.shape == (2, 5, 12)
+    assert torch.equal(cat[..., :8], x)
+    assert torch.equal(cat[1, :, 8:], sinusoidal(torch.arange(5), 4).double())
+
+
+def test_add_positional_bad_input():
+    x = torch.randn(2, 5, 8)
+    with pytest.raises(ValueError, match="mode"):
+        add_positional(x, sinusoidal(torch.arange(5), 8), mode="mul")
+    with pytest.raises(ValueError, match="broadcast"):
+        add_positional(x, sinusoidal(torch.arange(6), 8))
+    with pytest.raises(ValueError, match="broadcast"):
+        add_positional(x, sinusoidal(torch.arange(5), 4))
+    with pytest.raises(ValueError, match="broadcast"):
+        add_positional(x, sinusoidal(torch.arange(4), 4), mode="concat")
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu():
+    positions = (torch.rand(64, 100, dtype=torch.float64) * 2e6 - 1e6)
+    cpu = sinusoidal(positions, 256)
+    gpu = sinusoidal(positions.cuda(), 256)
+    assert gpu.device.type == "cuda"
+    assert torch.allclose(gpu.cpu(), cpu, atol=1e-6)
+    bf = positions.to(torch.bfloat16)
+    assert torch.allclose(sinusoidal(bf.cuda(), 64).cpu(), sinusoidal(bf, 64), atol=1e-6)
