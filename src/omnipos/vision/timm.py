@@ -52,6 +52,12 @@ def _infer_prefix(state_dict: Mapping[str, Any], num_tokens: int, old_grid: Any)
         except ValueError:
             continue
         candidates.append(count)
+    if not candidates and old_grid is None:
+        raise ValueError(
+            f"pos_embed has {num_tokens} rows: neither {num_tokens - prefix} nor {num_tokens} patch tokens form a "
+            "square grid; pass old_grid=(H, W) (and num_prefix_tokens if it is not "
+            f"{prefix} or 0)"
+        )
     if len(candidates) != 1:
         raise ValueError(
             f"cannot tell how many of pos_embed's {num_tokens} rows are prefix tokens (tried {prefix} and 0"
@@ -243,11 +249,9 @@ def _masked_forward(model: nn.Module, x: torch.Tensor, image_sizes: Any) -> torc
     if model.attn_pool is not None or pool not in ("token", "avg", ""):
         raise ValueError(f"image_sizes= supports global_pool 'token', 'avg' or '' (got {pool!r}); "
                          "pool the features yourself with patch_padding_mask")
-    if pool == "":
-        return x
     if pool == "token":
         x = x[:, 0]
-    else:
+    elif pool == "avg":
         keep = attn_mask[:, 0, 0, :] if model.pool_include_prefix else patch_mask
         tokens = x if model.pool_include_prefix else x[:, model.num_prefix_tokens:]
         weights = keep.to(tokens.dtype).unsqueeze(-1)
