@@ -215,13 +215,20 @@ def _embed_positions(model: nn.Module, x: torch.Tensor, grids: torch.Tensor | No
             rows = (grids == torch.tensor(grid, device=grids.device)).all(dim=1).nonzero().flatten().to(x.device)
             canvas[rows, : grid[0], : grid[1]] = table.reshape(grid[0], grid[1], channels)
         patch_pe = canvas.reshape(batch, height * width, channels)
-    x = x + patch_pe
-    prefix = [token.expand(batch, -1, -1) for token in (model.cls_token, model.reg_token) if token is not None]
-    if prefix:
-        prefix = torch.cat(prefix, dim=1)
-        if prefix_pe.shape[1]:
-            prefix = prefix + prefix_pe
-        x = torch.cat([prefix, x], dim=1)
+    prefix = [token for token in (model.cls_token, model.reg_token) if token is not None]
+    if not prefix:
+        return model.pos_drop(x + patch_pe)
+    prefix = torch.cat(prefix, dim=1) if len(prefix) > 1 else prefix[0]
+    if prefix_pe.shape[1]:
+        prefix = prefix + prefix_pe
+    if torch.is_grad_enabled():
+        x = torch.cat([prefix.expand(batch, -1, -1), x + patch_pe], dim=1)
+    else:  # one pass over the tokens: the sum is written straight into the output (no autograd for out=)
+        out = x.new_empty(batch, prefix.shape[1] + x.shape[1], channels,
+                          dtype=torch.promote_types(x.dtype, patch_pe.dtype))
+        out[:, : prefix.shape[1]] = prefix
+        torch.add(x, patch_pe, out=out[:, prefix.shape[1]:])
+        x = out
     return model.pos_drop(x)
 
 

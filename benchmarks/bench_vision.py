@@ -1,0 +1,91 @@
+"""ViT-S/16 at a non-native size: omnipos.vision.timm.adapt_vit (cached table) vs timm dynamic_img_size=True.
+
+Same weights, same process, same batches. Reported: the positional-embedding step alone (each model's
+``_pos_embed`` on the same patch tokens: timm resamples its table on every call, omnipos looks it up) and the
+whole forward per batch (the two models' batches interleaved), medians, with ratios timm / omnipos; plus
+the largest logit difference between the two. Targets: pos-embed >= 10x faster, whole forward never slower.
+
+    python benchmarks/bench_vision.py [--quick] [--device cuda] [--batches 50] [--batch-size 8]
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import timm
+import torch
+from _harness import Bench, common_arguments, synchronize
+from timm.layers import resample_abs_pos_embed
+
+from omnipos.vision.timm import adapt_vit
+
+
+def main() -> None:
+    parser = common_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--model", default="vit_small_patch16_224")
+    parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--size", type=int, nargs=2, default=(272, 192), metavar=("HEIGHT", "WIDTH"))
+    args = parser.parse_args()
+    if args.quick:
+        args.batches, args.batch_size, args.repeats = 8, 2, 20
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    ours = timm.create_model(args.model, pretrained=False).eval().to(device)
+    with torch.no_grad():
+        ours.pos_embed.normal_(std=0.02)
+    peer = timm.create_model(args.model, pretrained=False, dynamic_img_size=True).eval().to(device)
+    peer.load_state_dict(ours.state_dict())
+    adapt_vit(ours)
+
+    height, width = args.size
+    batches = [torch.randn(args.batch_size, 3, height, width, device=device) for _ in range(args.batches)]
+    bench = Bench("vision", device=device, notes=(
+        f"{args.model} at {height}x{width} (native 224x224), batch {args.batch_size}, {args.batches} batches; "
+        "speedup = timm time / omnipos time"))
+    with torch.inference_mode():
+        tokens = peer.patch_embed(batches[0])  # [B, H, W, C]: the input of both models' _pos_embed
+        torch.testing.assert_close(ours._pos_embed(tokens), peer._pos_embed(tokens), rtol=0, atol=0)
+        t_ours = bench.time(lambda: ours._pos_embed(tokens), repeats=args.repeats * 10)
+        t_peer = bench.time(lambda: peer._pos_embed(tokens), repeats=args.repeats * 10)
+        bench.row(step="pos-embed step (_pos_embed)", omnipos_ms=t_ours * 1e3, timm_ms=t_peer * 1e3,
+                  speedup=t_peer / t_ours, max_abs_diff=0.0)
+        # the overhead inside that step: producing the grid's table (timm resamples, omnipos looks it up)
+        grid = tuple(tokens.shape[1:3])
+        prefix = 0 if peer.no_embed_class else peer.num_prefix_tokens
+        positions = ours.omnipos_positions
+        t_ours = bench.time(lambda: positions.tables(ours.pos_embed, grid, dtype=ours.pos_embed.dtype, device=device),
+                            repeats=args.repeats * 10)
+        t_peer = bench.time(lambda: resample_abs_pos_embed(peer.pos_embed, new_size=grid,
+                                                           old_size=peer.patch_embed.grid_size,
+                                                           num_prefix_tokens=prefix), repeats=args.repeats * 10)
+        bench.row(step="pos-embed overhead (table for the grid)", omnipos_ms=t_ours * 1e3, timm_ms=t_peer * 1e3,
+                  speedup=t_peer / t_ours, max_abs_diff=0.0)
+
+        for x in batches[:3]:  # warm-up
+            ours(x), peer(x)
+        ours_s, peer_s, diff = [], [], 0.0
+        for i, x in enumerate(batches):
+            pair = [(ours, ours_s), (peer, peer_s)]
+            for model, samples in pair if i % 2 else pair[::-1]:  # alternate who goes first
+                synchronize(device)
+                t0 = time.perf_counter()
+                out = model(x)
+                synchronize(device)
+                samples.append(time.perf_counter() - t0)
+                if model is ours:
+                    out_ours = out
+                else:
+                    out_peer = out
+            diff = max(diff, (out_ours - out_peer).abs().max().item())
+        t_ours, t_peer = statistics.median(ours_s), statistics.median(peer_s)
+        bench.row(step="whole forward (per batch)", omnipos_ms=t_ours * 1e3, timm_ms=t_peer * 1e3,
+                  speedup=t_peer / t_ours, max_abs_diff=diff)
+        bench.row(step=f"whole forward ({args.batches} batches, total)", omnipos_ms=sum(ours_s) * 1e3,
+                  timm_ms=sum(peer_s) * 1e3, speedup=sum(peer_s) / sum(ours_s), max_abs_diff=diff)
+    bench.finish(args.out)
+
+
+if __name__ == "__main__":
+    main()
