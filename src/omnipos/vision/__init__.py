@@ -18,12 +18,17 @@ __all__ = [
     "patch_padding_mask",
     "pixel_padding_mask",
     "prefix_attention_mask",
+    "RotaryEmbedding2D",
     "adapt_vit",
     "resize_state_dict",
 ]
 
 
 def __getattr__(name):
+    if name == "RotaryEmbedding2D":  # needs omnipos.core.rotary
+        from .rope2d import RotaryEmbedding2D
+
+        return RotaryEmbedding2D
     if name in ("adapt_vit", "resize_state_dict"):
         from . import timm as _timm
 

@@ -1,0 +1,187 @@
+"""2-D rotary position embedding for patch tokens, on :class:`omnipos.core.RotaryEmbedding`'s axial mode.
+
+Axial 2-D RoPE splits a head's rotary channels between the two grid axes: half the frequency slots turn with
+the first coordinate, half with the second, each a RoPE ladder ``base ** (-2i / (head_dim / 2))``. Which
+coordinate comes first is the ``indexing``:
+
+- ``"ij"``: ``(row, col)``, timm ``RotaryEmbeddingCat(in_pixels=False, grid_indexing='ij')`` (its default, used by
+  EVA02 with ``base=1e4`` and reference-grid positions ``t = arange(n) / n * ref``: pass ``ref_grid``), equal to
+  rotary-embedding-torch's ``get_axial_freqs(H, W)``;
+- ``"xy"``: ``(col, row)``, timm ``RotaryEmbeddingCat(..., grid_indexing='xy')``; with ``base=100`` it is rope-vit's
+  axial RoPE (Heo et al., 2024).
+
+``mixed=True`` is RoPE-Mixed (Heo et al., 2024, timm ``RotaryEmbeddingMixed``): every head learns its own 2-D
+frequency vectors, the angle of slot ``i`` being ``t_0 * f0[h, i] + t_1 * f1[h, i]`` (initialised as rope-vit does:
+magnitudes ``temperature ** (-4i / head_dim)`` in two perpendicular directions, rotated by a random angle per head).
+
+Tokens are row-major patches, optionally after ``num_prefix_tokens`` class / register tokens that are not rotated
+(as EVA does). Angles are formed in float64 and range-reduced before ``sin``/``cos`` (core), the rotation runs in
+float32 or better and returns the input dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core._validation import check_choice, check_positive_int
+from ..core.rotary import ROPE_LAYOUTS, RotaryEmbedding, apply_rotary, rope_cos_sin
+from .grid import check_grid
+from .sincos import grid_coords
+
+__all__ = ["INDEXINGS", "RotaryEmbedding2D", "rope_2d_positions"]
+
+INDEXINGS = ("ij", "xy")
+
+
+def rope_2d_positions(
+    grid: Any, *, indexing: str = "ij", ref_grid: Any = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """float64 ``[H * W, 2]`` coordinates of a row-major patch grid: ``(row, col)`` for ``"ij"``, ``(col, row)``
+    for ``"xy"``; ``ref_grid`` rescales them EVA-style (``row * ref_h / H``, ``col * ref_w / W``)."""
+    check_choice(indexing, "indexing", INDEXINGS)
+    coords = grid_coords(grid, ref_grid=ref_grid, device=device)
+    return coords if indexing == "ij" else coords.flip(-1)
+
+
+def _mixed_init(head_dim: int, num_heads: int, temperature: float, rotate: bool) -> torch.Tensor:
+    """rope-vit / timm ``init_random_2d_freqs`` for one block: ``[2, num_heads, head_dim // 2]``."""
+    magnitude = 1.0 / temperature ** (torch.arange(0, head_dim, 4, dtype=torch.float64) / head_dim)
+    angles = torch.rand(num_heads, 1, dtype=torch.float64) * 2 * math.pi if rotate else torch.zeros(num_heads, 1,
+                                                                                                 dtype=torch.float64)
+    f0 = torch.cat([magnitude * torch.cos(angles), magnitude * torch.cos(angles + math.pi / 2)], dim=-1)
+    f1 = torch.cat([magnitude * torch.sin(angles), magnitude * torch.sin(angles + math.pi / 2)], dim=-1)
+    return torch.stack([f0, f1]).float()
+
+
+class RotaryEmbedding2D(nn.Module):
+    """2-D RoPE of a patch grid for q and k ``[..., heads, prefix + H*W, head_dim]``.
+
+    Args:
+        head_dim: channels per head; divisible by 4 (two axes, pairs of channels).
+        base: RoPE base (timm's ``temperature``): 1e4 for EVA02 / timm's default, 100 for rope-vit.
+        indexing: ``"ij"`` (first half of the slots follow the row) or ``"xy"`` (the column).
+        layout: how channel pairs are formed: ``"interleaved"`` (timm ``rotate_half=False``, EVA, rope-vit) or
+            ``"half"`` (timm ``rotate_half=True``).
+        ref_grid: EVA-style reference grid: positions are stretched onto it whatever the grid.
+        mixed: learnable per-head frequencies (RoPE-Mixed); needs ``num_heads``; interleaved only.
+        num_heads: heads, for ``mixed``.
+        mixed_temperature: RoPE-Mixed's initial magnitude base (10 in rope-vit / timm).
+
+    Shape:
+        - ``positions(grid)`` -> ``[H*W, 2]`` float64.
+        - ``cos_sin(grid)`` -> ``(cos, sin)``: ``[H*W, head_dim]`` (axial) or ``[heads, H*W, head_dim]`` (mixed).
+        - ``rotate(x, grid, *, num_prefix_tokens=0)``: ``x [..., heads, prefix + H*W, head_dim]`` -> same.
+        - ``forward(q, k, grid, *, num_prefix_tokens=0)`` -> ``(q, k)`` rotated.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        indexing: str = "ij",
+        layout: str = "interleaved",
+        ref_grid: Any = None,
+        mixed: bool = False,
+        num_heads: int | None = None,
+        mixed_temperature: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_positive_int(head_dim, "head_dim")
+        if head_dim % 4:
+            raise ValueError(f"head_dim must be divisible by 4 for 2-D RoPE (2 axes x channel pairs), got {head_dim}")
+        self.indexing = check_choice(indexing, "indexing", INDEXINGS)
+        self.layout = check_choice(layout, "layout", ROPE_LAYOUTS)
+        self.ref_grid = None if ref_grid is None else check_grid(ref_grid, "ref_grid")
+        self.mixed = bool(mixed)
+        self.base = float(base)
+        if self.mixed:
+            if num_heads is None:
+                raise ValueError("mixed=True (learnable per-head frequencies) needs num_heads")
+            if layout != "interleaved":
+                raise ValueError("mixed=True uses the interleaved layout (as rope-vit and timm); got layout='half'")
+            self.num_heads = check_positive_int(num_heads, "num_heads")
+            self.freqs = nn.Parameter(_mixed_init(head_dim, self.num_heads, float(mixed_temperature), rotate=True))
+            self.rope = None
+        else:
+            self.num_heads = num_heads
+            self.rope = RotaryEmbedding(head_dim, base=base, layout=layout, n_axes=2)
+
+    def positions(self, grid: Any, *, device: torch.device | str | None = None) -> torch.Tensor:
+        return rope_2d_positions(grid, indexing=self.indexing, ref_grid=self.ref_grid, device=device)
+
+    def _device(self) -> torch.device:
+        return self.freqs.device if self.mixed else self.rope.inv_freq.device
+
+    def mixed_angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """RoPE-Mixed angles ``[heads, N, head_dim // 2]`` (float64; differentiable in the frequencies)."""
+        freqs = self.freqs.to(torch.float64)
+        positions = positions.to(torch.float64)
+        return positions[:, 0, None] * freqs[0, :, None, :] + positions[:, 1, None] * freqs[1, :, None, :]
+
+    def cos_sin(self, grid: Any, *, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+        """Full-width ``(cos, sin)`` of the grid's tokens, in this module's layout."""
+        positions = self.positions(grid, device=self._device())
+        if not self.mixed:
+            return self.rope.cos_sin(positions, dtype=dtype)
+        cos, sin = rope_cos_sin(self.mixed_angles(positions), dtype=dtype)
+        return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+
+    def _check(self, x: Any, grid: tuple[int, int], num_prefix_tokens: int, name: str) -> None:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        if x.ndim < 2 or x.shape[-1] != self.head_dim:
+            raise ValueError(f"{name} must be [..., tokens, head_dim={self.head_dim}], got {tuple(x.shape)}")
+        tokens = num_prefix_tokens + grid[0] * grid[1]
+        if x.shape[-2] != tokens:
+            raise ValueError(f"{name} has {x.shape[-2]} tokens; grid {grid} with {num_prefix_tokens} prefix tokens "
+                             f"has {tokens}")
+        if self.mixed and (x.ndim < 3 or x.shape[-3] != self.num_heads):
+            raise ValueError(f"{name} must be [..., heads={self.num_heads}, tokens, head_dim] for mixed RoPE, "
+                             f"got {tuple(x.shape)}")
+
+    def _rotate_patches(self, x: torch.Tensor, grid: tuple[int, int], num_prefix_tokens: int,
+                        cos_sin: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        patches = x[..., num_prefix_tokens:, :]
+        if cos_sin is None and not self.mixed:
+            rotated = self.rope.rotate(patches, self.positions(grid, device=x.device), seq_dim=-2)
+        else:
+            cos, sin = cos_sin if cos_sin is not None else self.cos_sin(grid)
+            rotated = apply_rotary(patches, cos, sin, layout=self.layout)
+        if not num_prefix_tokens:
+            return rotated
+        return torch.cat([x[..., :num_prefix_tokens, :], rotated], dim=-2)
+
+    def rotate(self, x: torch.Tensor, grid: Any, *, num_prefix_tokens: int = 0) -> torch.Tensor:
+        """Rotate the patch tokens of ``x [..., (heads,) prefix + H*W, head_dim]``; prefix tokens pass through."""
+        grid = check_grid(grid)
+        num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
+        self._check(x, grid, num_prefix_tokens, "x")
+        return self._rotate_patches(x, grid, num_prefix_tokens, None)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, grid: Any, *,
+                num_prefix_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        grid = check_grid(grid)
+        num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
+        self._check(q, grid, num_prefix_tokens, "q")
+        self._check(k, grid, num_prefix_tokens, "k")
+        if self.mixed:
+            cos_sin = self.cos_sin(grid)
+            return (self._rotate_patches(q, grid, num_prefix_tokens, cos_sin),
+                    self._rotate_patches(k, grid, num_prefix_tokens, cos_sin))
+        p = num_prefix_tokens
+        q_rot, k_rot = self.rope(q[..., p:, :], k[..., p:, :], self.positions(grid, device=q.device), seq_dim=-2)
+        if not p:
+            return q_rot, k_rot
+        return torch.cat([q[..., :p, :], q_rot], dim=-2), torch.cat([k[..., :p, :], k_rot], dim=-2)
+
+    def extra_repr(self) -> str:
+        text = f"head_dim={self.head_dim}, indexing={self.indexing!r}, layout={self.layout!r}"
+        if self.mixed:
+            return text + f", mixed=True, num_heads={self.num_heads}"
+        text += f", base={self.base:g}"
+        return text + (f", ref_grid={self.ref_grid}" if self.ref_grid is not None else "")

@@ -1,0 +1,102 @@
+"""RotaryEmbedding2D against timm's RotaryEmbeddingCat (ij / xy, EVA02 reference grid, half layout) and
+RotaryEmbeddingMixed (RoPE-Mixed)."""
+
+import pytest
+import torch
+
+pytest.importorskip("omnipos.core.rotary", reason="core.rotary (issue 3) is not merged yet")
+
+from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingMixed, apply_rot_embed_cat  # noqa: E402
+
+from omnipos.vision import RotaryEmbedding2D  # noqa: E402
+
+
+def _timm_rotate(x, emb, half=False):
+    return apply_rot_embed_cat(x.double(), emb.double(), half=half).to(x.dtype)
+
+
+@pytest.mark.parametrize(
+    "kwargs, timm_kwargs, grid",
+    [
+        (dict(indexing="ij"), dict(grid_indexing="ij"), (5, 7)),  # timm default / rotary-embedding-torch axial
+        (dict(indexing="xy", base=100.0), dict(grid_indexing="xy", temperature=100), (6, 4)),  # rope-vit axial
+        (dict(indexing="ij", ref_grid=(16, 16)), dict(grid_indexing="ij", ref_feat_shape=[16, 16]), (24, 20)),  # EVA02
+        (dict(indexing="ij", layout="half"), dict(grid_indexing="ij", rotate_half=True), (3, 9)),
+    ],
+)
+def test_axial_matches_timm_rotary_embedding_cat(kwargs, timm_kwargs, grid):
+    head_dim = 32
+    ours = RotaryEmbedding2D(head_dim, **kwargs)
+    ref = RotaryEmbeddingCat(head_dim, in_pixels=False, **timm_kwargs)
+    emb = ref.get_embed(list(grid))  # [N, 2 * head_dim] = [sin | cos]
+    sin_ref, cos_ref = emb.chunk(2, dim=-1)
+    cos, sin = ours.cos_sin(grid)
+    torch.testing.assert_close(cos, cos_ref, rtol=0, atol=2e-5)  # timm forms angles in float32
+    torch.testing.assert_close(sin, sin_ref, rtol=0, atol=2e-5)
+    q, k = torch.randn(2, 3, 1 + grid[0] * grid[1], head_dim), torch.randn(2, 3, 1 + grid[0] * grid[1], head_dim)
+    q_rot, k_rot = ours(q, k, grid, num_prefix_tokens=1)
+    half = kwargs.get("layout") == "half"
+    torch.testing.assert_close(q_rot[:, :, 1:], _timm_rotate(q[:, :, 1:], emb, half), rtol=0, atol=1e-4)
+    torch.testing.assert_close(k_rot[:, :, 1:], _timm_rotate(k[:, :, 1:], emb, half), rtol=0, atol=1e-4)
+    assert torch.equal(q_rot[:, :, :1], q[:, :, :1])  # the class token is not rotated
+    torch.testing.assert_close(ours.rotate(q, grid, num_prefix_tokens=1), q_rot)
+
+
+def test_mixed_matches_timm_rotary_embedding_mixed():
+    heads, head_dim, grid = 3, 16, (4, 6)
+    ref = RotaryEmbeddingMixed(heads * head_dim, depth=1, num_heads=heads, grid_indexing="xy")
+    ours = RotaryEmbedding2D(head_dim, indexing="xy", mixed=True, num_heads=heads)
+    with torch.no_grad():
+        ours.freqs.copy_(ref.freqs[:, 0])
+    emb = ref.get_embed(list(grid))[0]  # [heads, N, 2 * head_dim]
+    sin_ref, cos_ref = emb.chunk(2, dim=-1)
+    cos, sin = ours.cos_sin(grid)
+    torch.testing.assert_close(cos, cos_ref, rtol=0, atol=2e-5)
+    torch.testing.assert_close(sin, sin_ref, rtol=0, atol=2e-5)
+    q = torch.randn(2, heads, grid[0] * grid[1], head_dim)
+    q_rot, _ = ours(q, q, grid)
+    torch.testing.assert_close(q_rot, apply_rot_embed_cat(q, emb), rtol=0, atol=1e-5)
+    q_rot.square().sum().backward()
+    assert ours.freqs.grad is not None and ours.freqs.grad.abs().sum() > 0
+
+
+def test_mixed_initialisation_follows_rope_vit():
+    ours = RotaryEmbedding2D(16, mixed=True, num_heads=4, mixed_temperature=10.0)
+    magnitude = torch.linalg.vector_norm(ours.freqs, dim=0)  # |(f0, f1)| per head and slot
+    expected = 10.0 ** (-torch.arange(0, 16, 4) / 16)
+    torch.testing.assert_close(magnitude, expected.repeat(2).expand(4, -1), rtol=1e-6, atol=1e-6)
+
+
+def test_scores_depend_only_on_the_offset_between_patches():
+    rope = RotaryEmbedding2D(16, indexing="ij")
+    q, k = torch.randn(16), torch.randn(16)
+    grid = (6, 6)
+    qs = rope.rotate(q.expand(1, 36, 16), grid)[0].reshape(6, 6, 16)
+    ks = rope.rotate(k.expand(1, 36, 16), grid)[0].reshape(6, 6, 16)
+    a = qs[1, 2] @ ks[3, 1]  # offset (2, -1)
+    b = qs[3, 4] @ ks[5, 3]
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_in_bfloat16_out():
+    rope = RotaryEmbedding2D(32)
+    q = torch.randn(1, 2, 1 + 20, 32)
+    out = rope.rotate(q.bfloat16(), (4, 5), num_prefix_tokens=1)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), rope.rotate(q, (4, 5), num_prefix_tokens=1), rtol=1e-2, atol=2e-2)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="divisible by 4"):
+        RotaryEmbedding2D(30)
+    with pytest.raises(ValueError, match="num_heads"):
+        RotaryEmbedding2D(32, mixed=True)
+    with pytest.raises(ValueError, match="indexing"):
+        RotaryEmbedding2D(32, indexing="yx")
+    rope = RotaryEmbedding2D(32)
+    with pytest.raises(ValueError, match="tokens"):
+        rope.rotate(torch.randn(1, 2, 21, 32), (4, 5))
+    with pytest.raises(ValueError, match="grid"):
+        rope.rotate(torch.randn(1, 2, 20, 32), (0, 5))
+    with pytest.raises(ValueError, match="head_dim"):
+        rope.rotate(torch.randn(1, 2, 20, 16), (4, 5))
