@@ -100,3 +100,61 @@ def test_bad_inputs():
         rope.rotate(torch.randn(1, 2, 20, 32), (0, 5))
     with pytest.raises(ValueError, match="head_dim"):
         rope.rotate(torch.randn(1, 2, 20, 16), (4, 5))
+
+
+def _reference_block_attention(attn, x, rope_embed, prefix):
+    """timm Attention with EVA's RoPE applied by hand: timm's apply_rot_embed_cat on the patch tokens."""
+    B, N, C = x.shape
+    qkv = attn.qkv(x).reshape(B, N, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv.unbind(0)
+    q = torch.cat([q[:, :, :prefix], apply_rot_embed_cat(q[:, :, prefix:], rope_embed)], dim=2)
+    k = torch.cat([k[:, :, :prefix], apply_rot_embed_cat(k[:, :, prefix:], rope_embed)], dim=2)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    return attn.proj(out.transpose(1, 2).reshape(B, N, C))
+
+
+@pytest.mark.parametrize("indexing, ref_grid", [("ij", None), ("xy", (8, 8))])
+def test_adapt_vit_with_rope_equals_hand_built_eva_attention(indexing, ref_grid):
+    import timm
+
+    from omnipos.vision.timm import adapt_vit
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1, reg_tokens=2).eval()
+    rope = RotaryEmbedding2D(64, indexing=indexing, ref_grid=ref_grid)
+    adapt_vit(model, encoding="rope", rope=rope)
+    assert model.pos_embed is None
+    x = torch.randn(2, 3, 112, 80)
+    grid = (7, 5)
+    timm_rope = RotaryEmbeddingCat(64, in_pixels=False, grid_indexing=indexing,
+                                   ref_feat_shape=None if ref_grid is None else list(ref_grid))
+    with torch.no_grad():
+        tokens = model._pos_embed(model.patch_embed(x))  # [B, 3 + 35, C], no additive positions
+        block = model.blocks[0]
+        expected = tokens + block.ls1(_reference_block_attention(block.attn, block.norm1(tokens),
+                                                                 timm_rope.get_embed(list(grid)), 3))
+        expected = expected + block.ls2(block.mlp(block.norm2(expected)))
+        torch.testing.assert_close(model.blocks(tokens), expected, rtol=0, atol=1e-4)
+        # the state dict keeps timm's keys, and a mixed batch gives each image what it gets alone
+        assert set(model.state_dict()) == set(timm.create_model(
+            "vit_tiny_patch16_224", pretrained=False, depth=1, reg_tokens=2, pos_embed="none").state_dict())
+        small = torch.randn(1, 3, 64, 48)
+        batch = torch.zeros(2, 3, 112, 80)
+        batch[0], batch[1, :, :64, :48] = x[0], small[0]
+        mixed = model(batch, image_sizes=[[112, 80], [64, 48]])
+        torch.testing.assert_close(mixed[1], model(small)[0], rtol=0, atol=1e-4)
+        torch.testing.assert_close(mixed[0], model(x[:1])[0], rtol=0, atol=1e-4)
+
+
+def test_adapt_vit_rope_bad_inputs():
+    import timm
+
+    from omnipos.vision.timm import adapt_vit
+
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1)
+    with pytest.raises(ValueError, match="head_dim"):
+        adapt_vit(model, encoding="rope", rope=RotaryEmbedding2D(32))
+    with pytest.raises(TypeError, match="axial"):
+        adapt_vit(model, encoding="rope", rope=RotaryEmbedding2D(64, mixed=True, num_heads=3))
+    with pytest.raises(ValueError, match="encoding='rope'"):
+        adapt_vit(model, rope=RotaryEmbedding2D(64))

@@ -23,11 +23,11 @@ from ..core._validation import check_choice, check_positive_int
 from .grid import check_grid, check_size_pair, patch_grid
 from .masks import check_image_sizes, patch_padding_mask, pixel_padding_mask, prefix_attention_mask
 from .resample import MODES, resample_pos_embed, source_grid
-from .sincos import CONVENTIONS, sincos_2d
+from .sincos import CONVENTIONS, grid_coords, sincos_2d
 
 __all__ = ["ENCODINGS", "PositionAdapter", "adapt_vit", "resize_state_dict"]
 
-ENCODINGS = ("learned", "sincos")
+ENCODINGS = ("learned", "sincos", "rope")
 
 
 def _vision_transformer_class():
@@ -124,6 +124,7 @@ class PositionAdapter(nn.Module):
         antialias: bool = True,
         convention: str = "mae",
         ref_grid: Any = None,
+        rope: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.embed_dim = embed_dim
@@ -138,6 +139,9 @@ class PositionAdapter(nn.Module):
         self._weights_key: tuple | None = None
         self.hits = 0
         self.builds = 0
+        self.rope = rope
+        self.num_prefix_tokens = 0
+        self._rope_now: tuple[torch.Tensor, torch.Tensor] | None = None  # cos/sin of the forward in progress
 
     def cache_info(self) -> dict[str, int]:
         return {"hits": self.hits, "builds": self.builds, "size": len(self._cache)}
@@ -179,8 +183,34 @@ class PositionAdapter(nn.Module):
             self.hits += 1
         return entry
 
+    def rope_cos_sin(self, grid: tuple[int, int], grids: torch.Tensor | None,
+                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """2-D RoPE ``(cos, sin)`` for the patch tokens of this forward: ``[N, head_dim]`` for one grid (cached;
+        they depend on nothing but the grid), ``[B, 1, N, head_dim]`` with per-image ``grids`` (each image's own
+        positions, which differ from the batch grid's only with a ``ref_grid``)."""
+        rope = self.rope
+        if grids is None or rope.ref_grid is None:
+            key = ("rope", grid, device)
+            entry = self._cache.get(key)
+            if entry is None:
+                self.builds += 1
+                entry = self._cache[key] = rope.cos_sin(grid)
+                entry = self._cache[key] = (entry[0].to(device), entry[1].to(device))
+            else:
+                self.hits += 1
+            return entry
+        # per image: positions i * ref_h / h_b, j * ref_w / w_b on the batch's (H, W) canvas
+        scale = torch.tensor(rope.ref_grid, dtype=torch.float64, device=grids.device) / grids.to(torch.float64)
+        coords = grid_coords(grid, device=grids.device).unsqueeze(0) * scale.unsqueeze(1)  # [B, N, 2] (y, x)
+        if rope.indexing == "xy":
+            coords = coords.flip(-1)
+        cos, sin = rope.rope.cos_sin(coords.to(rope.rope.inv_freq.device))
+        return cos.unsqueeze(1).to(device), sin.unsqueeze(1).to(device)
+
     def extra_repr(self) -> str:
         text = f"encoding={self.encoding!r}, embed_dim={self.embed_dim}, source_grid={self.source_grid}"
+        if self.encoding == "rope":
+            return text
         if self.encoding == "learned":
             text += f", table_prefix={self.table_prefix}, mode={self.mode!r}, antialias={self.antialias}"
         else:
@@ -202,6 +232,10 @@ def _embed_positions(model: nn.Module, x: torch.Tensor, grids: torch.Tensor | No
     else:
         batch, channels = x.shape[0], x.shape[-1]
         height, width = model.patch_embed.grid_size
+    if adapter.encoding == "rope":  # positions enter in attention (the q/k hooks); here only the prefix tokens
+        adapter._rope_now = adapter.rope_cos_sin((height, width), grids, x.device)
+        prefix = [token.expand(batch, -1, -1) for token in (model.cls_token, model.reg_token) if token is not None]
+        return model.pos_drop(torch.cat([*prefix, x], dim=1) if prefix else x)
     pos_embed = model.pos_embed if adapter.encoding == "learned" else None
     table_dtype = pos_embed.dtype if pos_embed is not None else x.dtype
     if grids is None or bool((grids == torch.tensor([height, width], device=grids.device)).all()):
@@ -230,6 +264,45 @@ def _embed_positions(model: nn.Module, x: torch.Tensor, grids: torch.Tensor | No
         torch.add(x, patch_pe, out=out[:, prefix.shape[1]:])
         x = out
     return model.pos_drop(x)
+
+
+def _check_rope_model(model: nn.Module, rope: nn.Module | None, ref_grid: Any) -> nn.Module:
+    """The RotaryEmbedding2D for encoding='rope', after checking the blocks are timm Attention it can hook."""
+    from timm.layers.attention import Attention
+
+    from .rope2d import RotaryEmbedding2D
+
+    attentions = [getattr(block, "attn", None) for block in model.blocks]
+    if not all(type(attn) is Attention for attn in attentions):
+        kinds = sorted({type(attn).__name__ for attn in attentions})
+        raise ValueError(f"encoding='rope' hooks timm's Attention (q_norm / k_norm); this model's blocks use {kinds}")
+    head_dim = attentions[0].head_dim
+    if rope is None:
+        return RotaryEmbedding2D(head_dim, ref_grid=ref_grid)
+    if not isinstance(rope, RotaryEmbedding2D) or rope.mixed:
+        raise TypeError("rope must be an axial omnipos.vision.RotaryEmbedding2D (one module for all blocks; "
+                        f"RoPE-Mixed learns per-block frequencies), got {rope!r}")
+    if rope.head_dim != head_dim:
+        raise ValueError(f"rope has head_dim={rope.head_dim}, the model's attention heads have {head_dim}")
+    if ref_grid is not None:
+        raise ValueError("pass ref_grid to the RotaryEmbedding2D you give as rope=, not to adapt_vit")
+    return rope
+
+
+def _rope_hook(adapter: PositionAdapter):
+    """Forward hook for an attention's ``q_norm`` / ``k_norm`` (applied to q, k ``[B, heads, N, head_dim]`` just
+    before attention in timm's ``Attention``): rotates the patch tokens by this forward's 2-D RoPE."""
+    from ..core.rotary import apply_rotary
+
+    def hook(module: nn.Module, args: Any, out: torch.Tensor) -> torch.Tensor:
+        if adapter._rope_now is None:
+            raise RuntimeError("2-D RoPE: the attention ran before the model's _pos_embed set this forward's grid")
+        cos, sin = adapter._rope_now
+        prefix = adapter.num_prefix_tokens
+        rotated = apply_rotary(out[..., prefix:, :], cos, sin, layout=adapter.rope.layout)
+        return torch.cat([out[..., :prefix, :], rotated], dim=-2) if prefix else rotated
+
+    return hook
 
 
 def _masked_forward(model: nn.Module, x: torch.Tensor, image_sizes: Any) -> torch.Tensor:
@@ -278,6 +351,7 @@ def adapt_vit(
     antialias: bool = True,
     convention: str = "mae",
     ref_grid: Any = None,
+    rope: nn.Module | None = None,
 ) -> nn.Module:
     """Adapt a timm ``VisionTransformer`` in place to new image sizes; returns the same model.
 
@@ -297,7 +371,12 @@ def adapt_vit(
         img_size: int or (height, width): the size to prepare (dynamic) or to fix (``dynamic=False``).
         dynamic: accept any size per call (True) or only ``img_size`` (False).
         encoding: ``"learned"`` resamples the model's table; ``"sincos"`` replaces it with a fixed 2-D sincos
-            table (``convention``, ``ref_grid`` as in :func:`omnipos.vision.sincos_2d`; ``pos_embed`` is removed).
+            table (``convention``, ``ref_grid`` as in :func:`omnipos.vision.sincos_2d`; ``pos_embed`` is removed);
+            ``"rope"`` removes it and rotates q and k of the patch tokens in every block by 2-D RoPE (prefix tokens
+            are not rotated, as in EVA): ``rope`` (a :class:`omnipos.vision.RotaryEmbedding2D`, axial) or by default
+            ``RotaryEmbedding2D(head_dim, ref_grid=ref_grid)``. It hooks each block's ``attn.q_norm`` /
+            ``attn.k_norm`` (timm ``Attention``), so state-dict keys do not change; a forward sets the grid the
+            hooks read, so one adapted model must not run two forwards at once from different threads.
         mode, antialias: interpolation of the learned table (timm's defaults; ``antialias=False`` is HF's).
 
     Raises:
@@ -322,18 +401,28 @@ def adapt_vit(
         if model.pos_embed.shape[1] != table_prefix + source[0] * source[1]:
             raise ValueError(f"model.pos_embed has {model.pos_embed.shape[1]} rows, expected {table_prefix} prefix + "
                              f"{source[0]} x {source[1]} patches")
-    elif model.embed_dim % 4:
+    elif encoding == "sincos" and model.embed_dim % 4:
         raise ValueError(f"encoding='sincos' needs embed_dim divisible by 4, got {model.embed_dim}")
+    if rope is not None and encoding != "rope":
+        raise ValueError(f"rope= is for encoding='rope', got encoding={encoding!r}")
+    if encoding == "rope":
+        rope = _check_rope_model(model, rope, ref_grid)
     target = None if img_size is None else patch_grid(check_size_pair(img_size, "img_size"), patch)
     if not dynamic and img_size is None:
         raise ValueError("dynamic=False fixes one image size: pass img_size")
 
     model.omnipos_positions = PositionAdapter(
         embed_dim=model.embed_dim, source_grid=source, table_prefix=table_prefix, encoding=encoding, mode=mode,
-        antialias=antialias, convention=convention, ref_grid=ref_grid,
+        antialias=antialias, convention=convention, ref_grid=ref_grid, rope=rope,
     )
-    if encoding == "sincos":
+    if encoding != "learned":
         model.pos_embed = None
+    if encoding == "rope":
+        model.omnipos_positions.num_prefix_tokens = model.num_prefix_tokens
+        hook = _rope_hook(model.omnipos_positions)
+        for block in model.blocks:
+            block.attn.q_norm.register_forward_hook(hook)
+            block.attn.k_norm.register_forward_hook(hook)
     if not dynamic:
         height, width = check_size_pair(img_size, "img_size")
         if encoding == "learned" and target != source:
