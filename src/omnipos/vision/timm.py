@@ -341,6 +341,21 @@ def _masked_forward(model: nn.Module, x: torch.Tensor, image_sizes: Any) -> torc
     return model.head(x)
 
 
+def _adapted_forward(self: nn.Module, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                     is_causal: bool = False, *, image_sizes: Any = None) -> torch.Tensor:
+    """``forward`` of an adapted model: timm's, plus ``image_sizes`` for padded batches of mixed sizes."""
+    if not isinstance(x, torch.Tensor) or x.ndim != 4:
+        raise ValueError(f"x must be an image batch [B, C, height, width], got {getattr(x, 'shape', x)}")
+    patch_grid(tuple(x.shape[-2:]), self.patch_embed.patch_size)  # clear error for a patch larger than x
+    if image_sizes is None:
+        return type(self).forward(self, x, attn_mask=attn_mask, is_causal=is_causal)
+    if attn_mask is not None or is_causal:
+        raise ValueError("pass either image_sizes (omnipos builds the padding mask) or attn_mask / is_causal")
+    if not self.dynamic_img_size:
+        raise ValueError("image_sizes needs a model adapted with dynamic=True")
+    return _masked_forward(self, x, image_sizes)
+
+
 def adapt_vit(
     model: nn.Module,
     *,
@@ -445,22 +460,7 @@ def adapt_vit(
         model.dynamic_img_size = True
 
     model._pos_embed = types.MethodType(_embed_positions, model)
-    timm_forward = type(model).forward
-
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False, *,
-                image_sizes: Any = None) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.ndim != 4:
-            raise ValueError(f"x must be an image batch [B, C, height, width], got {getattr(x, 'shape', x)}")
-        patch_grid(tuple(x.shape[-2:]), self.patch_embed.patch_size)  # clear error for a patch larger than x
-        if image_sizes is None:
-            return timm_forward(self, x, attn_mask=attn_mask, is_causal=is_causal)
-        if attn_mask is not None or is_causal:
-            raise ValueError("pass either image_sizes (omnipos builds the padding mask) or attn_mask / is_causal")
-        if not self.dynamic_img_size:
-            raise ValueError("image_sizes needs a model adapted with dynamic=True")
-        return _masked_forward(self, x, image_sizes)
-
-    model.forward = types.MethodType(forward, model)
+    model.forward = types.MethodType(_adapted_forward, model)
     if dynamic and target is not None:  # warm the cache for the announced size
         weight = model.pos_embed if model.pos_embed is not None else patch_embed.proj.weight
         with torch.no_grad():
