@@ -1,12 +1,14 @@
 """The shared core: sinusoids, frequency bands, learned embeddings and ragged batching. Knows no domain."""
 
 from .batching import lengths_to_mask, mask_to_lengths, pack, packed_positions, pad_ragged, unpad
-from .frequencies import frequency_bands
+from .frequencies import RopeScaling, frequency_bands, rope_frequencies
 from .learned import LearnedPositionalEmbedding
 from .sinusoid import SinusoidalEncoding, add_positional, sinusoidal
 
 __all__ = [
     "frequency_bands",
+    "rope_frequencies",
+    "RopeScaling",
     "sinusoidal",
     "SinusoidalEncoding",
     "add_positional",
