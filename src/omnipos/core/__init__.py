@@ -1,7 +1,10 @@
-"""The shared core: sinusoids, frequency bands, learned embeddings and ragged batching. Knows no domain."""
+"""The shared core: sinusoids, frequency bands, rotary embeddings, learned embeddings and ragged batching.
+
+Knows no domain."""
 
 from .batching import lengths_to_mask, mask_to_lengths, pack, packed_positions, pad_ragged, unpad
 from .frequencies import RopeScaling, frequency_bands, rope_frequencies
+from .rotary import RotaryEmbedding, apply_rotary, convert_rope_layout
 from .learned import LearnedPositionalEmbedding
 from .sinusoid import SinusoidalEncoding, add_positional, sinusoidal
 
@@ -9,6 +12,9 @@ __all__ = [
     "frequency_bands",
     "rope_frequencies",
     "RopeScaling",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "convert_rope_layout",
     "sinusoidal",
     "SinusoidalEncoding",
     "add_positional",
