@@ -3,12 +3,9 @@ RotaryEmbeddingMixed (RoPE-Mixed)."""
 
 import pytest
 import torch
+from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingMixed, apply_rot_embed_cat
 
-pytest.importorskip("omnipos.core.rotary", reason="core.rotary (issue 3) is not merged yet")
-
-from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingMixed, apply_rot_embed_cat  # noqa: E402
-
-from omnipos.vision import RotaryEmbedding2D  # noqa: E402
+from omnipos.vision import RotaryEmbedding2D
 
 
 def _timm_rotate(x, emb, half=False):

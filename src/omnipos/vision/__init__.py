@@ -6,6 +6,7 @@
 from .grid import check_grid, patch_grid
 from .masks import patch_padding_mask, pixel_padding_mask, prefix_attention_mask
 from .resample import resample_pos_embed
+from .rope2d import RotaryEmbedding2D, rope_2d_positions
 from .sincos import grid_coords, sincos_2d, sincos_2d_from_coords
 
 __all__ = [
@@ -19,16 +20,13 @@ __all__ = [
     "pixel_padding_mask",
     "prefix_attention_mask",
     "RotaryEmbedding2D",
+    "rope_2d_positions",
     "adapt_vit",
     "resize_state_dict",
 ]
 
 
 def __getattr__(name):
-    if name == "RotaryEmbedding2D":  # needs omnipos.core.rotary
-        from .rope2d import RotaryEmbedding2D
-
-        return RotaryEmbedding2D
     if name in ("adapt_vit", "resize_state_dict"):
         from . import timm as _timm
 
