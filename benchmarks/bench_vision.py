@@ -21,6 +21,23 @@ from timm.layers import resample_abs_pos_embed
 from omnipos.vision.timm import adapt_vit
 
 
+def interleaved(ours, peer, *, repeats: int, device: torch.device) -> tuple[float, float]:
+    """Median seconds of ``ours()`` and ``peer()``, timed alternately so that a shared machine's load changes hit
+    both alike."""
+    for _ in range(5):
+        ours(), peer()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for i in range(repeats):
+        pair = [(ours, samples[0]), (peer, samples[1])]
+        for fn, bucket in pair if i % 2 else pair[::-1]:
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            bucket.append(time.perf_counter() - t0)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
 def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--model", default="vit_small_patch16_224")
@@ -47,19 +64,19 @@ def main() -> None:
     with torch.inference_mode():
         tokens = peer.patch_embed(batches[0])  # [B, H, W, C]: the input of both models' _pos_embed
         torch.testing.assert_close(ours._pos_embed(tokens), peer._pos_embed(tokens), rtol=0, atol=0)
-        t_ours = bench.time(lambda: ours._pos_embed(tokens), repeats=args.repeats * 10)
-        t_peer = bench.time(lambda: peer._pos_embed(tokens), repeats=args.repeats * 10)
+        t_ours, t_peer = interleaved(lambda: ours._pos_embed(tokens), lambda: peer._pos_embed(tokens),
+                                     repeats=args.repeats * 10, device=device)
         bench.row(step="pos-embed step (_pos_embed)", omnipos_ms=t_ours * 1e3, timm_ms=t_peer * 1e3,
                   speedup=t_peer / t_ours, max_abs_diff=0.0)
         # the overhead inside that step: producing the grid's table (timm resamples, omnipos looks it up)
         grid = tuple(tokens.shape[1:3])
         prefix = 0 if peer.no_embed_class else peer.num_prefix_tokens
         positions = ours.omnipos_positions
-        t_ours = bench.time(lambda: positions.tables(ours.pos_embed, grid, dtype=ours.pos_embed.dtype, device=device),
-                            repeats=args.repeats * 10)
-        t_peer = bench.time(lambda: resample_abs_pos_embed(peer.pos_embed, new_size=grid,
-                                                           old_size=peer.patch_embed.grid_size,
-                                                           num_prefix_tokens=prefix), repeats=args.repeats * 10)
+        t_ours, t_peer = interleaved(
+            lambda: positions.tables(ours.pos_embed, grid, dtype=ours.pos_embed.dtype, device=device),
+            lambda: resample_abs_pos_embed(peer.pos_embed, new_size=grid, old_size=peer.patch_embed.grid_size,
+                                           num_prefix_tokens=prefix),
+            repeats=args.repeats * 10, device=device)
         bench.row(step="pos-embed overhead (table for the grid)", omnipos_ms=t_ours * 1e3, timm_ms=t_peer * 1e3,
                   speedup=t_peer / t_ours, max_abs_diff=0.0)
 
