@@ -5,7 +5,7 @@ Same weights, same process, same batches. Reported: the positional-embedding ste
 whole forward per batch (the two models' batches interleaved), medians, with ratios timm / omnipos; plus
 the largest logit difference between the two. Targets: pos-embed >= 10x faster, whole forward never slower.
 
-    python benchmarks/bench_vision.py [--quick] [--device cuda] [--batches 50] [--batch-size 8]
+    python benchmarks/bench_vision.py [--quick] [--device cuda] [--batches 50] [--batch-size 8] [--threads 1]
 """
 
 from __future__ import annotations
@@ -43,11 +43,14 @@ def main() -> None:
     parser.add_argument("--model", default="vit_small_patch16_224")
     parser.add_argument("--batches", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--size", type=int, nargs=2, default=(272, 192), metavar=("HEIGHT", "WIDTH"))
     args = parser.parse_args()
     if args.quick:
         args.batches, args.batch_size, args.repeats = 8, 2, 20
     device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     ours = timm.create_model(args.model, pretrained=False).eval().to(device)
     with torch.no_grad():

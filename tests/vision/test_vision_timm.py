@@ -235,3 +235,20 @@ def test_bad_inputs():
         model(torch.randn(1, 3, 64, 64), image_sizes=[[65, 64]])
     with pytest.raises(ValueError, match="either"):
         model(torch.randn(1, 3, 64, 64), image_sizes=[[64, 64]], attn_mask=torch.ones(1, 1, 1, 17, dtype=torch.bool))
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu_and_caches_per_device():
+    model, twin = _pair("vit_tiny_patch16_224", **SMALL)
+    adapt_vit(model)
+    x = torch.randn(2, 3, 272, 192)
+    with torch.no_grad():
+        cpu = model(x)
+        model.cuda()
+        twin.cuda()
+        gpu = model(x.cuda())
+        torch.testing.assert_close(gpu, twin(x.cuda()), rtol=0, atol=1e-5)
+        torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-4, atol=1e-4)
+        sizes = torch.tensor([[272, 192], [200, 150]], device="cuda")
+        assert model(x.cuda(), image_sizes=sizes).device.type == "cuda"
+    assert {key[2].type for key in model.omnipos_positions._cache} == {"cuda"}
