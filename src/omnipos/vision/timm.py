@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core._validation import check_choice, check_positive_int
+from ..core._validation import check_choice
 from .grid import check_grid, check_size_pair, patch_grid
 from .masks import check_image_sizes, patch_padding_mask, pixel_padding_mask, prefix_attention_mask
 from .resample import MODES, resample_pos_embed, source_grid
@@ -94,7 +94,8 @@ def resize_state_dict(
         raise ValueError(f"state_dict has no {key!r} entry (keys start {list(state_dict)[:5]})")
     pos_embed = state_dict[key]
     if not isinstance(pos_embed, torch.Tensor) or pos_embed.ndim != 3:
-        raise ValueError(f"state_dict[{key!r}] must be a [1, N, D] tensor, got {getattr(pos_embed, 'shape', pos_embed)}")
+        shape = getattr(pos_embed, "shape", pos_embed)
+        raise ValueError(f"state_dict[{key!r}] must be a [1, N, D] tensor, got {shape}")
     if num_prefix_tokens is None:
         num_prefix_tokens = _infer_prefix(state_dict, pos_embed.shape[1], old_grid)
     out = dict(state_dict)
