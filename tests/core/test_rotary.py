@@ -450,3 +450,22 @@ def test_bad_calls():
         convert_rope_layout(torch.ones(30, 4), 4, to="half")
     with pytest.raises(ValueError, match="to must be one of"):
         convert_rope_layout(torch.ones(32, 4), 4, to="neox")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_cache_sized_slabs_give_the_same_numbers(monkeypatch, dtype, layout):
+    """Large tensors are rotated slab by slab; force tiny slabs and compare with the unsliced result."""
+    from omnipos.core import rotary
+
+    rope = RotaryEmbedding(24, layout=layout, rotary_dim=16)
+    q = randn(3, 4, 33, 24, seed=24, dtype=torch.float64).to(dtype)
+    positions = torch.stack([torch.arange(33), torch.arange(33) + 500, torch.arange(33) * 2])
+    whole = rope.rotate(q, positions)
+    flash = rope.rotate(q.transpose(1, 2), positions, seq_dim=1)
+    monkeypatch.setattr(rotary, "_SLAB", 16)
+    torch.testing.assert_close(rope.rotate(q, positions), whole, rtol=0, atol=0)
+    torch.testing.assert_close(rope.rotate(q.transpose(1, 2), positions, seq_dim=1), flash, rtol=0, atol=0)
+    torch.testing.assert_close(flash.transpose(1, 2), whole, rtol=0, atol=0)
+    cos, sin = rope.cos_sin(positions, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None], layout=layout), whole, rtol=0, atol=0)

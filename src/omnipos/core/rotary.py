@@ -18,6 +18,7 @@ stale (offsets, lengths, devices, dtypes): cos/sin are ``[positions, rotary_dim 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -61,25 +62,33 @@ def _complex_viewable(x: torch.Tensor) -> bool:
     return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(st % 2 == 0 for st in x.stride()[:-1])
 
 
-def _rotate_eager(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,
-                  layout: str, rotary_dim: int) -> torch.Tensor:
-    """Write ``x`` rotated into one fresh tensor, with no temporaries of x's size.
+# Slabs of about 512 KiB of float32: the four passes of the general rotation then hit cache, not memory.
+_SLAB = 1 << 17
 
-    Each fresh buffer the size of q costs a round of page faults plus a pass over memory, which is most of HF's
-    eager cost (``rotate_half`` + ``cat`` + three products); here every product is written straight into its
-    slice of the output (``mul(out=)`` then ``addcmul_``).
-    """
+
+def _slabs(x: torch.Tensor) -> list[tuple[slice, ...]]:
+    """Index tuples (slices only, so no axis is dropped) cutting x into slabs of at most ``_SLAB`` elements."""
+    if x.numel() < 4 * _SLAB:
+        return [(slice(None),) * x.ndim]
+    inner, axis = x.shape[-1], x.ndim - 2  # the channel axis always stays whole
+    while axis > 0 and inner * x.shape[axis] <= _SLAB:
+        inner *= x.shape[axis]
+        axis -= 1
+    step = max(1, _SLAB // inner)
+    chunks = [slice(i, i + step) for i in range(0, x.shape[axis], step)]
+    return [(*(slice(i, i + 1) for i in lead), chunk, *([slice(None)] * (x.ndim - axis - 1)))
+            for lead in itertools.product(*(range(n) for n in x.shape[:axis])) for chunk in chunks]
+
+
+def _cut(t: torch.Tensor, index: tuple[slice, ...]) -> torch.Tensor:
+    """``t[index]`` for a tensor broadcastable to the sliced one (aligned right; size-1 axes kept whole)."""
+    skip = len(index) - t.ndim
+    return t[tuple(slice(None) if n == 1 else sl for sl, n in zip(index[skip:], t.shape))]
+
+
+def _rotate_block(x: torch.Tensor, out: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor,
+                  b2: torch.Tensor, layout: str, rotary_dim: int) -> None:
     work = a1.dtype
-    out = torch.empty_like(x)
-    if a1 is a2 and layout == "interleaved" and x.dtype == work and _complex_viewable(x):
-        # a pure rotation (internal callers pass a2 = a1, b2 = -b1) of adjacent pairs is one complex product:
-        # a single pass that reads x once and writes out once
-        half = rotary_dim // 2
-        torch.mul(torch.view_as_complex(x[..., :rotary_dim].unflatten(-1, (half, 2))), torch.complex(a1, b2),
-                  out=torch.view_as_complex(out[..., :rotary_dim].unflatten(-1, (half, 2))))
-        if rotary_dim < x.shape[-1]:
-            out[..., rotary_dim:].copy_(x[..., rotary_dim:])
-        return out
     if x.dtype == work:
         target = out
     else:  # bf16 / fp16: rotate in float32, round once
@@ -94,6 +103,30 @@ def _rotate_eager(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch
         out[..., :rotary_dim].copy_(target)
     if rotary_dim < x.shape[-1]:
         out[..., rotary_dim:].copy_(x[..., rotary_dim:])
+
+
+def _rotate_eager(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,
+                  layout: str, rotary_dim: int) -> torch.Tensor:
+    """Write ``x`` rotated into one fresh tensor, with no temporaries of x's size.
+
+    Each fresh buffer the size of q costs a round of page faults plus a pass over memory, which is most of HF's
+    eager cost (``rotate_half`` + ``cat`` + three products). A pure rotation of adjacent pairs is one complex
+    product (one read of x, one write). Otherwise every product is written straight into its slice of the output
+    (``mul(out=)`` then ``addcmul_``), slab by cache-sized slab so the four passes read cache, not memory.
+    """
+    work = a1.dtype
+    out = torch.empty_like(x)
+    if a1 is a2 and layout == "interleaved" and x.dtype == work and _complex_viewable(x):
+        # internal callers of a pure rotation pass a2 = a1 and b2 = -b1
+        half = rotary_dim // 2
+        torch.mul(torch.view_as_complex(x[..., :rotary_dim].unflatten(-1, (half, 2))), torch.complex(a1, b2),
+                  out=torch.view_as_complex(out[..., :rotary_dim].unflatten(-1, (half, 2))))
+        if rotary_dim < x.shape[-1]:
+            out[..., rotary_dim:].copy_(x[..., rotary_dim:])
+        return out
+    for index in _slabs(x):
+        _rotate_block(x[index], out[index], _cut(a1, index), _cut(b1, index), _cut(a2, index), _cut(b2, index),
+                      layout, rotary_dim)
     return out
 
 
