@@ -468,4 +468,5 @@ def test_cache_sized_slabs_give_the_same_numbers(monkeypatch, dtype, layout):
     torch.testing.assert_close(rope.rotate(q.transpose(1, 2), positions, seq_dim=1), flash, rtol=0, atol=0)
     torch.testing.assert_close(flash.transpose(1, 2), whole, rtol=0, atol=0)
     cos, sin = rope.cos_sin(positions, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
-    torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None], layout=layout), whole, rtol=0, atol=0)
+    # (interleaved float64 goes through the complex product in the module: rounding differs in the last bit)
+    torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None], layout=layout), whole, rtol=0, atol=1e-12)
