@@ -2,7 +2,7 @@
 
 Each side builds its own cos/sin from positions inside the timed call (HF: LlamaRotaryEmbedding.forward's
 formula; rotary-embedding-torch: rotate_queries_or_keys on q and on k, its cache disabled so both do the same
-work). Medians over repeats, same process, same tensors. fp32 on CPU, bf16 on CUDA. Speedup = HF time / ours.
+work). Medians over repeats, the candidates' calls interleaved, same process, same tensors. fp32 on CPU, bf16 on CUDA. Speedup = HF time / ours.
 On CUDA also the achieved bandwidth (bytes of q and k read and written / time) and liger-kernel where installed.
 
     python benchmarks/bench_rope.py [--quick] [--device cuda] [--layout half|interleaved|both]
@@ -10,8 +10,12 @@ On CUDA also the achieved bandwidth (bytes of q and k read and written / time) a
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections.abc import Callable
+
 import torch
-from _harness import Bench, common_arguments
+from _harness import Bench, common_arguments, synchronize
 
 from omnipos.core import RotaryEmbedding
 
@@ -23,6 +27,23 @@ def hf_eager(q, k, position_ids, inv_freq):
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
     return apply_rotary_pos_emb(q, k, cos, sin)
+
+
+def paired_times(fns: dict[str, Callable[[], object]], *, device: torch.device, repeats: int) -> dict[str, float]:
+    """Median seconds of each function, the calls interleaved (a, b, c, a, b, c, ...) so that all of them see the
+    same load on a shared machine; each is called twice untimed first."""
+    for fn in fns.values():
+        fn()
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            synchronize(device)
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
@@ -57,35 +78,30 @@ def main() -> None:
         q = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
         k = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
         position_ids = torch.arange(s, device=device)[None].expand(b, s)
-        hf_rope = RotaryEmbedding(d)
-        inv_freq = hf_rope.inv_freq.float().to(device)
-        t_hf = bench.time(lambda: hf_eager(q, k, position_ids, inv_freq), repeats=repeats)
-        t_ret = None
+        inv_freq = RotaryEmbedding(d).inv_freq.float().to(device)
+        fns: dict[str, Callable[[], object]] = {"hf": lambda: hf_eager(q, k, position_ids, inv_freq)}
         if ret is not None:
             theirs = ret.RotaryEmbedding(dim=d, cache_if_possible=False).to(device)
-            t_ret = bench.time(lambda: (theirs.rotate_queries_or_keys(q), theirs.rotate_queries_or_keys(k)),
-                               repeats=repeats)
-        t_liger = None
+            fns["ret"] = lambda: (theirs.rotate_queries_or_keys(q), theirs.rotate_queries_or_keys(k))
         if liger_rotary_pos_emb is not None and device.type == "cuda":
             freqs = position_ids[..., None].float() * inv_freq
             emb = torch.cat((freqs, freqs), -1)
-
-            def liger():
-                return liger_rotary_pos_emb(q, k, emb.cos().to(dtype), emb.sin().to(dtype))
-
-            t_liger = bench.time(liger, repeats=repeats)
-        moved = 2 * 2 * q.numel() * q.element_size()  # q and k, each read once and written once
+            fns["liger"] = lambda: liger_rotary_pos_emb(q, k, emb.cos().to(dtype), emb.sin().to(dtype))
         for layout in layouts:
             rope = RotaryEmbedding(d, layout=layout).to(device)
-            t_ours = bench.time(lambda: rope(q, k, position_ids), repeats=repeats)
+            fns[layout] = (lambda rope: lambda: rope(q, k, position_ids))(rope)
+        times = paired_times(fns, device=device, repeats=repeats)
+        moved = 2 * 2 * q.numel() * q.element_size()  # q and k, each read once and written once
+        for layout in layouts:
+            t_ours = times[layout]
             row = dict(shape="x".join(map(str, shape)), layout=layout, omnipos_ms=t_ours * 1e3,
-                       hf_eager_ms=t_hf * 1e3, speedup_vs_hf=t_hf / t_ours)
-            if t_ret is not None:
-                row.update(rotary_embedding_torch_ms=t_ret * 1e3, speedup_vs_ret=t_ret / t_ours)
+                       hf_eager_ms=times["hf"] * 1e3, speedup_vs_hf=times["hf"] / t_ours)
+            if "ret" in times:
+                row.update(rotary_embedding_torch_ms=times["ret"] * 1e3, speedup_vs_ret=times["ret"] / t_ours)
             if device.type == "cuda":
                 row["omnipos_GBps"] = moved / t_ours / 1e9
-                if t_liger is not None:
-                    row.update(liger_ms=t_liger * 1e3, speedup_vs_liger=t_liger / t_ours)
+                if "liger" in times:
+                    row.update(liger_ms=times["liger"] * 1e3, speedup_vs_liger=times["liger"] / t_ours)
             bench.row(**row)
         del q, k
     bench.finish(args.out)

@@ -62,13 +62,15 @@ def _complex_viewable(x: torch.Tensor) -> bool:
     return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(st % 2 == 0 for st in x.stride()[:-1])
 
 
-# Slabs of about 512 KiB of float32: the four passes of the general rotation then hit cache, not memory.
-_SLAB = 1 << 17
+# Slabs of 2 MiB of float32 (x and out fit in L3): the four passes of the general rotation hit cache, not memory.
+# Only single-threaded: with intra-op threads every op ends in a barrier, and on a busy machine (a descheduled
+# worker) hundreds of small ops cost more than the memory passes they save (measured: bench_rope.py).
+_SLAB = 1 << 19
 
 
 def _slabs(x: torch.Tensor) -> list[tuple[slice, ...]]:
     """Index tuples (slices only, so no axis is dropped) cutting x into slabs of at most ``_SLAB`` elements."""
-    if x.numel() < 4 * _SLAB:
+    if x.numel() < 4 * _SLAB or torch.get_num_threads() > 1:
         return [(slice(None),) * x.ndim]
     inner, axis = x.shape[-1], x.ndim - 2  # the channel axis always stays whole
     while axis > 0 and inner * x.shape[axis] <= _SLAB:
