@@ -434,6 +434,8 @@ def test_bad_calls():
         rope.rotate(q, torch.tensor([0.0] * 9 + [float("nan")]))
     with pytest.raises(ValueError, match="positions must be finite"):
         rope.cos_sin(torch.tensor([float("inf")]))
+    with pytest.raises(TypeError, match="positions must be integers or float32/float64"):
+        rope.rotate(q, torch.arange(10).bfloat16())
     with pytest.raises(TypeError, match="positions must be real-valued"):
         rope.rotate(q, torch.arange(10) * 1j)
     with pytest.raises(ValueError, match="seq_dim"):

@@ -251,8 +251,9 @@ def convert_rope_layout(weight: torch.Tensor, n_heads: int, *, to: str, rotary_d
     if weight.shape[0] % n_heads:
         raise ValueError(f"weight has {weight.shape[0]} rows, not a multiple of n_heads={n_heads}")
     head_dim = weight.shape[0] // n_heads
-    rotary_dim = head_dim if rotary_dim is None else check_even_dim(rotary_dim, "rotary_dim")
-    check_even_dim(head_dim, "head_dim (weight rows / n_heads)") if rotary_dim == head_dim else None
+    if rotary_dim is None:
+        rotary_dim = check_even_dim(head_dim, "head_dim (weight rows / n_heads)")
+    rotary_dim = check_even_dim(rotary_dim, "rotary_dim")
     if rotary_dim > head_dim:
         raise ValueError(f"rotary_dim={rotary_dim} is larger than head_dim={head_dim}")
     w = weight.reshape(n_heads, head_dim, -1)
@@ -374,6 +375,11 @@ class RotaryEmbedding(nn.Module):
 
     def _positions(self, positions: Any, device: torch.device) -> torch.Tensor:
         positions = as_position_tensor(positions, device=device)
+        if positions.dtype in (torch.float16, torch.bfloat16):
+            raise TypeError(
+                f"positions must be integers or float32/float64, got {positions.dtype}: it cannot hold positions "
+                "exactly (bfloat16 has 8 bits of mantissa: 1030 positions collapse to 514 values)"
+            )
         if positions.device != device:
             positions = positions.to(device)
         if not _is_compiling():
