@@ -110,9 +110,9 @@ def rc_symmetric_encoding(
     batch, width = real.shape
     # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in
     # [-(width-1)/2, (width-1)/2]: encode those 2*width-1 values once (plus a zero row for pads) and gather.
-    doubled = torch.arange(-(width - 1), width, device=lengths.device, dtype=torch.float64)
     table = torch.zeros(2 * width, dim, dtype=dtype, device=lengths.device)
     if width:
+        doubled = torch.arange(-(width - 1), width, device=lengths.device, dtype=torch.float64)
         table[:-1] = _channels(doubled / 2.0, dim, base, strand_aware, dtype)
     p = torch.arange(width, device=lengths.device)
     index = torch.where(real, 2 * p - lengths.unsqueeze(1) + width, 2 * width - 1)
