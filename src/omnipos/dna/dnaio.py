@@ -32,7 +32,8 @@ def dnaio_records(path: Path, fmt: str, batch_size: int) -> Iterator:
     first = 0
     try:
         with dnaio.open(path, fileformat=fmt, mode="r") as reader:
-            while records := list(islice(reader, batch_size)):
+            iterator = iter(reader)  # once: dnaio's FASTA reader hands out a fresh generator per iter()
+            while records := list(islice(iterator, batch_size)):
                 names = [r.name for r in records]
                 sequences = [r.sequence for r in records]
                 qualities = [r.qualities for r in records] if fmt == "fastq" else None
