@@ -46,6 +46,7 @@ __all__ = [
     "one_hot",
     "soft_mask",
     "complement_tokens",
+    "pad_flat",
 ]
 
 TOKENS = "ACGTNRYSWKMBDHV"
@@ -135,6 +136,17 @@ def _as_byte_sequences(seqs: Any) -> list[bytes]:
     return out
 
 
+def pad_flat(values: torch.Tensor, mask: torch.Tensor, pad_value: int | float) -> torch.Tensor:
+    """Concatenated rows ``values [sum L_b, ...]`` -> padded ``[B, L, ...]`` laid out by ``mask [B, L]``.
+
+    ``core.batching.pad_ragged`` takes one tensor per row; reads arrive already concatenated (one buffer per
+    batch), and splitting a million reads into tensors only to concatenate them again costs more than the rest.
+    """
+    out = torch.full((*mask.shape, *values.shape[1:]), pad_value, dtype=values.dtype, device=values.device)
+    out[mask.to(values.device)] = values
+    return out
+
+
 def encode_joined(
     joined: bytes | np.ndarray, lengths: np.ndarray, *, ambiguity: str = "keep", lowercase: str = "soft_mask",
     max_len: int | None = None, device: torch.device | str | None = None,
@@ -152,10 +164,8 @@ def encode_joined(
         ends = np.cumsum(lengths)
         index = int(np.searchsorted(ends, flat, side="right"))
         raise InvalidLetterError(index, flat - int(ends[index] - lengths[index]), int(data[flat]))
-    lengths_t = torch.from_numpy(np.asarray(lengths, dtype=np.int64))
-    mask = lengths_to_mask(lengths_t, max_len)
-    tokens = torch.full(mask.shape, PAD, dtype=torch.long)
-    tokens[mask] = torch.from_numpy(codes).long()
+    mask = lengths_to_mask(torch.from_numpy(np.asarray(lengths, dtype=np.int64)), max_len)
+    tokens = pad_flat(torch.from_numpy(codes).long(), mask, PAD)
     if device is not None:
         tokens, mask = tokens.to(device), mask.to(device)
     return tokens, mask

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..core._validation import check_choice, check_positive_int
-from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, encode_joined
+from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, encode_joined, pad_flat
 
 __all__ = ["ReadBatch", "read_fastx", "PARSERS", "detect_format", "RawRecords"]
 
@@ -211,8 +211,7 @@ def assemble(path: Path, raw: RawRecords, *, ambiguity: str, lowercase: str, qua
             raise ValueError(f"{_record(path, raw.first + index, raw.names[index])}: quality character "
                              f"{chr(scores[flat])!r} at position {position} is outside "
                              f"{chr(quality_offset)!r}..'~' (Phred offset {quality_offset})")
-        qualities = torch.zeros(mask.shape, dtype=torch.uint8)
-        qualities[mask] = torch.from_numpy(scores - np.uint8(quality_offset))
+        qualities = pad_flat(torch.from_numpy(scores - np.uint8(quality_offset)), mask, 0)
     return ReadBatch(raw.names, tokens, mask, torch.from_numpy(lengths), qualities)
 
 
