@@ -17,6 +17,7 @@ the motif (the mean, say) agrees too. The vectors at the two start positions dif
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -57,6 +58,18 @@ def _channels(c: torch.Tensor, dim: int, base: float, strand_aware: bool, dtype:
     if strand_aware:
         return sinusoidal(c, dim, base=base, layout="split", dtype=dtype)
     return sinusoidal(c, 2 * dim, base=base, layout="split", dtype=dtype)[..., dim:].contiguous()
+
+
+@functools.lru_cache(maxsize=32)
+def _half_integer_table(width: int, dim: int, base: float, strand_aware: bool, dtype: torch.dtype,
+                        device: torch.device) -> torch.Tensor:
+    """Encodings of c = -(width-1)/2, -(width-2)/2, ..., (width-1)/2 and a final zero row (for pads):
+    ``[2 * width, dim]``. Cached: batches of reads ask for the same table again and again (read-only use)."""
+    table = torch.zeros(2 * width, dim, dtype=dtype, device=device)
+    if width:
+        doubled = torch.arange(-(width - 1), width, device=device, dtype=torch.float64)
+        table[:-1] = _channels(doubled / 2.0, dim, base, strand_aware, dtype)
+    return table
 
 
 def rc_symmetric_encoding(
@@ -110,13 +123,17 @@ def rc_symmetric_encoding(
     batch, width = real.shape
     # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in
     # [-(width-1)/2, (width-1)/2]: encode those 2*width-1 values once (plus a zero row for pads) and gather.
-    table = torch.zeros(2 * width, dim, dtype=dtype, device=lengths.device)
-    if width:
-        doubled = torch.arange(-(width - 1), width, device=lengths.device, dtype=torch.float64)
-        table[:-1] = _channels(doubled / 2.0, dim, base, strand_aware, dtype)
+    table = _half_integer_table(width, dim, float(base), strand_aware, dtype, lengths.device)
+    # Reads of one length share one [width, dim] block: build a block per distinct length, then copy whole
+    # blocks (memcpy-sized rows) instead of gathering batch * width small rows.
+    distinct, which = torch.unique(lengths, return_inverse=True)
     p = torch.arange(width, device=lengths.device)
-    index = torch.where(real, 2 * p - lengths.unsqueeze(1) + width, 2 * width - 1)
-    return table.index_select(0, index.reshape(-1)).reshape(batch, width, dim)
+    index = torch.where(p < distinct.unsqueeze(1), 2 * p - distinct.unsqueeze(1) + width, 2 * width - 1)
+    blocks = table.index_select(0, index.reshape(-1)).reshape(distinct.numel(), width * dim)
+    if distinct.numel() == 1:  # all reads one length (typical of short reads): one block copied B times
+        out = torch.empty(batch, width * dim, dtype=dtype, device=lengths.device)
+        return out.copy_(blocks.expand(batch, width * dim)).reshape(batch, width, dim)
+    return blocks.index_select(0, which).reshape(batch, width, dim)
 
 
 class RCSymmetricEncoding(nn.Module):

@@ -233,7 +233,7 @@ def _resolve_parser(parser: str) -> str:
 def read_fastx(
     path: str | os.PathLike,
     *,
-    batch_size: int = 4096,
+    batch_size: int = 1024,
     ambiguity: str = "keep",
     lowercase: str = "soft_mask",
     parser: str = "auto",

@@ -14,6 +14,7 @@ from typing import Any, overload
 import torch
 
 from ..core.batching import mask_to_lengths
+from ._take import take_rows
 from .alphabet import IUPAC_COMPLEMENT, PAD, _check_tokens, complement_tokens
 
 __all__ = ["reverse_complement", "flip_within_lengths", "check_mask"]
@@ -48,12 +49,15 @@ def flip_within_lengths(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     if x.ndim < 2:
         raise ValueError(f"x must be [B, L, ...], got shape {tuple(x.shape)}")
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == x.shape[:2] \
+            and bool(mask.all()):
+        return x.flip(1)  # no padding: a plain flip (the common case of equal-length reads)
     mask = check_mask(mask.to(x.device), x.shape[:2])
     lengths = mask_to_lengths(mask).unsqueeze(1)
     position = torch.arange(x.shape[1], device=x.device)
     index = torch.where(mask, lengths - 1 - position, position)
-    index = index.reshape(*index.shape, *([1] * (x.ndim - 2))).expand_as(x)
-    return torch.gather(x, 1, index)
+    rows = index + torch.arange(0, x.shape[0] * x.shape[1], x.shape[1], device=x.device).unsqueeze(1)
+    return take_rows(x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]), rows.reshape(-1)).reshape(x.shape)
 
 
 def _reverse_complement_text(seq: str | bytes, index: int | None = None) -> str | bytes:
@@ -110,10 +114,25 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
             mask = torch.ones(batch.shape[:2], dtype=torch.bool, device=x.device)
         elif single:
             mask = mask.reshape(1, -1)
-        channels = batch.shape[-1]
+        mask = check_mask(mask.to(x.device) if isinstance(mask, torch.Tensor) else mask, batch.shape[:2])
         # A, C, G, T -> T, G, C, A is the channel order reversed; a soft-mask channel stays put.
-        order = torch.tensor([3, 2, 1, 0, 4][:channels], device=x.device)
-        out = flip_within_lengths(batch.index_select(-1, order), mask)
+        if batch.shape[-1] == 4:
+            # Reversing a row's (position, channel) elements reverses positions and complements in one fast
+            # flip; padded rows then shift left by their padding, and pad slots keep their own values.
+            flipped = batch.reshape(batch.shape[0], -1).flip(1).reshape(batch.shape)
+            if bool(mask.all()):
+                out = flipped
+            else:
+                size, width = batch.shape[0] * batch.shape[1], batch.shape[1]
+                shift = width - mask_to_lengths(mask).unsqueeze(1)
+                rows = torch.arange(size, device=x.device).reshape(mask.shape)
+                # real slots read the flipped copy `shift` rows on; pad slots read their own value (2nd half)
+                rows = torch.where(mask, rows + shift, rows + size)
+                source = torch.cat([flipped.reshape(size, 4), batch.reshape(size, 4)])
+                out = take_rows(source, rows.reshape(-1)).reshape(batch.shape)
+        else:
+            order = torch.tensor([3, 2, 1, 0, 4], device=x.device)
+            out = flip_within_lengths(batch.index_select(-1, order), mask)
         return out[0] if single else out
     tokens = _check_tokens(x, "x")
     if tokens.ndim not in (1, 2):
