@@ -67,7 +67,7 @@ def test_strand_aware_is_core_split_sinusoid_and_invariant_is_its_cosine_half():
     assert torch.equal(inv[mask], sinusoidal(c, 16, layout="split")[..., 8:][mask])
 
 
-@settings(max_examples=30)
+@settings(max_examples=20)
 @given(length=st.integers(1, 60), motif=st.integers(1, 12), data=st.data(),
        dim=st.sampled_from([4, 16]))
 def test_seeds_property_motif_and_its_rc_get_the_same_vector(length, motif, data, dim):
