@@ -110,6 +110,9 @@ MALFORMED = {
     "crlf mismatch": (b"@r1\r\nACGT\r\n+\r\nIII\r\n", r"record 1 \('r1'\): the sequence has 4 letters but the "
                       r"quality has 3"),
     "invalid letter": (b"@r1\nACGT\n+\nIIII\n@r2\nACXT\n+\nIIII\n", r"record 2 \('r2'\): 'X' at position 2"),
+    "non-ASCII sequence": (b"@r1\nAC\xc3\xa9\n+\nIIII\n", r"record 1 \('r1'\): non-ASCII byte 0xc3 in its "
+                           r"sequence line"),
+    "non-ASCII header": (b"@a\nA\n+\nI\n@r\xe9\nA\n+\nI\n", r"record 2: non-ASCII byte 0xe9 in its header line"),
     "quality below offset": (b"@r1\nACGT\n+\nII I\n", r"record 1 \('r1'\): quality character ' ' at position 2"),
 }
 
@@ -125,6 +128,22 @@ def test_malformed_fastq_same_error_from_both_parsers(tmp_path, case, compress):
         with pytest.raises(ValueError, match=pattern) as info:
             list(read_fastx(path, parser=parser, batch_size=1))
         assert str(path) in str(info.value)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize("data, pattern", [
+    (b">a\nAC\n>r\xe9\nAC\n", r"record 2: non-ASCII byte 0xe9 in its header line"),
+    (b">a\nAC\nG\xe9\n", r"record 1 \('a'\): non-ASCII byte 0xe9 in its sequence line"),
+    (b">a\nAC\n>b\nGZ\n", r"record 2 \('b'\): 'Z' at position 1"),
+])
+def test_malformed_fasta_same_error_from_both_parsers(tmp_path, data, pattern):
+    path = tmp_path / "bad.fa"
+    path.write_bytes(data)
+    messages = []
+    for parser in PARSERS:
+        with pytest.raises(ValueError, match=pattern) as info:
+            list(read_fastx(path, parser=parser))
         messages.append(str(info.value))
     assert messages[0] == messages[1]
 

@@ -105,14 +105,11 @@ def vocab_size(lowercase: str = "soft_mask") -> int:
 class InvalidLetterError(ValueError):
     """A character outside the IUPAC alphabet; ``index``/``position`` locate it for the caller's message."""
 
-    def __init__(self, index: int, position: int, char: int) -> None:
+    def __init__(self, index: int, position: int, char: str) -> None:
         self.index, self.position, self.char = index, position, char
-        super().__init__(f"seqs[{index}] has {_describe(char)} at position {position}; expected IUPAC "
+        shown = repr(char) if " " <= char <= "~" else f"{char!r} (U+{ord(char):04X})"
+        super().__init__(f"seqs[{index}] has {shown} at position {position}; expected IUPAC "
                          f"nucleotide letters {TOKENS} (either case)")
-
-
-def _describe(char: int) -> str:
-    return repr(chr(char)) if 32 <= char < 127 else f"byte 0x{char:02x}"
 
 
 def _as_byte_sequences(seqs: Any) -> list[bytes]:
@@ -128,8 +125,7 @@ def _as_byte_sequences(seqs: Any) -> list[bytes]:
             try:
                 out.append(s.encode("ascii"))
             except UnicodeEncodeError as exc:
-                raise InvalidLetterError(i, exc.start, 0x80 if ord(s[exc.start]) > 255 else ord(s[exc.start])) \
-                    from None
+                raise InvalidLetterError(i, exc.start, s[exc.start]) from None
         elif isinstance(s, (bytes, bytearray, memoryview)):
             out.append(bytes(s))
         else:
@@ -167,7 +163,7 @@ def encode_joined(
         flat = int(np.flatnonzero(codes == _INVALID)[0])
         ends = np.cumsum(lengths)
         index = int(np.searchsorted(ends, flat, side="right"))
-        raise InvalidLetterError(index, flat - int(ends[index] - lengths[index]), int(data[flat]))
+        raise InvalidLetterError(index, flat - int(ends[index] - lengths[index]), chr(data[flat]))
     mask = lengths_to_mask(torch.from_numpy(np.asarray(lengths, dtype=np.int64)), max_len)
     tokens = pad_flat(torch.from_numpy(codes).long(), mask, PAD)
     if device is not None:

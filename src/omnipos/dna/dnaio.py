@@ -39,7 +39,7 @@ def dnaio_records(path: Path, fmt: str, batch_size: int) -> Iterator:
                 qualities = [r.qualities for r in records] if fmt == "fastq" else None
                 yield RawRecords(first, names, sequences, qualities)
                 first += len(records)
-    except dnaio.exceptions.FileFormatError as exc:
+    except (dnaio.exceptions.FileFormatError, UnicodeDecodeError) as exc:  # FASTA: non-ASCII -> UnicodeDecodeError
         for _ in python_records(path, fmt, batch_size):  # raises the ValueError naming the record
             pass
         raise ValueError(f"{path}: record {first + 1} or later: {exc}") from exc

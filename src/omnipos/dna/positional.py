@@ -24,21 +24,10 @@ import torch
 from torch import nn
 
 from ..core._validation import as_position_tensor, check_even_dim, check_finite, check_positive_int
-from ..core.batching import lengths_to_mask
+from ..core.batching import _check_lengths, lengths_to_mask
 from ..core.sinusoid import sinusoidal
 
 __all__ = ["centered_positions", "rc_symmetric_encoding", "RCSymmetricEncoding"]
-
-
-def _check_lengths(lengths: Any) -> torch.Tensor:
-    lengths = as_position_tensor(lengths, "lengths")
-    if lengths.is_floating_point():
-        raise TypeError(f"lengths must be integers, got {lengths.dtype}")
-    if lengths.ndim != 1:
-        raise ValueError(f"lengths must be 1-D [B], got shape {tuple(lengths.shape)}")
-    if lengths.numel() and int(lengths.min()) < 0:
-        raise ValueError(f"lengths must be >= 0, got {int(lengths.min())}")
-    return lengths.long()
 
 
 def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor:

@@ -113,6 +113,13 @@ def _strip_eol(line: bytes) -> bytes:
     return line
 
 
+def _check_ascii(path: Path, number: int, name: str | None, line: bytes, what: str) -> None:
+    # dnaio refuses non-ASCII records; so does this parser, with the same words whichever parser ran
+    if not line.isascii():
+        bad = next(b for b in line if b > 127)
+        raise ValueError(f"{_record(path, number, name)}: non-ASCII byte 0x{bad:02x} in its {what} line")
+
+
 def _python_fastq(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, bytes]]:
     lines = iter(handle)
     number = 0
@@ -123,7 +130,8 @@ def _python_fastq(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, b
         if not header.startswith(b"@"):
             raise ValueError(f"{_record(path, number, None)}, line {line_no}: expected a header starting with "
                              f"'@', found {header[:30].decode('latin-1')!r}")
-        name = header[1:].decode("latin-1")
+        _check_ascii(path, number, None, header, "header")
+        name = header[1:].decode("ascii")
         body = []
         for what in ("sequence", "'+' separator", "quality"):
             line = next(lines, None)
@@ -133,6 +141,8 @@ def _python_fastq(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, b
             line_no += 1
             body.append(_strip_eol(line))
         sequence, plus, quality = body
+        for line, what in ((sequence, "sequence"), (plus, "'+'"), (quality, "quality")):
+            _check_ascii(path, number, name, line, what)
         if not plus.startswith(b"+"):
             raise ValueError(f"{_record(path, number, name)}, line {line_no - 1}: expected the '+' separator, "
                              f"found {plus[:30].decode('latin-1')!r}")
@@ -148,19 +158,23 @@ def _python_fastq(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, b
 
 def _python_fasta(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, None]]:
     name: str | None = None
+    number = -1
     parts: list[bytes] = []
     for line_no, line in enumerate(handle, 1):
         line = _strip_eol(line)
         if line.startswith(b">"):
             if name is not None:
                 yield name, b"".join(parts), None
-            name, parts = line[1:].decode("latin-1"), []
+            number += 1
+            _check_ascii(path, number, None, line, "header")
+            name, parts = line[1:].decode("ascii"), []
         elif not line.strip():
             continue
         elif name is None:
             raise ValueError(f"{path}: line {line_no}: expected a '>' header before the first sequence, found "
                              f"{line[:30].decode('latin-1')!r}")
         else:
+            _check_ascii(path, number, name, line, "sequence")
             parts.append(line)
     if name is not None:
         yield name, b"".join(parts), None
