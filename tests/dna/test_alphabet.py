@@ -157,3 +157,19 @@ def test_one_hot_against_biopython_ambiguity_sets(ambiguity):
             np.testing.assert_array_equal(oh[row, pos].numpy(), expected)
     assert (oh[1, 5:] == 0).all()  # pads are zero rows
     assert torch.allclose(oh[mask].sum(-1)[oh[mask].sum(-1) > 0], torch.ones(1, dtype=torch.float64))
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu():
+    from omnipos.dna import kmer_tokens, reverse_complement
+
+    seqs = ["ACGTNacgtRY", "GATTACA", ""]
+    tokens, mask = encode(seqs)
+    gpu, gmask = encode(seqs, device="cuda")
+    assert gpu.is_cuda and torch.equal(gpu.cpu(), tokens) and torch.equal(gmask.cpu(), mask)
+    for ambiguity in ("zeros", "fractional"):
+        assert torch.equal(one_hot(gpu, ambiguity=ambiguity).cpu(), one_hot(tokens, ambiguity=ambiguity))
+    oh = one_hot(gpu)
+    assert torch.equal(reverse_complement(oh, gmask).cpu(), reverse_complement(one_hot(tokens), mask))
+    assert torch.equal(kmer_tokens(gpu, 3, canonical=True)[0].cpu(), kmer_tokens(tokens, 3, canonical=True)[0])
+    assert decode(gpu, gmask) == seqs

@@ -43,3 +43,14 @@ def test_featurize_progress_bar(tmp_path, capsys):
     reads.write_bytes(b"@a\nAC\n+\nII\n" * 3)
     assert main(["dna", "featurize", str(reads), "-o", str(tmp_path / "o.pt")]) == 0
     assert "3 reads" in capsys.readouterr().err  # tqdm's bar, on stderr
+
+
+def test_featurize_refuses_a_huge_positional_tensor(tmp_path, capsys, monkeypatch):
+    import omnipos.dna.featurize as featurize
+
+    monkeypatch.setattr(featurize, "MAX_POSITIONAL_BYTES", 100)
+    reads = tmp_path / "r.fa"
+    reads.write_bytes(b">a\nACGT\n>b\nAC\n")
+    assert main(["dna", "featurize", str(reads), "-o", str(tmp_path / "o.pt"), "--no-progress"]) == 2
+    assert "--dim 0" in capsys.readouterr().err
+    assert not (tmp_path / "o.pt").exists()

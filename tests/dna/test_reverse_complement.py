@@ -52,6 +52,16 @@ def test_flip_within_lengths_against_python_loop():
         assert torch.equal(out[b], expected)
 
 
+def test_flip_within_lengths_keeps_autograd():
+    x = torch.randn(2, 5, 3, requires_grad=True)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    out = flip_within_lengths(x, mask)
+    with torch.no_grad():
+        assert torch.equal(out, flip_within_lengths(x.detach(), mask))  # autograd path == NumPy fast path
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x))
+
+
 def test_single_rows_and_unpadded_one_hot():
     t, _ = encode("AACG")
     assert decode(reverse_complement(t[0])) == ["CGTT"]

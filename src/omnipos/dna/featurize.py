@@ -16,7 +16,9 @@ from .alphabet import PAD, pad_flat
 from .positional import rc_symmetric_encoding
 from .reads import read_fastx
 
-__all__ = ["featurize_file", "progress_bar"]
+__all__ = ["featurize_file", "progress_bar", "MAX_POSITIONAL_BYTES"]
+
+MAX_POSITIONAL_BYTES = 2 << 30  # the positional tensor is N * L * dim * 4 bytes: refuse to build more than 2 GiB
 
 
 def progress_bar(enabled: bool, **kwargs: Any):
@@ -82,6 +84,11 @@ def featurize_file(
                    "strand_aware": strand_aware, "encoding": "omnipos.dna.rc_symmetric_encoding"},
     }
     if dim:
+        size = mask.numel() * dim * 4
+        if size > MAX_POSITIONAL_BYTES:
+            raise ValueError(f"dim={dim}: the positional encoding of {len(names):,} reads x {mask.shape[1]} positions "
+                             f"would take {size / 2**30:.1f} GiB; pass dim=0 (--dim 0) and compute it per batch "
+                             "from the saved lengths with omnipos.dna.rc_symmetric_encoding, or a smaller dim")
         result["positional"] = rc_symmetric_encoding(all_lengths, dim, strand_aware=strand_aware)
     torch.save(result, out)
     return result
