@@ -108,8 +108,8 @@ class InvalidLetterError(ValueError):
     def __init__(self, index: int, position: int, char: str) -> None:
         self.index, self.position, self.char = index, position, char
         shown = repr(char) if " " <= char <= "~" else f"{char!r} (U+{ord(char):04X})"
-        super().__init__(f"seqs[{index}] has {shown} at position {position}; expected IUPAC "
-                         f"nucleotide letters {TOKENS} (either case)")
+        self.detail = f"{shown} at position {position}; expected IUPAC nucleotide letters {TOKENS} (either case)"
+        super().__init__(f"seqs[{index}] has {self.detail}")
 
 
 def _as_byte_sequences(seqs: Any) -> list[bytes]:

@@ -4,7 +4,7 @@ Two parsers give identical batches and identical errors: dnaio (extra ``[dna]``,
 and a pure-Python one (this module). The format is told by the first character ('@' FASTQ, '>' FASTA), gzip by its
 magic bytes, never by the file name. Windows line endings are read like Unix ones; empty reads are reads of length
 0. A malformed record (quality and sequence lengths differ, a truncated record, a missing '@' or '+' line, a
-character outside the IUPAC alphabet, a quality below '!') is a ``ValueError`` naming the file and the record
+character outside the IUPAC alphabet, a non-ASCII byte, a quality below '!') is a ``ValueError`` naming the file and the record
 (its number, 1-based, and its name when the header was read). When dnaio rejects a file, the pure-Python parser
 re-reads it to name the record the same way.
 
@@ -213,8 +213,7 @@ def assemble(path: Path, raw: RawRecords, *, ambiguity: str, lowercase: str, qua
     try:
         tokens, mask = encode_joined(_join(raw.sequences), lengths, ambiguity=ambiguity, lowercase=lowercase)
     except InvalidLetterError as exc:
-        raise ValueError(f"{_record(path, raw.first + exc.index, raw.names[exc.index])}: "
-                         f"{exc.args[0].split(' has ', 1)[1]}") from None
+        raise ValueError(f"{_record(path, raw.first + exc.index, raw.names[exc.index])}: {exc.detail}") from None
     qualities = None
     if raw.qualities is not None:
         scores = np.frombuffer(_join(raw.qualities), dtype=np.uint8)
