@@ -11,7 +11,6 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..core._validation import check_positive_int

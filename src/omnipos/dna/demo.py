@@ -81,8 +81,9 @@ def demo_section(out_dir: Path | None) -> None:
     print(f"  PE(motif centre)    = {_row(vectors[0][:4])} ...")
     print(f"  PE(RC motif centre) = {_row(vectors[1][:4])} ...   identical: {torch.equal(vectors[0], vectors[1])}")
     per_position = rc_symmetric_encoding(torch.tensor([length]), 8)[0]
-    print(f"  (at the start positions p and L-m-p alone they differ by {(per_position[p] - per_position[q]).abs().max():.3f}: "
-          "the claim is about motif centres)")
+    start_gap = (per_position[p] - per_position[q]).abs().max()
+    print(f"  (at the start positions p and L-m-p alone they differ by {start_gap:.3f}: the claim is about motif "
+          "centres)")
 
     tokens, mask = encode([decode(batch.tokens[1:2], batch.mask[1:2])[0], rc_read])
     kmers, kmask = kmer_tokens(tokens, 5, mask=mask, canonical=True)

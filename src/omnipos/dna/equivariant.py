@@ -15,8 +15,6 @@ and float addition is commutative.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 

@@ -4,9 +4,9 @@ Two parsers give identical batches and identical errors: dnaio (extra ``[dna]``,
 and a pure-Python one (this module). The format is told by the first character ('@' FASTQ, '>' FASTA), gzip by its
 magic bytes, never by the file name. Windows line endings are read like Unix ones; empty reads are reads of length
 0. A malformed record (quality and sequence lengths differ, a truncated record, a missing '@' or '+' line, a
-character outside the IUPAC alphabet, a non-ASCII byte, a quality below '!') is a ``ValueError`` naming the file and the record
-(its number, 1-based, and its name when the header was read). When dnaio rejects a file, the pure-Python parser
-re-reads it to name the record the same way.
+character outside the IUPAC alphabet, a non-ASCII byte, a quality below '!') is a ``ValueError`` naming the file
+and the record (its number, 1-based, and its name when the header was read). When dnaio rejects a file, the
+pure-Python parser re-reads it to name the record the same way.
 
 FASTQ records are the standard four lines (sequence and quality on one line each, as dnaio requires); FASTA
 sequences may span lines, blank lines are skipped.
