@@ -22,6 +22,7 @@ The encoding runs over the joined bytes of all sequences with one 256-entry look
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -248,7 +249,9 @@ def _lookup(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return take_rows(table, tokens.reshape(-1)).reshape(*tokens.shape, *table.shape[1:])
 
 
-def _one_hot_table(ambiguity: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+@functools.lru_cache(maxsize=32)
+def _one_hot_table(ambiguity: str, dtype: torch.dtype, device: torch.device, soft_mask_channel: bool) -> torch.Tensor:
+    """``[32, 4|5]`` rows per token id; cached (read-only: callers get gathered copies)."""
     rows = torch.zeros(2 * SOFT_MASK, 4, dtype=torch.float64)
     for token, letter in enumerate(TOKENS):
         bases = IUPAC_BASES[letter]
@@ -256,6 +259,10 @@ def _one_hot_table(ambiguity: str, dtype: torch.dtype, device: torch.device) -> 
             for b in bases:
                 rows[token, BASES.index(b)] = 1.0 / len(bases)
     rows[SOFT_MASK:] = rows[:SOFT_MASK]
+    if soft_mask_channel:
+        flag = torch.zeros(2 * SOFT_MASK, 1, dtype=torch.float64)
+        flag[SOFT_MASK:PAD + SOFT_MASK] = 1.0
+        rows = torch.cat([rows, flag], dim=1)
     return rows.to(dtype=dtype, device=device)
 
 
@@ -278,9 +285,4 @@ def one_hot(
     check_choice(ambiguity, "ambiguity", ONE_HOT_POLICIES)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-    table = _one_hot_table(ambiguity, dtype, tokens.device)
-    if soft_mask_channel:
-        flag = torch.zeros(2 * SOFT_MASK, 1, dtype=dtype, device=tokens.device)
-        flag[SOFT_MASK:PAD + SOFT_MASK] = 1.0
-        table = torch.cat([table, flag], dim=1)
-    return _lookup(table, tokens)
+    return _lookup(_one_hot_table(ambiguity, dtype, tokens.device, bool(soft_mask_channel)), tokens)
