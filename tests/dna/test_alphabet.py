@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 from Bio.Data import IUPACData
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omnipos.dna import (
@@ -42,6 +42,7 @@ def reference_tokens(seq, ambiguity, lowercase):
 
 @pytest.mark.parametrize("ambiguity", ["keep", "to_n"])
 @pytest.mark.parametrize("lowercase", ["soft_mask", "fold"])
+@settings(max_examples=25)  # x 4 policy combinations
 @given(seqs=sequences)
 def test_encode_matches_per_character_reference(seqs, ambiguity, lowercase):
     tokens, mask = encode(seqs, ambiguity=ambiguity, lowercase=lowercase)
