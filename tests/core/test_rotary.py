@@ -155,16 +155,21 @@ def test_axial_matches_rotary_embedding_torch_get_axial_freqs():
     torch.testing.assert_close(shifted, expected_shift, rtol=0, atol=1e-5)
 
 
-def test_axial_matches_timm_rotary_embedding_cat():
+@pytest.mark.parametrize("grid_indexing,temperature", [("ij", 10000.0), ("xy", 100.0)])
+def test_axial_matches_timm_rotary_embedding_cat(grid_indexing, temperature):
+    """timm's temperature is our base; grid_indexing 'ij' is positions (row, col), 'xy' (col, row) (rope-vit)."""
     timm_layers = pytest.importorskip("timm.layers")
     h, w, dim = 4, 7, 32
-    timm_rope = timm_layers.RotaryEmbeddingCat(dim, temperature=10000, in_pixels=False, feat_shape=[h, w],
-                                               grid_indexing="ij")
+    timm_rope = timm_layers.RotaryEmbeddingCat(dim, temperature=temperature, in_pixels=False, feat_shape=[h, w],
+                                               grid_indexing=grid_indexing)
     emb = timm_rope.get_embed()
     x = randn(2, 3, h * w, dim, seed=8)
     expected = timm_layers.apply_rot_embed_cat(x, emb)
-    ours = RotaryEmbedding(dim, layout="interleaved", n_axes=2)
-    torch.testing.assert_close(ours.rotate(x, grid_positions(h, w)), expected, rtol=0, atol=1e-5)
+    positions = grid_positions(h, w)
+    if grid_indexing == "xy":
+        positions = positions.flip(-1)
+    ours = RotaryEmbedding(dim, layout="interleaved", n_axes=2, base=temperature)
+    torch.testing.assert_close(ours.rotate(x, positions), expected, rtol=0, atol=1e-5)
 
 
 def test_axial_half_layout_is_the_interleaved_model_after_conversion():
