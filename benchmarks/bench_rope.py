@@ -2,7 +2,8 @@
 
 Each side builds its own cos/sin from positions inside the timed call (HF: LlamaRotaryEmbedding.forward's
 formula; rotary-embedding-torch: rotate_queries_or_keys on q and on k, its cache disabled so both do the same
-work). Medians over repeats, the candidates' calls interleaved, same process, same tensors. fp32 on CPU, bf16 on CUDA. Speedup = HF time / ours.
+work). Medians over repeats, the candidates' calls interleaved, same process, same tensors. fp32 on CPU, bf16
+on CUDA. Speedup = HF time / ours.
 On CUDA also the achieved bandwidth (bytes of q and k read and written / time) and liger-kernel where installed.
 
     python benchmarks/bench_rope.py [--quick] [--device cuda] [--layout half|interleaved|both]

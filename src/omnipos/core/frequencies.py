@@ -151,7 +151,8 @@ class RopeScaling:
             if value is not None:
                 if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
                     raise TypeError(f"scaling['{name}'] must be a list of numbers, got {type(value).__name__}")
-                object.__setattr__(self, name, tuple(_number(v, f"scaling['{name}'][{i}]") for i, v in enumerate(value)))
+                numbers = tuple(_number(v, f"scaling['{name}'][{i}]") for i, v in enumerate(value))
+                object.__setattr__(self, name, numbers)
 
         def need(*names: str) -> None:
             for name in names:

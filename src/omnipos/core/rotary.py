@@ -416,7 +416,9 @@ class RotaryEmbedding(nn.Module):
         :func:`apply_rotary`; for ``layout="half"`` equal to HF's ``LlamaRotaryEmbedding`` output (attention
         factor included), computed more precisely."""
         if dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"dtype must be torch.float32 or torch.float64 (cos/sin are never built lower), got {dtype}")
+            raise TypeError(
+                f"dtype must be torch.float32 or torch.float64 (cos/sin are never built lower), got {dtype}"
+            )
         cos, sin = self._half_cos_sin(positions, dtype)
         if self.layout == "half":
             return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
