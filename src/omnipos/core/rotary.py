@@ -97,9 +97,12 @@ def _rotate_block(x: torch.Tensor, out: torch.Tensor, a1: torch.Tensor, b1: torc
         target = torch.empty((*x.shape[:-1], rotary_dim), dtype=work, device=x.device)
     x1, x2 = _pairs(x, layout, rotary_dim)
     o1, o2 = _pairs(target, layout, rotary_dim)
-    torch.mul(x1, a1, out=o1)
+    if a1 is a2 and layout == "half":  # a pure rotation: one full-width product, then the two cross terms
+        torch.mul(x[..., :rotary_dim], torch.cat((a1, a1), -1), out=target[..., :rotary_dim])
+    else:
+        torch.mul(x1, a1, out=o1)
+        torch.mul(x2, a2, out=o2)
     o1.addcmul_(x2, b1)
-    torch.mul(x2, a2, out=o2)
     o2.addcmul_(x1, b2)
     if target is not out:
         out[..., :rotary_dim].copy_(target)
