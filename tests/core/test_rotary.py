@@ -414,6 +414,8 @@ def test_repr():
     ({"dim": 64, "scaling": {"rope_type": "su"}}, ValueError, "rope_type"),
     ({"dim": 64, "scaling": {"rope_type": "yarn", "factor": 4.0}}, ValueError, "original_max_position_embeddings"),
     ({"dim": 64, "n_axes": 3}, ValueError, "multiple of 2 * n_axes"),
+    ({"dim": 64, "base": "1e4"}, TypeError, "base must be a number"),
+    ({"dim": 64, "base": 0.5}, ValueError, "base must be a number > 1"),
     ({"dim": 64, "n_axes": 2, "xpos": True}, ValueError, "n_axes"),
 ])
 def test_bad_construction(kwargs, exc, words):

@@ -203,7 +203,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
             f"cos/sin last axis (the rotary dim) must be even, > 0 and <= x's last axis {x.shape[-1]}, got {rotary_dim}"
         )
     try:
-        torch.broadcast_shapes(cos.shape, (*x.shape[:-1], rotary_dim))
         ok = torch.broadcast_shapes(cos.shape, (*x.shape[:-1], rotary_dim)) == (*x.shape[:-1], rotary_dim)
     except RuntimeError:
         ok = False
@@ -339,6 +338,8 @@ class RotaryEmbedding(nn.Module):
         axes = self.n_axes or 1
         if self.rotary_dim % (2 * axes):
             raise ValueError(f"rotary_dim={self.rotary_dim} must be a multiple of 2 * n_axes = {2 * axes}")
+        if isinstance(base, bool) or not isinstance(base, (int, float)):
+            raise TypeError(f"base must be a number, got {type(base).__name__} ({base!r})")
         self.base = float(base)
         self.scaling = as_rope_scaling(scaling, base=self.base)
         self.xpos = bool(xpos)
