@@ -13,7 +13,7 @@ from .absolute import _absolute, absolute_cycles
 from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, _gaps, _log_gap, _positive
 from .periodic import DEFAULT_PERIODS, _periodic, _periods_tensor, periodic_dim
 from .time2vec import Time2Vec
-from .units import check_times, check_unit, scatter_valid
+from .units import UNITS, check_times, check_unit, scatter_valid
 
 __all__ = ["TimelineEncoder", "COMPONENTS", "COMBINES"]
 
@@ -31,7 +31,7 @@ class TimelineEncoder(nn.Module):
     - ``"periodic"``: :func:`periodic_encoding` with ``periods`` and ``harmonics``;
     - ``"gap"``: :func:`log_gap_encoding` of the gap to the previous event (continuous);
     - ``"gap_bucket"``: :class:`GapBucketEmbedding` with ``gap_boundaries`` (learned);
-    - ``"time2vec"``: :class:`Time2Vec` (learned).
+    - ``"time2vec"``: :class:`Time2Vec` (learned) of the time in hours.
 
     ``combine="sum"``: every component gives ``dim`` channels and they are added; the periodic features
     (``2 * len(periods) * harmonics`` of them) are lifted to ``dim`` by a learned bias-free linear map.
@@ -100,6 +100,7 @@ class TimelineEncoder(nn.Module):
         self.gap_bucket = (GapBucketEmbedding(gap_boundaries, self.sizes["gap_bucket"], unit=unit)
                            if "gap_bucket" in self.sizes else None)
         self.time2vec = Time2Vec(self.sizes["time2vec"]) if "time2vec" in self.sizes else None
+        self._hours_per_unit = UNITS[self.unit] / UNITS["h"]
 
     def _sizes(self, periodic_channels: int) -> dict[str, int]:
         if self.combine == "sum":
@@ -151,7 +152,8 @@ class TimelineEncoder(nn.Module):
             return _log_gap(g, self.sizes["gap"], self.gap_scale, self.gap_base, "interleaved", self.dtype)
         if name == "gap_bucket":
             return self.gap_bucket._embed(g)
-        return self.time2vec._features(t.unsqueeze(-1))
+        # in hours whatever the unit, so the learned frequencies mean the same thing for every unit
+        return self.time2vec._features((t.to(torch.float64) * self._hours_per_unit).unsqueeze(-1))
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, components={self.components}, combine={self.combine!r}, unit={self.unit!r}, "

@@ -162,8 +162,10 @@ def _encode_codes(pd: Any, column: Any, vocab: Sequence[str] | None) -> tuple[np
     names = list(vocab)
     if not names or names[0] != PAD_CODE:
         raise ValueError(f"vocab must be a previous EventBatch's vocab (starting with {PAD_CODE!r})")
-    ix = pd.Categorical(column.astype("string"), categories=names[1:]).codes.astype(np.int64)
-    unknown = (ix < 0) & column.notna().to_numpy()
+    present = column.notna().to_numpy()
+    ix = np.full(len(column), -1, dtype=np.int64)
+    ix[present] = pd.Index(names[1:]).get_indexer(column[present].astype(str))
+    unknown = (ix < 0) & present
     if unknown.any():
         found = pd.unique(column[unknown])[:5]
         raise ValueError(f"code(s) {list(found)} are not in vocab (of {len(names) - 1} codes)")
