@@ -133,21 +133,24 @@ class TimelineEncoder(nn.Module):
         gaps = _gaps(times, mask) if {"gap", "gap_bucket"} & set(self.components) else None
         flat_t = times if mask is None else times[mask]
         flat_g = None if gaps is None else (gaps if mask is None else gaps[mask])
-        pieces = [self._component(c, flat_t, flat_g) for c in self.components]
-        if self.combine == "sum":
-            out = pieces[0]
-            for piece in pieces[1:]:
-                out = out + piece
+        if self.combine == "concat":
+            out = torch.cat([self._component(c, flat_t, flat_g) for c in self.components], dim=-1)
         else:
-            out = torch.cat(pieces, dim=-1)
+            out = None
+            for c in self.components:  # accumulate in place: one [N, dim] buffer, not one per component
+                if c == "periodic" and out is not None:
+                    out.addmm_(self._component(c, flat_t, flat_g, lift=False), self.lift.weight.T.to(out.dtype))
+                else:
+                    piece = self._component(c, flat_t, flat_g)
+                    out = piece if out is None else out.add_(piece)
         return out if mask is None else scatter_valid(out, mask)
 
-    def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
+    def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None, lift: bool = True) -> torch.Tensor:
         if name == "absolute":
             return _absolute(t, self.cycles.to(t.device), "interleaved", self.dtype)
         if name == "periodic":
             out = _periodic(t, self.periods.to(t.device), self.harmonics, self.dtype)
-            return self.lift(out.to(self.lift.weight.dtype)) if self.lift is not None else out
+            return self.lift(out.to(self.lift.weight.dtype)) if self.lift is not None and lift else out
         if name == "gap":
             return _log_gap(g, self.sizes["gap"], self.gap_scale, self.gap_base, "interleaved", self.dtype)
         if name == "gap_bucket":

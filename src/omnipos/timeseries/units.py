@@ -376,5 +376,6 @@ def encode_valid(values: torch.Tensor, mask: torch.Tensor | None, encode: Any) -
 def scatter_valid(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Rows ``[N, D]`` of the real events -> ``[*mask.shape, D]`` with zeros at padded slots."""
     out = flat.new_zeros(*mask.shape, flat.shape[-1])
-    out[mask] = flat
+    # index_copy_ on flat row numbers: markedly faster on CPU than boolean-mask assignment
+    out.view(-1, flat.shape[-1]).index_copy_(0, mask.reshape(-1).nonzero().squeeze(1), flat)
     return out
