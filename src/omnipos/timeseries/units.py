@@ -336,8 +336,8 @@ def check_times(
             index = tuple(bad.nonzero()[0].tolist())
             raise ValueError(
                 f"{name} must be sorted (non-decreasing) along each timeline; at index {index} the time "
-                f"{times[index].item()} comes after {prev[index].item()}; sort it first (batch_timelines(..., "
-                f"sort=True) or EventBatch sort for you)"
+                f"{times[index].item()} is earlier than the previous event's {prev[index].item()}; sort them "
+                f"first (batch_timelines(..., sort=True) and EventBatch.from_frame do)"
             )
     return times, mask
 
