@@ -10,10 +10,10 @@ from torch import nn
 
 from ..core._validation import check_choice, check_positive_int
 from .absolute import _absolute, absolute_cycles
-from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, _gaps, _log_gap, _positive
+from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, _log_gap, _positive
 from .periodic import DEFAULT_PERIODS, _periodic, _periods_tensor, periodic_dim
 from .time2vec import Time2Vec
-from .units import UNITS, check_times, check_unit, scatter_valid
+from .units import UNITS, check_times, check_unit, checked_gaps
 
 __all__ = ["TimelineEncoder", "COMPONENTS", "COMBINES"]
 
@@ -101,6 +101,7 @@ class TimelineEncoder(nn.Module):
                            if "gap_bucket" in self.sizes else None)
         self.time2vec = Time2Vec(self.sizes["time2vec"]) if "time2vec" in self.sizes else None
         self._hours_per_unit = UNITS[self.unit] / UNITS["h"]
+        self.chunk = 1 << 15
 
     def _sizes(self, periodic_channels: int) -> dict[str, int]:
         if self.combine == "sum":
@@ -129,21 +130,36 @@ class TimelineEncoder(nn.Module):
         return sizes
 
     def forward(self, times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        times, mask = check_times(times, mask)
-        gaps = _gaps(times, mask) if {"gap", "gap_bucket"} & set(self.components) else None
-        flat_t = times if mask is None else times[mask]
-        flat_g = None if gaps is None else (gaps if mask is None else gaps[mask])
+        times, mask = check_times(times, mask, check_sorted=False)
+        gaps = checked_gaps(times, mask)  # checks the order too
+        if not {"gap", "gap_bucket"} & set(self.components):
+            gaps = None
+        if mask is None:
+            mask = torch.ones_like(times, dtype=torch.bool)
+        slots = mask.reshape(-1).nonzero().squeeze(1)
+        flat_t = times.reshape(-1)[slots]
+        flat_g = None if gaps is None else gaps.reshape(-1)[slots]
+        out = torch.empty(mask.numel(), self.dim, dtype=self.dtype, device=times.device)
+        if slots.numel() < mask.numel():  # zero only the padded rows; real rows are all written below
+            out.index_fill_(0, (~mask).reshape(-1).nonzero().squeeze(1), 0)
+        # Chunks of events keep the float64 phase buffers in cache: the work is memory-bound, not arithmetic.
+        for start in range(0, slots.numel(), self.chunk):
+            part = slice(start, start + self.chunk)
+            out.index_copy_(0, slots[part], self._combined(flat_t[part], None if flat_g is None else flat_g[part]))
+        return out.reshape(*mask.shape, self.dim)
+
+    def _combined(self, t: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
+        """``[n]`` times (and gaps) of real events -> ``[n, dim]``."""
         if self.combine == "concat":
-            out = torch.cat([self._component(c, flat_t, flat_g) for c in self.components], dim=-1)
-        else:
-            out = None
-            for c in self.components:  # accumulate in place: one [N, dim] buffer, not one per component
-                if c == "periodic" and out is not None:
-                    out.addmm_(self._component(c, flat_t, flat_g, lift=False), self.lift.weight.T.to(out.dtype))
-                else:
-                    piece = self._component(c, flat_t, flat_g)
-                    out = piece if out is None else out.add_(piece)
-        return out if mask is None else scatter_valid(out, mask)
+            return torch.cat([self._component(c, t, g) for c in self.components], dim=-1)
+        out = None
+        for c in self.components:  # accumulate in place: one [n, dim] buffer, not one per component
+            if c == "periodic" and out is not None:
+                out = out.addmm_(self._component(c, t, g, lift=False), self.lift.weight.T.to(out.dtype))
+            else:
+                piece = self._component(c, t, g)
+                out = piece if out is None else out.add_(piece)
+        return out
 
     def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None, lift: bool = True) -> torch.Tensor:
         if name == "absolute":

@@ -16,7 +16,7 @@ from torch import nn
 
 from ..core._validation import check_choice, check_positive_int
 from ..core.sinusoid import LAYOUTS, sinusoidal
-from .units import check_times, check_unit, encode_valid, parse_duration, parse_durations, previous_event_times
+from .units import check_times, check_unit, checked_gaps, encode_valid, parse_duration, parse_durations
 
 __all__ = ["time_gaps", "log_gap_encoding", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
 
@@ -29,13 +29,8 @@ def time_gaps(times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Te
     The first real event of each timeline has gap 0, as do duplicates; padded slots are 0. Masked-out slots may
     sit anywhere in a row (they are skipped). Raises ValueError when the real times are not sorted.
     """
-    times, mask = check_times(times, mask)
-    return _gaps(times, mask)
-
-
-def _gaps(times: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    gaps = times - previous_event_times(times, mask)
-    return gaps if mask is None else gaps.masked_fill(~mask, 0)
+    times, mask = check_times(times, mask, check_sorted=False)
+    return checked_gaps(times, mask)
 
 
 def _check_gaps(gaps: Any, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -327,40 +327,42 @@ def check_times(
         if bool(bad.any()):
             index = tuple(bad.nonzero()[0].tolist())
             raise ValueError(f"{name} must be finite at real events; found {times[index].item()} at {index}")
-    if check_sorted and times.shape[-1] > 1:
-        prev = previous_event_times(times, mask)
-        valid = torch.ones_like(times, dtype=torch.bool) if mask is None else mask
-        has_prev = valid & _has_previous(valid)
-        bad = has_prev & (times < prev)
-        if bool(bad.any()):
-            index = tuple(bad.nonzero()[0].tolist())
-            raise ValueError(
-                f"{name} must be sorted (non-decreasing) along each timeline; at index {index} the time "
-                f"{times[index].item()} is earlier than the previous event's {prev[index].item()}; sort them "
-                f"first (batch_timelines(..., sort=True) and EventBatch.from_frame do)"
-            )
+    if check_sorted:
+        checked_gaps(times, mask, name=name)
     return times, mask
 
 
-def _has_previous(valid: torch.Tensor) -> torch.Tensor:
-    """True where a real event has an earlier real event in its row."""
-    return (valid.to(torch.int32).cumsum(-1) - valid.to(torch.int32)) > 0
+def checked_gaps(times: torch.Tensor, mask: torch.Tensor | None, *, name: str = "times") -> torch.Tensor:
+    """Gap to the previous real event (0 for the first, for duplicates and at padded slots), raising a
+    ValueError when a real time is earlier than the one before it. ``times``/``mask`` already validated."""
+    prev = previous_event_times(times, mask)
+    gaps = times - prev
+    if mask is not None:
+        gaps = gaps.masked_fill(~mask, 0)
+    bad = gaps < 0
+    if bool(bad.any()):
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{name} must be sorted (non-decreasing) along each timeline; at index {index} the time "
+            f"{times[index].item()} is earlier than the previous event's {prev[index].item()}; sort them "
+            f"first (batch_timelines(..., sort=True) and EventBatch.from_frame do)"
+        )
+    return gaps
 
 
 def previous_event_times(times: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """For each slot, the time of the previous real event in its row (itself where there is none).
 
-    Masked-out slots may sit anywhere: the index of the last real event so far is a running maximum.
+    Masked-out slots may sit anywhere: the index of the last real event so far is a running maximum. When the
+    padding is all at the end (what :func:`omnipos.core.pad_ragged` makes), that is simply the slot before.
     """
-    length = times.shape[-1]
-    idx = torch.arange(length, device=times.device).expand(times.shape)
-    if mask is None:
-        prev_idx = (idx - 1).clamp_min(0)
-    else:
-        last_real = torch.where(mask, idx, torch.full_like(idx, -1)).cummax(-1).values
-        prev_idx = torch.cat([last_real.new_full((*times.shape[:-1], 1), -1), last_real[..., :-1]], dim=-1)
-        prev_idx = torch.where(prev_idx < 0, idx, prev_idx)
-    return times.gather(-1, prev_idx)
+    shifted = torch.cat([times[..., :1], times[..., :-1]], dim=-1)
+    if mask is None or not bool((mask[..., 1:] & ~mask[..., :-1]).any()):
+        return shifted
+    idx = torch.arange(times.shape[-1], device=times.device).expand(times.shape)
+    last_real = torch.where(mask, idx, torch.full_like(idx, -1)).cummax(-1).values
+    prev_idx = torch.cat([last_real.new_full((*times.shape[:-1], 1), -1), last_real[..., :-1]], dim=-1)
+    return times.gather(-1, torch.where(prev_idx < 0, idx, prev_idx))
 
 
 def encode_valid(values: torch.Tensor, mask: torch.Tensor | None, encode: Any) -> torch.Tensor:
