@@ -4,6 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omnipos.timeseries import EventBatch
 
@@ -134,3 +136,18 @@ def test_batch_feeds_the_encoder_and_moves():
     out = TimelineEncoder(16)(batch.times, batch.mask)
     assert out.shape == (*batch.times.shape, 16) and (out[~batch.mask] == 0).all()
     assert batch.to("cpu").times is not None and "EventBatch(subjects=" in repr(batch)
+
+
+@settings(max_examples=25)
+@given(st.integers(0, 10_000), st.integers(1, 6), st.integers(1, 60))
+def test_from_frame_property_any_row_order(seed, subjects, events):
+    df = random_frame(seed, subjects=subjects, events=events)
+    batch = EventBatch.from_frame(df)
+    shuffled = EventBatch.from_frame(df.sample(frac=1.0, random_state=seed + 1))
+    ref = reference(df)
+    assert batch.subjects == sorted(ref) and int(batch.mask.sum()) == events
+    for row, sid in enumerate(batch.subjects):
+        hours = ref[sid][0]
+        np.testing.assert_array_equal(batch.times[row, : len(hours)].numpy(), hours)
+    # times are a function of the set of events, whatever the row order (ties may reorder codes only)
+    assert torch.equal(shuffled.times, batch.times) and torch.equal(shuffled.mask, batch.mask)

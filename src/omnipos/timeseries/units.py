@@ -196,8 +196,7 @@ def to_offsets(times: Any, *, unit: str = "h", origin: Any = "epoch", name: str 
     Plain numbers are already in ``unit``; datetimes are subtracted from the origin in integer nanoseconds,
     then divided once. NaN/NaT raise; use :func:`batch_timelines` with ``drop_missing=True`` to drop them.
     """
-    offsets, mask = batch_timelines([times], unit=unit, origin=origin, sort=False, name=name)
-    return offsets[0]
+    return batch_timelines([times], unit=unit, origin=origin, sort=False, name=name)[0][0]
 
 
 def batch_timelines(
