@@ -151,3 +151,13 @@ def test_from_frame_property_any_row_order(seed, subjects, events):
         np.testing.assert_array_equal(batch.times[row, : len(hours)].numpy(), hours)
     # times are a function of the set of events, whatever the row order (ties may reorder codes only)
     assert torch.equal(shuffled.times, batch.times) and torch.equal(shuffled.mask, batch.mask)
+
+
+def test_plain_float_times_sort_with_negatives_and_signed_zero():
+    times = [3.5, -2.0, 0.0, -0.0, -1e9, 1e-300, -1e-300, 3.5]
+    df = pd.DataFrame({"subject_id": [1] * 8, "time": times, "code": list("abcdefgh"),
+                       "numeric_value": np.arange(8.0)})
+    batch = EventBatch.from_frame(df, origin="epoch")
+    assert batch.times[0].tolist() == sorted(times)
+    # ties (0.0 / -0.0, and the two 3.5) keep table order
+    assert batch.values[0].tolist() == [4.0, 1.0, 6.0, 2.0, 3.0, 5.0, 0.0, 7.0]

@@ -102,8 +102,7 @@ class EventBatch:
             keep = ~missing
             subject_ix, times, code_ix, values = subject_ix[keep], times[keep], code_ix[keep], values[keep]
 
-        key = times.view(np.int64) if times.dtype.kind in "Mm" else times
-        order = np.lexsort((key, subject_ix))  # stable: same-time events keep their table order
+        order = _subject_time_order(subject_ix, times)
         subject_ix, times, code_ix, values = subject_ix[order], times[order], code_ix[order], values[order]
         lengths = np.bincount(subject_ix, minlength=len(subjects)).astype(np.int64)
         offsets = offsets_from_origin(times, lengths, origin=origin, unit=unit)
@@ -151,6 +150,22 @@ class EventBatch:
     def __repr__(self) -> str:
         return (f"EventBatch(subjects={len(self)}, max_len={self.times.shape[1]}, events={int(self.mask.sum())}, "
                 f"vocab={len(self.vocab)}, unit={self.unit!r}, origin={self.origin!r})")
+
+
+def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Stable order by (subject, time): same-time events keep their table order.
+
+    Two stable passes, time then subject, on integer keys: torch sorts those by radix, several times faster than
+    ``np.lexsort`` on millions of rows. Float times become order-preserving int64 (IEEE bits, negatives flipped).
+    """
+    if times.dtype.kind in "Mm":
+        key = times.view(np.int64)
+    else:
+        bits = (times + 0.0).view(np.int64)  # + 0.0 turns -0.0 into 0.0: equal times must tie
+        key = np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
+    order = torch.sort(torch.from_numpy(key), stable=True).indices
+    subjects = torch.from_numpy(subject_ix.astype(np.int64))[order]
+    return order[torch.sort(subjects, stable=True).indices].numpy()
 
 
 def _encode_codes(pd: Any, column: Any, vocab: Sequence[str] | None) -> tuple[np.ndarray, list[str]]:
