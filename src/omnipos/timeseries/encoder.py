@@ -101,7 +101,7 @@ class TimelineEncoder(nn.Module):
                            if "gap_bucket" in self.sizes else None)
         self.time2vec = Time2Vec(self.sizes["time2vec"]) if "time2vec" in self.sizes else None
         self._hours_per_unit = UNITS[self.unit] / UNITS["h"]
-        self.chunk = 1 << 15
+        self.chunk = 1 << 13  # time slots per block
 
     def _sizes(self, periodic_channels: int) -> dict[str, int]:
         if self.combine == "sum":
@@ -136,16 +136,23 @@ class TimelineEncoder(nn.Module):
             gaps = None
         if mask is None:
             mask = torch.ones_like(times, dtype=torch.bool)
-        slots = mask.reshape(-1).nonzero().squeeze(1)
-        flat_t = times.reshape(-1)[slots]
-        flat_g = None if gaps is None else gaps.reshape(-1)[slots]
-        out = torch.empty(mask.numel(), self.dim, dtype=self.dtype, device=times.device)
-        if slots.numel() < mask.numel():  # zero only the padded rows; real rows are all written below
-            out.index_fill_(0, (~mask).reshape(-1).nonzero().squeeze(1), 0)
-        # Chunks of events keep the float64 phase buffers in cache: the work is memory-bound, not arithmetic.
-        for start in range(0, slots.numel(), self.chunk):
-            part = slice(start, start + self.chunk)
-            out.index_copy_(0, slots[part], self._combined(flat_t[part], None if flat_g is None else flat_g[part]))
+        length = times.shape[-1]
+        rows_t, rows_m = times.reshape(-1, length), mask.reshape(-1, length)
+        rows_g = None if gaps is None else gaps.reshape(-1, length)
+        out = torch.empty(*rows_t.shape, self.dim, dtype=self.dtype, device=times.device)
+        # Blocks of rows small enough to stay in cache while they are zeroed, encoded and filled in: the work is
+        # memory-bound (float64 phase buffers, the padded output), not arithmetic-bound.
+        step = max(1, self.chunk // max(1, length))
+        for start in range(0, rows_t.shape[0], step):
+            block = slice(start, start + step)
+            slots = rows_m[block].reshape(-1).nonzero().squeeze(1)
+            target = out[block].view(-1, self.dim)
+            if slots.numel() < target.shape[0]:
+                target.zero_()
+            if slots.numel():
+                t = rows_t[block].reshape(-1)[slots]
+                g = None if rows_g is None else rows_g[block].reshape(-1)[slots]
+                target.index_copy_(0, slots, self._combined(t, g))
         return out.reshape(*mask.shape, self.dim)
 
     def _combined(self, t: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
