@@ -161,3 +161,21 @@ def test_plain_float_times_sort_with_negatives_and_signed_zero():
     assert batch.times[0].tolist() == sorted(times)
     # ties (0.0 / -0.0, and the two 3.5) keep table order
     assert batch.values[0].tolist() == [4.0, 1.0, 6.0, 2.0, 3.0, 5.0, 0.0, 7.0]
+
+
+@pytest.mark.parametrize("resolution", ["ns", "ms", "s", "m"])
+def test_order_at_every_timestamp_resolution_and_huge_spans(resolution):
+    rng = np.random.default_rng(1)
+    base = np.datetime64("2000-01-01", "ns")
+    steps = rng.integers(0, 10**6, 300).astype(f"timedelta64[{resolution}]").astype("timedelta64[ns]")
+    times = base + steps
+    if resolution == "ns":  # a span that does not fit subject * span in int64: the two-pass path
+        times[0] = np.datetime64("1760-01-01", "ns")
+    df = pd.DataFrame({"subject_id": rng.integers(0, 7, 300), "time": times,
+                       "code": rng.choice(list("abc"), 300), "numeric_value": np.arange(300.0)})
+    batch = EventBatch.from_frame(df)
+    ref = reference(df)
+    for row, sid in enumerate(batch.subjects):
+        hours, _, values = ref[sid]
+        np.testing.assert_allclose(batch.times[row, : len(hours)].numpy(), hours, rtol=1e-15, atol=0)
+        np.testing.assert_array_equal(batch.values[row, : len(hours)].numpy(), values.astype(np.float32))
