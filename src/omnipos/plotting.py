@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["require_matplotlib", "plot_heatmap", "plot_similarity", "cosine_similarity_matrix"]
+__all__ = ["require_matplotlib", "save_figure", "plot_heatmap", "plot_similarity", "cosine_similarity_matrix"]
 
 
 def require_matplotlib():
@@ -19,6 +19,16 @@ def require_matplotlib():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out, write (PNG by suffix) and close ``fig``; return the path."""
+    plt = require_matplotlib()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def cosine_similarity_matrix(pe: torch.Tensor) -> torch.Tensor:
@@ -36,11 +46,7 @@ def plot_heatmap(pe: torch.Tensor, path: str | Path, *, title: str, xlabel: str 
                       interpolation="nearest")
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     fig.colorbar(image, ax=ax, label="value")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_similarity(pe: torch.Tensor, path: str | Path, *, title: str, label: str = "position") -> Path:
@@ -51,8 +57,4 @@ def plot_similarity(pe: torch.Tensor, path: str | Path, *, title: str, label: st
     image = ax.imshow(sim, cmap="viridis", interpolation="nearest")
     ax.set(title=title, xlabel=label, ylabel=label)
     fig.colorbar(image, ax=ax, label="cosine similarity")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -1,12 +1,34 @@
-"""The shared core: sinusoids, frequency bands, learned embeddings and ragged batching. Knows no domain."""
+"""The shared core: sinusoids, frequency bands, rotary embeddings, learned embeddings and ragged batching.
+
+Knows no domain."""
 
 from .batching import lengths_to_mask, mask_to_lengths, pack, packed_positions, pad_ragged, unpad
-from .frequencies import frequency_bands
+from .frequencies import RopeScaling, frequency_bands, rope_frequencies
+from .relative import (
+    RelativePositionBias,
+    alibi_bias,
+    alibi_score_mod,
+    alibi_slopes,
+    relative_bias_score_mod,
+    t5_relative_bucket,
+)
+from .rotary import RotaryEmbedding, apply_rotary, convert_rope_layout
 from .learned import LearnedPositionalEmbedding
 from .sinusoid import SinusoidalEncoding, add_positional, sinusoidal
 
 __all__ = [
     "frequency_bands",
+    "rope_frequencies",
+    "RopeScaling",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "convert_rope_layout",
+    "alibi_slopes",
+    "alibi_bias",
+    "t5_relative_bucket",
+    "RelativePositionBias",
+    "alibi_score_mod",
+    "relative_bias_score_mod",
     "sinusoidal",
     "SinusoidalEncoding",
     "add_positional",

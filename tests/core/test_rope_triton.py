@@ -1,0 +1,121 @@
+"""The fused Triton kernel vs the eager path: on CPU through Triton's interpreter, on CUDA for real (gpu)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from omnipos.core import RotaryEmbedding
+
+CASES = textwrap.dedent('''
+    import torch
+    from omnipos.core import RotaryEmbedding
+    from omnipos.core import _rope_triton
+    from omnipos.core.rotary import _rotate_eager
+
+    def check(device, dtype, tol):
+        g = torch.Generator().manual_seed(0)
+        yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+        dynamic = {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 16}
+        cases = [
+            # (module kwargs, q shape, k shape, seq_dim, positions)
+            (dict(dim=32), (2, 4, 20, 32), (2, 2, 20, 32), -2, torch.arange(20)),
+            (dict(dim=32, layout="interleaved"), (2, 4, 20, 32), (2, 4, 20, 32), -2,
+             torch.stack([torch.arange(20), torch.arange(20) + 1000])),
+            (dict(dim=48, rotary_dim=16), (2, 20, 4, 48), (2, 20, 1, 48), 1, torch.arange(20) + 5),
+            (dict(dim=24, layout="interleaved", rotary_dim=12, scaling=yarn), (3, 9, 2, 24), (3, 9, 2, 24), 1,
+             torch.rand(3, 9, generator=g, dtype=torch.float64) * 300),
+            (dict(dim=16, scaling=dynamic), (1, 2, 40, 16), (1, 2, 40, 16), -2, torch.arange(40)),
+            (dict(dim=40, layout="interleaved", n_axes=2, rotary_dim=32), (2, 3, 12, 40), (2, 3, 12, 40), -2,
+             torch.stack(torch.meshgrid(torch.arange(3), torch.arange(4), indexing="ij"), -1).reshape(12, 2)),
+            (dict(dim=16), (17, 3, 16), (17, 3, 16), 0, torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 6])),
+        ]
+        worst = 0.0
+        for kwargs, qs, ks, seq_dim, pos in cases:
+            rope = RotaryEmbedding(**kwargs).to(device)
+            q = torch.randn(qs, generator=g).to(device=device, dtype=dtype)
+            k = torch.randn(ks, generator=g).to(device=device, dtype=dtype)
+            pos = pos.to(device)
+            seq_axis = seq_dim % q.ndim
+            got = _rope_triton.maybe_rotate(rope, q, k, pos, seq_axis)
+            assert got is not None, "kernel not selected"
+            import os
+            os.environ["OMNIPOS_DISABLE_TRITON"] = "1"
+            want = rope(q, k, pos, seq_dim=seq_dim)
+            one = rope.rotate(q, pos, seq_dim=seq_dim)
+            del os.environ["OMNIPOS_DISABLE_TRITON"]
+            for a, b in zip(got, want):
+                assert a.dtype == b.dtype and a.shape == b.shape
+                err = ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item()  # 1 ulp
+                worst = max(worst, err)
+                assert err <= tol, (kwargs, err)
+            alone = _rope_triton.maybe_rotate(rope, q, None, pos, seq_axis)[0]
+            assert ((alone.float() - one.float()).abs() / (1 + one.float().abs())).max().item() <= tol
+            # autograd through the kernel: the backward turns the other way, so grad of |R q|^2 / 2 is a^2 q
+            if dtype == torch.float32:
+                qg = q.clone().requires_grad_()
+                out = _rope_triton.maybe_rotate(rope, qg, None, pos, seq_axis)[0]
+                (grad,) = torch.autograd.grad(out, qg, out.detach())
+                expected = q.clone()
+                expected[..., :rope.rotary_dim] *= rope.attention_factor ** 2
+                assert ((grad - expected).abs() / (1 + expected.abs())).max().item() < 1e-5
+        return worst
+''')
+
+
+def _run(script: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_kernel_matches_eager_in_triton_interpreter():
+    pytest.importorskip("triton")
+    probe = _run("import torch, triton, triton.language as tl\n"
+                 "@triton.jit\ndef k(p):\n    tl.store(p + tl.arange(0, 2), tl.arange(0, 2).to(tl.float32))\n"
+                 "t = torch.zeros(2); k[(1,)](t); assert t.tolist() == [0.0, 1.0]")
+    if probe.returncode != 0:
+        pytest.skip(f"Triton's interpreter cannot run here: {probe.stderr.strip().splitlines()[-1:]}")
+    result = _run(CASES + "\nprint(check('cpu', torch.float32, 2e-6), check('cpu', torch.bfloat16, 1e-2))\n")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _cuda_check(dtype, tol):
+    namespace: dict = {}
+    exec(CASES, namespace)
+    return namespace["check"]("cuda", dtype, tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-6), (torch.bfloat16, 1e-2), (torch.float16, 2e-3)])
+def test_kernel_matches_eager_on_cuda(dtype, tol):
+    pytest.importorskip("triton")
+    assert _cuda_check(dtype, tol) <= tol
+
+
+@pytest.mark.gpu
+def test_kernel_is_chosen_automatically_on_cuda(monkeypatch):
+    from omnipos.core import _rope_triton
+
+    if not _rope_triton.HAS_TRITON:
+        pytest.skip("triton not importable")
+    calls = []
+    original = _rope_triton.rotate_qk
+    monkeypatch.setattr(_rope_triton, "rotate_qk", lambda *a, **k: calls.append(1) or original(*a, **k))
+    rope = RotaryEmbedding(64).cuda()
+    q = torch.randn(2, 8, 128, 64, device="cuda", dtype=torch.bfloat16)
+    rope(q, q, torch.arange(128, device="cuda"))
+    assert calls
+
+
+@pytest.mark.gpu
+def test_bf16_long_positions_on_cuda():
+    rope = RotaryEmbedding(128, base=500000.0).cuda()
+    x = torch.randn(2, 4, 256, 128, device="cuda").bfloat16()
+    positions = torch.arange(3840, 4096, device="cuda")
+    ref = rope.rotate(x.float(), positions)
+    out = rope.rotate(x, positions).float()
+    assert bool(((out - ref).abs() <= ref.abs() * 2.0**-8 + 1e-30).all())

@@ -1,0 +1,438 @@
+"""RotaryEmbedding / apply_rotary / convert_rope_layout vs HF transformers, rotary-embedding-torch, timm and float64."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from omnipos.core import RotaryEmbedding, apply_rotary, convert_rope_layout, packed_positions, rope_frequencies
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
+
+
+def reference_rotate(x, positions, inv_freq, layout, rotary_dim, attention_factor=1.0):
+    """The definition, in float64 NumPy: pairs (i, i + R/2) or (2i, 2i + 1) turned by p * inv_freq_i."""
+    x = np.asarray(x, dtype=np.float64)
+    angles = np.asarray(positions, dtype=np.float64)[..., None] * np.asarray(inv_freq, dtype=np.float64)
+    c, s = np.cos(angles) * attention_factor, np.sin(angles) * attention_factor
+    out = x.copy()
+    h = rotary_dim // 2
+    idx1, idx2 = (np.arange(h), np.arange(h) + h) if layout == "half" else (np.arange(0, rotary_dim, 2),
+                                                                            np.arange(1, rotary_dim, 2))
+    x1, x2 = x[..., idx1], x[..., idx2]
+    out[..., idx1] = x1 * c - x2 * s
+    out[..., idx2] = x2 * c + x1 * s
+    return out
+
+
+def randn(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# -- HF transformers (layout "half") -----------------------------------------------------------------------------
+
+HF_CASES = [
+    ({"rope_type": "default"}, 10000.0, 64),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192}, 500000.0, 128),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, 10000.0, 64),
+    ({"rope_type": "linear", "factor": 2.0}, 10000.0, 32),
+]
+
+
+@pytest.mark.parametrize("scaling,base,head_dim", HF_CASES)
+def test_cos_sin_match_hf(scaling, base, head_dim):
+    config = LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, head_dim=head_dim,
+                         max_position_embeddings=8192, rope_parameters=dict(scaling, rope_theta=base))
+    hf = LlamaRotaryEmbedding(config)
+    position_ids = torch.stack([torch.arange(300), torch.arange(1500, 1800)])  # a batch with a KV-cache offset
+    cos_hf, sin_hf = hf(torch.zeros(1, dtype=torch.float32), position_ids)
+    rope = RotaryEmbedding(head_dim, base=base, scaling=scaling)
+    cos, sin = rope.cos_sin(position_ids)
+    assert cos.shape == cos_hf.shape and cos.dtype == torch.float32
+    # HF forms the angle in float32: |error| <= p * inv_freq * 2^-24 ~ 1e-4 at p = 1800; ours is exact
+    torch.testing.assert_close(cos, cos_hf, rtol=0, atol=3e-4)
+    torch.testing.assert_close(sin, sin_hf, rtol=0, atol=3e-4)
+    inv, factor = rope_frequencies(head_dim, base=base, scaling=scaling)
+    exact = reference_rotate(np.ones((2, 300, head_dim)) * 0, position_ids, inv, "half", head_dim)  # shape only
+    angles = position_ids.double()[..., None] * inv
+    torch.testing.assert_close(cos.double(), torch.cat([angles.cos(), angles.cos()], -1) * factor, rtol=0, atol=5e-7)
+    assert exact.shape == (2, 300, head_dim)
+
+
+@pytest.mark.parametrize("scaling,base,head_dim", HF_CASES)
+def test_rotation_matches_hf_apply_rotary_pos_emb(scaling, base, head_dim):
+    rope = RotaryEmbedding(head_dim, base=base, scaling=scaling)
+    q, k = randn(2, 8, 40, head_dim, seed=1), randn(2, 2, 40, head_dim, seed=2)  # GQA: 8 q heads, 2 kv heads
+    position_ids = torch.stack([torch.arange(40), torch.arange(77, 117)])
+    cos, sin = rope.cos_sin(position_ids)
+    q_hf, k_hf = apply_rotary_pos_emb(q, k, cos, sin)  # HF's formula on our cos/sin: the rotation itself
+    q_ours, k_ours = rope(q, k, position_ids)
+    torch.testing.assert_close(q_ours, q_hf, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(k_ours, k_hf, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None]), q_hf, rtol=1e-6, atol=1e-6)
+
+
+def test_flash_attn_layout_and_partial_rotary_match_hf():
+    """x [batch, seq, heads, dim] with seq_dim=1; GPT-NeoX-style partial rotary (first 16 of 64 channels)."""
+    rope = RotaryEmbedding(64, rotary_dim=16)
+    q = randn(2, 30, 4, 64, seed=3)
+    positions = torch.arange(30)
+    out = rope.rotate(q, positions, seq_dim=1)
+    cos, sin = rope.cos_sin(positions)
+    q_rot, _ = apply_rotary_pos_emb(q[..., :16], q[..., :16], cos, sin, unsqueeze_dim=1)
+    torch.testing.assert_close(out[..., :16], q_rot, rtol=1e-6, atol=1e-6)
+    assert torch.equal(out[..., 16:], q[..., 16:])
+    torch.testing.assert_close(rope.rotate(q.transpose(1, 2), positions).transpose(1, 2), out, rtol=0, atol=0)
+
+
+# -- rotary-embedding-torch (layout "interleaved", axial, xPos) -----------------------------------------------------
+
+
+def test_interleaved_matches_rotary_embedding_torch():
+    ret = pytest.importorskip("rotary_embedding_torch")
+    theirs = ret.RotaryEmbedding(dim=32)
+    ours = RotaryEmbedding(48, rotary_dim=32, layout="interleaved")
+    q = randn(2, 3, 100, 48, seed=4)
+    torch.testing.assert_close(ours.rotate(q, torch.arange(100)), theirs.rotate_queries_or_keys(q),
+                               rtol=0, atol=2e-5)
+    q_seq_first = q.transpose(1, 2)  # [batch, seq, heads, dim]
+    torch.testing.assert_close(ours.rotate(q_seq_first, torch.arange(100), seq_dim=-3),
+                               theirs.rotate_queries_or_keys(q_seq_first, seq_dim=-3), rtol=0, atol=2e-5)
+
+
+def test_xpos_matches_rotary_embedding_torch():
+    ret = pytest.importorskip("rotary_embedding_torch")
+    theirs = ret.RotaryEmbedding(dim=32, use_xpos=True)
+    ours = RotaryEmbedding(32, layout="interleaved", xpos=True)
+    q, k = randn(1, 2, 64, 32, seed=5), randn(1, 2, 64, 32, seed=6)
+    q_t, k_t = theirs.rotate_queries_and_keys(q, k)
+    q_o, k_o = ours(q, k, torch.arange(64))
+    torch.testing.assert_close(q_o, q_t, rtol=1e-5, atol=2e-5)
+    torch.testing.assert_close(k_o, k_t, rtol=1e-5, atol=2e-5)
+    with pytest.raises(ValueError, match="forward"):
+        ours.rotate(q, torch.arange(64))
+
+
+def grid_positions(h, w):
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    return torch.stack([rows, cols], -1).reshape(h * w, 2)
+
+
+def test_axial_matches_rotary_embedding_torch_get_axial_freqs():
+    ret = pytest.importorskip("rotary_embedding_torch")
+    h, w, per_axis = 6, 5, 16
+    theirs = ret.RotaryEmbedding(dim=per_axis, freqs_for="lang")
+    freqs = theirs.get_axial_freqs(h, w)  # [h, w, 2 * per_axis]
+    x = randn(2, 3, h, w, 40, seed=7)
+    expected = ret.apply_rotary_emb(freqs, x).reshape(2, 3, h * w, 40)
+    ours = RotaryEmbedding(40, rotary_dim=2 * per_axis, layout="interleaved", n_axes=2)
+    out = ours.rotate(x.reshape(2, 3, h * w, 40), grid_positions(h, w))
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
+    # offsets are positions: the shifted grid is the plain grid turned further (their cache ignores offsets)
+    shifted = ours.rotate(x.reshape(2, 3, h * w, 40), grid_positions(h, w) + torch.tensor([3, 7]))
+    fresh = ret.RotaryEmbedding(dim=per_axis, freqs_for="lang", cache_if_possible=False)
+    expected_shift = ret.apply_rotary_emb(fresh.get_axial_freqs(h, w, offsets=(3, 7)), x).reshape(2, 3, h * w, 40)
+    torch.testing.assert_close(shifted, expected_shift, rtol=0, atol=1e-5)
+
+
+def test_axial_matches_timm_rotary_embedding_cat():
+    timm_layers = pytest.importorskip("timm.layers")
+    h, w, dim = 4, 7, 32
+    timm_rope = timm_layers.RotaryEmbeddingCat(dim, temperature=10000, in_pixels=False, feat_shape=[h, w],
+                                               grid_indexing="ij")
+    emb = timm_rope.get_embed()
+    x = randn(2, 3, h * w, dim, seed=8)
+    expected = timm_layers.apply_rot_embed_cat(x, emb)
+    ours = RotaryEmbedding(dim, layout="interleaved", n_axes=2)
+    torch.testing.assert_close(ours.rotate(x, grid_positions(h, w)), expected, rtol=0, atol=1e-5)
+
+
+def test_axial_half_layout_is_the_interleaved_model_after_conversion():
+    """Slot j pairs (j, j + R/2) in "half": the same frequencies, so permuting channels maps one onto the other."""
+    x = randn(5, 12, 24, seed=9, dtype=torch.float64)
+    pos = torch.rand(12, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 50
+    half = RotaryEmbedding(24, n_axes=3).rotate(x, pos)
+    perm = torch.cat([torch.arange(0, 24, 2), torch.arange(1, 24, 2)])  # interleaved channel order -> half
+    inter = RotaryEmbedding(24, layout="interleaved", n_axes=3).rotate(x[..., torch.argsort(perm)], pos)
+    torch.testing.assert_close(half, inter[..., perm], rtol=1e-12, atol=1e-12)
+
+
+# -- float64 definition, real-valued and packed positions ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_real_valued_batched_positions_match_float64_definition(layout):
+    rope = RotaryEmbedding(64, rotary_dim=48, layout=layout, base=500.0)
+    x = randn(3, 2, 20, 64, seed=10, dtype=torch.float64)
+    positions = torch.rand(3, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 1e5 - 100
+    out = rope.rotate(x, positions)
+    inv = rope_frequencies(48, base=500.0)[0].numpy()
+    expected = reference_rotate(x.numpy(), positions.numpy()[:, None], inv, layout, 48)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-9)
+
+
+def test_float32_large_positions_are_exact():
+    """Angles in float64, reduced before float32 sin/cos: accurate where a float32 angle is not (p = 1e6)."""
+    rope = RotaryEmbedding(16)
+    x = randn(1, 4, 16, seed=11)
+    positions = torch.arange(1_000_000, 1_000_004)
+    expected = reference_rotate(x.numpy(), positions.numpy(), rope_frequencies(16)[0].numpy(), "half", 16)
+    np.testing.assert_allclose(rope.rotate(x, positions).numpy(), expected, rtol=0, atol=2e-6)
+
+
+def test_packed_per_document_positions():
+    rope = RotaryEmbedding(32, layout="interleaved")
+    docs = [randn(n, 4, 32, seed=n) for n in (5, 9, 3)]
+    cu = torch.tensor([0, 5, 14, 17], dtype=torch.int32)
+    packed = rope.rotate(torch.cat(docs), packed_positions(cu), seq_dim=0)
+    separate = torch.cat([rope.rotate(d, torch.arange(len(d)), seq_dim=0) for d in docs])
+    torch.testing.assert_close(packed, separate, rtol=0, atol=0)
+
+
+def test_dtypes():
+    rope = RotaryEmbedding(32)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = randn(2, 10, 32).to(dtype)
+        assert rope.rotate(x, torch.arange(10)).dtype == dtype
+    assert rope.cos_sin(torch.arange(4))[0].dtype == torch.float32
+    assert rope.cos_sin(torch.arange(4), dtype=torch.float64)[0].dtype == torch.float64
+    rope.half()
+    assert rope.inv_freq.dtype == torch.float64  # module.half() must not round the frequencies
+    assert rope.rotate(randn(10, 32).half(), torch.arange(10)).dtype == torch.float16
+
+
+def test_bf16_at_long_positions_is_the_rounded_float32_result():
+    rope = RotaryEmbedding(128, base=500000.0)
+    x = randn(2, 4, 256, 128, seed=12).bfloat16()
+    positions = torch.arange(3840, 4096)
+    ref = rope.rotate(x.float(), positions)  # float32 rotation of the same bf16 inputs
+    out = rope.rotate(x, positions).float()
+    # within one bf16 rounding: |out - ref| <= 2^-8 |ref| (a half ulp is 2^-9)
+    assert bool(((out - ref).abs() <= ref.abs() * 2.0**-8 + 1e-30).all())
+    assert torch.equal(out, ref.bfloat16().float())  # in fact: exactly the correctly rounded float32 result
+    # HF's bf16 path (cos/sin cast to bf16, products in bf16) misses the rounded result for a third of them
+    cos, sin = rope.cos_sin(positions)
+    hf_q, _ = apply_rotary_pos_emb(x, x, cos.bfloat16()[None], sin.bfloat16()[None])
+    assert (hf_q == ref.bfloat16()).float().mean() < 0.9
+
+
+# -- properties ----------------------------------------------------------------------------------------------------
+
+
+@given(
+    layout=st.sampled_from(["half", "interleaved"]),
+    half_dim=st.integers(1, 16),
+    partial=st.booleans(),
+    m=st.floats(-5000, 5000, allow_nan=False),
+    n=st.floats(-5000, 5000, allow_nan=False),
+    shift=st.floats(-1e4, 1e4, allow_nan=False),
+    seed=st.integers(0, 2**16),
+)
+def test_score_depends_only_on_offset(layout, half_dim, partial, m, n, shift, seed):
+    dim = 2 * half_dim
+    rotary_dim = 2 * max(1, half_dim // 2) if partial else dim
+    rope = RotaryEmbedding(dim, layout=layout, rotary_dim=rotary_dim)
+    q, k = randn(1, dim, seed=seed, dtype=torch.float64), randn(1, dim, seed=seed + 1, dtype=torch.float64)
+    at = rope.rotate(q, torch.tensor([m], dtype=torch.float64)) @ rope.rotate(k, torch.tensor([n],
+                                                                                          dtype=torch.float64)).T
+    moved = rope.rotate(q, torch.tensor([m + shift], dtype=torch.float64)) @ rope.rotate(
+        k, torch.tensor([n + shift], dtype=torch.float64)).T
+    assert torch.allclose(at, moved, rtol=1e-9, atol=1e-9)
+
+
+@given(layout=st.sampled_from(["half", "interleaved"]), heads=st.integers(1, 4), half_dim=st.integers(1, 8),
+       seed=st.integers(0, 2**16))
+def test_layout_conversion_leaves_scores_unchanged(layout, heads, half_dim, seed):
+    head_dim, d_in, seq = 2 * half_dim, 10, 7
+    other = "interleaved" if layout == "half" else "half"
+    wq, wk = randn(heads * head_dim, d_in, seed=seed, dtype=torch.float64), randn(heads * head_dim, d_in,
+                                                                                 seed=seed + 1, dtype=torch.float64)
+    x = randn(seq, d_in, seed=seed + 2, dtype=torch.float64)
+
+    def scores(wq, wk, lay):
+        rope = RotaryEmbedding(head_dim, layout=lay)
+        q = (x @ wq.T).reshape(seq, heads, head_dim).transpose(0, 1)
+        k = (x @ wk.T).reshape(seq, heads, head_dim).transpose(0, 1)
+        q, k = rope(q, k, torch.arange(seq))
+        return q @ k.transpose(-1, -2)
+
+    converted = scores(convert_rope_layout(wq, heads, to=other), convert_rope_layout(wk, heads, to=other), other)
+    torch.testing.assert_close(converted, scores(wq, wk, layout), rtol=1e-10, atol=1e-10)
+    back = convert_rope_layout(convert_rope_layout(wq, heads, to=other), heads, to=layout)
+    assert torch.equal(back, wq)
+
+
+def test_convert_rope_layout_matches_hf_permute_and_partial():
+    n_heads, head_dim, d_in = 4, 8, 6
+    w = randn(n_heads * head_dim, d_in, seed=13)
+    # convert_llama_weights_to_hf.py: permute(w) = w.view(n, hd // 2, 2, in).transpose(1, 2).reshape(...)
+    hf = w.view(n_heads, head_dim // 2, 2, d_in).transpose(1, 2).reshape(n_heads * head_dim, d_in)
+    assert torch.equal(convert_rope_layout(w, n_heads, to="half"), hf)
+    bias = randn(n_heads * head_dim, seed=14)
+    assert torch.equal(convert_rope_layout(bias, n_heads, to="half"), hf[:, :1].squeeze(1) * 0 + bias.view(
+        n_heads, head_dim // 2, 2).transpose(1, 2).reshape(-1))
+    part = convert_rope_layout(w, n_heads, to="half", rotary_dim=4).view(n_heads, head_dim, d_in)
+    assert torch.equal(part[:, 4:], w.view(n_heads, head_dim, d_in)[:, 4:])
+    assert torch.equal(part[:, :4], w.view(n_heads, head_dim, d_in)[:, :4].view(n_heads, 2, 2, d_in)
+                       .transpose(1, 2).reshape(n_heads, 4, d_in))
+
+
+def _attention(q, k, v):
+    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ v
+
+
+def test_rotation_invariance_on_a_circular_sequence():
+    """The seeds: "when tested on circular sequences, RoPE-based attention exhibits near-perfect rotation
+    invariance, a property that additive encodings lack". Rolling a circular sequence by s keeps every
+    offset i - j only modulo n, so the claim holds exactly when every frequency is a harmonic of the circle
+    (theta_i = 2 pi k_i / n): then rolled input gives rolled output. With RoPE's geometric ladder the
+    wrapped pairs see offsets off by n, and the claim is only approximate; additive sinusoids fail outright."""
+    n, dim, shift = 16, 8, 5
+    x = randn(n, dim, seed=15, dtype=torch.float64)
+    wq, wk = randn(dim, dim, seed=16, dtype=torch.float64), randn(dim, dim, seed=17, dtype=torch.float64)
+    positions = torch.arange(n, dtype=torch.float64)
+
+    def rope_attention(x, cos, sin):
+        q, k = apply_rotary(x @ wq, cos, sin), apply_rotary(x @ wk, cos, sin)
+        return _attention(q, k, x)
+
+    harmonics = 2 * math.pi * torch.tensor([1.0, 2.0, 3.0, 5.0], dtype=torch.float64) / n
+    angles = positions[:, None] * harmonics
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    out = rope_attention(x, cos, sin)
+    rolled = rope_attention(torch.roll(x, shift, 0), cos, sin)
+    torch.testing.assert_close(rolled, torch.roll(out, shift, 0), rtol=1e-10, atol=1e-10)
+
+    rope = RotaryEmbedding(dim)
+    cos, sin = rope.cos_sin(positions, dtype=torch.float64)
+    geometric = (rope_attention(torch.roll(x, shift, 0), cos, sin) - torch.roll(rope_attention(x, cos, sin),
+                                                                                shift, 0)).abs().max()
+    from omnipos.core import sinusoidal
+
+    pe = sinusoidal(positions, dim, dtype=torch.float64)
+
+    def additive(x):
+        return _attention((x + pe) @ wq, (x + pe) @ wk, x)
+
+    additive_err = (additive(torch.roll(x, shift, 0)) - torch.roll(additive(x), shift, 0)).abs().max()
+    assert geometric > 1e-3  # not invariant: the seeds' "near-perfect" needs harmonic frequencies
+    assert additive_err > 1e-3
+
+
+# -- dynamic scaling, caching, compile, autograd ------------------------------------------------------------------
+
+
+def test_dynamic_module_is_stateless_and_matches_hf_per_call():
+    scaling = {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 64}
+    rope = RotaryEmbedding(32, scaling=scaling)
+    x = randn(1, 2, 40, 32, seed=18)
+    short = torch.arange(40)
+    before = rope.rotate(x, short)
+    long = rope.rotate(x, short + 200)  # max position 239 > 64: the base grows for this call only
+    after = rope.rotate(x, short)
+    assert torch.equal(before, after)
+    torch.testing.assert_close(before, RotaryEmbedding(32).rotate(x, short), rtol=0, atol=0)
+    inv = rope_frequencies(32, scaling=scaling, seq_len=240)[0].numpy()
+    np.testing.assert_allclose(long.numpy(), reference_rotate(x.numpy(), (short + 200).numpy(), inv, "half", 32),
+                               rtol=0, atol=2e-6)
+
+
+def test_no_stale_values_across_offsets_lengths_devices():
+    rope = RotaryEmbedding(16, layout="interleaved")
+    x = randn(1, 50, 16, seed=19)
+    a = rope.rotate(x[:, :10], torch.arange(10))
+    rope.rotate(x, torch.arange(50))
+    b = rope.rotate(x[:, :10], torch.arange(10) + 40)
+    c = rope.rotate(x[:, :10], torch.arange(10))
+    assert torch.equal(a, c) and not torch.allclose(a, b)
+    np.testing.assert_allclose(b.numpy(), reference_rotate(x[:, :10].numpy(), np.arange(40, 50),
+                                                           rope_frequencies(16)[0].numpy(), "interleaved", 16),
+                               rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_autograd_is_the_transpose(layout):
+    rope = RotaryEmbedding(12, layout=layout, rotary_dim=8)
+    x = randn(2, 5, 12, seed=20, dtype=torch.float64).requires_grad_()
+    positions = torch.arange(5) * 3
+    assert torch.autograd.gradcheck(lambda t: rope.rotate(t, positions), (x,))
+    grad = torch.autograd.grad(rope.rotate(x, positions).square().sum(), x)[0]
+    torch.testing.assert_close(grad, 2 * x.detach(), rtol=1e-12, atol=1e-12)  # |R x|^2 = |x|^2
+
+
+def test_torch_compile_fullgraph():
+    rope = RotaryEmbedding(16, rotary_dim=8, layout="interleaved")
+    q, k = randn(1, 2, 6, 16, seed=21), randn(1, 2, 6, 16, seed=22)
+    positions = torch.arange(6)
+    compiled = torch.compile(rope, fullgraph=True, backend="aot_eager")
+    for got, want in zip(compiled(q, k, positions), rope(q, k, positions)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    scaled = RotaryEmbedding(16, scaling={"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 4})
+    fn = torch.compile(scaled.rotate, fullgraph=True, backend="eager")
+    torch.testing.assert_close(fn(q, positions.double()), scaled.rotate(q, positions.double()), rtol=1e-6, atol=1e-6)
+
+
+def test_repr():
+    text = repr(RotaryEmbedding(64, rotary_dim=32, layout="interleaved", scaling={"rope_type": "linear",
+                                                                                  "factor": 2.0}))
+    assert "dim=64" in text and "rotary_dim=32" in text and "'interleaved'" in text and "'linear'" in text
+
+
+# -- bad input -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    ({"dim": 63}, ValueError, "dim must be even"),
+    ({"dim": 64, "rotary_dim": 33}, ValueError, "rotary_dim must be even"),
+    ({"dim": 64, "rotary_dim": 128}, ValueError, "rotary_dim=128 is larger"),
+    ({"dim": 64, "layout": "neox"}, ValueError, "layout"),
+    ({"dim": 64, "scaling": {"rope_type": "su"}}, ValueError, "rope_type"),
+    ({"dim": 64, "scaling": {"rope_type": "yarn", "factor": 4.0}}, ValueError, "original_max_position_embeddings"),
+    ({"dim": 64, "n_axes": 3}, ValueError, "multiple of 2 * n_axes"),
+    ({"dim": 64, "n_axes": 2, "xpos": True}, ValueError, "n_axes"),
+])
+def test_bad_construction(kwargs, exc, words):
+    with pytest.raises(exc, match=None) as info:
+        RotaryEmbedding(**kwargs)
+    assert words in str(info.value)
+
+
+def test_bad_calls():
+    rope = RotaryEmbedding(32)
+    q = randn(2, 4, 10, 32)
+    with pytest.raises(ValueError, match="q .* and k .* must have the same"):
+        rope(q, randn(2, 4, 11, 32), torch.arange(10))
+    with pytest.raises(ValueError, match="k has head dim 16"):
+        rope(q, randn(2, 4, 10, 16), torch.arange(10))
+    with pytest.raises(ValueError, match="positions .* do not fit"):
+        rope.rotate(q, torch.arange(11))
+    with pytest.raises(ValueError, match="positions .* do not fit"):
+        rope.rotate(q, torch.zeros(2, 4, 3, 10, dtype=torch.long))
+    with pytest.raises(ValueError, match="axis 0 has 3"):
+        rope.rotate(q, torch.zeros(3, 10, dtype=torch.long))
+    with pytest.raises(ValueError, match="positions must be finite"):
+        rope.rotate(q, torch.tensor([0.0] * 9 + [float("nan")]))
+    with pytest.raises(ValueError, match="positions must be finite"):
+        rope.cos_sin(torch.tensor([float("inf")]))
+    with pytest.raises(TypeError, match="positions must be real-valued"):
+        rope.rotate(q, torch.arange(10) * 1j)
+    with pytest.raises(ValueError, match="seq_dim"):
+        rope.rotate(q, torch.arange(10), seq_dim=-1)
+    with pytest.raises(TypeError, match="x must be a floating tensor"):
+        rope.rotate(torch.ones(10, 32, dtype=torch.long), torch.arange(10))
+    with pytest.raises(ValueError, match=r"n_axes=2"):
+        RotaryEmbedding(32, n_axes=2).rotate(q, torch.zeros(10, 3))
+    with pytest.raises(ValueError, match="rotary dim"):
+        apply_rotary(q, torch.ones(10, 31), torch.ones(10, 31))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        apply_rotary(q, torch.ones(7, 32), torch.ones(7, 32))
+    with pytest.raises(ValueError, match="n_heads"):
+        convert_rope_layout(torch.ones(30, 4), 4, to="half")
+    with pytest.raises(ValueError, match="to must be one of"):
+        convert_rope_layout(torch.ones(32, 4), 4, to="neox")
