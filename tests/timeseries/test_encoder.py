@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omnipos.timeseries import (
@@ -79,6 +79,7 @@ def test_same_moment_in_minutes_hours_datetime64_encodes_identically():
     torch.testing.assert_close(a, d, rtol=0, atol=1e-6)
 
 
+@settings(max_examples=25)
 @given(st.integers(1, 4), st.integers(1, 6), st.integers(0, 10_000))
 def test_encoding_of_a_timeline_does_not_depend_on_its_batch(batch, extra, seed):
     rng = np.random.default_rng(seed)
