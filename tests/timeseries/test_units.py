@@ -106,7 +106,7 @@ def test_duplicates_are_legal():
 
 
 def test_missing_times():
-    with pytest.raises(ValueError, match=r"timelines\[1\] has a missing time \(NaN/NaT\) at position 1"):
+    with pytest.raises(ValueError, match=r"timelines\[1\] has a missing or infinite time \(NaN/NaT/inf\) at position 1"):
         batch_timelines([[0.0], [1.0, float("nan"), 3.0]])
     times, mask = batch_timelines([[0.0], [1.0, float("nan"), 3.0]], drop_missing=True)
     assert times[1].tolist() == [0.0, 2.0] and mask.sum().item() == 3
@@ -125,6 +125,8 @@ def test_bad_inputs():
         batch_timelines([["a", "b"]])
     with pytest.raises(ValueError, match="empty"):
         batch_timelines([])
+    with pytest.raises(ValueError, match=r"timelines\[0\] must be one timeline \(1-D\)"):
+        batch_timelines([np.zeros((2, 3))])
 
 
 def test_to_offsets_single_timeline():

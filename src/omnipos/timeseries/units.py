@@ -117,6 +117,8 @@ def _naive_utc(value: _dt.datetime) -> _dt.datetime:
 
 def _as_time_array(times: Any, name: str) -> np.ndarray:
     """Any supported time input -> a 1-D NumPy array: float64, datetime64[ns] or timedelta64[ns]."""
+    if getattr(times, "ndim", 1) > 1:
+        raise ValueError(f"{name} must be one timeline (1-D), got shape {tuple(times.shape)}")
     if isinstance(times, torch.Tensor):
         if times.dtype == torch.bool or times.is_complex():
             raise TypeError(f"{name} must hold real numbers or times, got a {times.dtype} tensor")
@@ -242,8 +244,8 @@ def batch_timelines(
         if not drop_missing:
             i = int(np.flatnonzero(missing)[0])
             start = int(lengths[: row[i]].sum())
-            raise ValueError(f"{name}[{row[i]}] has a missing time (NaN/NaT) at position {i - start}; "
-                             f"pass drop_missing=True to drop such events")
+            raise ValueError(f"{name}[{row[i]}] has a missing or infinite time (NaN/NaT/inf) at position "
+                             f"{i - start}; pass drop_missing=True to drop such events")
         flat, row = flat[~missing], row[~missing]
         lengths = np.bincount(row, minlength=len(arrays)).astype(np.int64)
     if sort:
