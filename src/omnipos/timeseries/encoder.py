@@ -10,7 +10,7 @@ from torch import nn
 
 from ..core._validation import check_choice, check_positive_int
 from .absolute import _absolute, absolute_cycles
-from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, _log_gap, _positive
+from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, _log_gap, _positive, log_gap_cycles
 from .periodic import DEFAULT_PERIODS, _periodic, _periods_tensor, periodic_dim
 from .time2vec import Time2Vec
 from .units import UNITS, check_times, check_unit, checked_gaps
@@ -94,7 +94,8 @@ class TimelineEncoder(nn.Module):
             self.register_buffer("cycles", absolute_cycles(self.sizes["absolute"], min_period, max_period, unit),
                                  persistent=False)
         if "gap" in self.sizes:
-            _log_gap(torch.zeros(1), self.sizes["gap"], self.gap_scale, self.gap_base, "interleaved", dtype)
+            self.register_buffer("gap_cycles", log_gap_cycles(self.sizes["gap"], self.gap_base, "interleaved"),
+                                 persistent=False)
         self.lift = (nn.Linear(periodic_dim(periods, harmonics), dim, bias=False)
                      if "periodic" in self.sizes and combine == "sum" else None)
         self.gap_bucket = (GapBucketEmbedding(gap_boundaries, self.sizes["gap_bucket"], unit=unit)
@@ -175,7 +176,7 @@ class TimelineEncoder(nn.Module):
             out = _periodic(t, self.periods.to(t.device), self.harmonics, self.dtype)
             return self.lift(out.to(self.lift.weight.dtype)) if self.lift is not None and lift else out
         if name == "gap":
-            return _log_gap(g, self.sizes["gap"], self.gap_scale, self.gap_base, "interleaved", self.dtype)
+            return _log_gap(g, self.gap_cycles.to(g.device), self.gap_scale, "interleaved", self.dtype)
         if name == "gap_bucket":
             return self.gap_bucket._embed(g)
         # in hours whatever the unit, so the learned frequencies mean the same thing for every unit

@@ -8,6 +8,7 @@ is 0, nothing divides by it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from ..core._validation import check_choice, check_positive_int
-from ..core.sinusoid import LAYOUTS, sinusoidal
+from ..core.sinusoid import LAYOUTS, _sincos_from_turns_, layout_frequencies
 from .units import check_times, check_unit, checked_gaps, encode_valid, parse_duration, parse_durations
 
 __all__ = ["time_gaps", "log_gap_encoding", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
@@ -70,7 +71,8 @@ def log_gap_encoding(
     check_choice(layout, "layout", LAYOUTS)
     gaps, mask = _check_gaps(gaps, mask)
     scale_value = _positive(scale, unit, "scale")
-    return encode_valid(gaps, mask, lambda g: _log_gap(g, dim, scale_value, base, layout, dtype))
+    cycles = log_gap_cycles(dim, base, layout, gaps.device)
+    return encode_valid(gaps, mask, lambda g: _log_gap(g, cycles, scale_value, layout, dtype))
 
 
 def _positive(value: Any, unit: str, name: str) -> float:
@@ -80,8 +82,15 @@ def _positive(value: Any, unit: str, name: str) -> float:
     return out
 
 
-def _log_gap(g: torch.Tensor, dim: int, scale: float, base: float, layout: str, dtype: torch.dtype) -> torch.Tensor:
-    return sinusoidal(torch.log1p(g.to(torch.float64) / scale), dim, base=base, layout=layout, dtype=dtype)
+def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | str | None = None) -> torch.Tensor:
+    """The core sinusoid's frequencies for ``layout``, in cycles per unit of ``log1p(gap / scale)``."""
+    return layout_frequencies(dim, base=base, layout=layout, device=device) / (2 * math.pi)
+
+
+def _log_gap(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str, dtype: torch.dtype) -> torch.Tensor:
+    # the core's sinusoid of x = log1p(g / scale), with the frequencies computed once by the caller
+    turns = torch.log1p(g.to(torch.float64) / scale).unsqueeze(-1) * cycles
+    return _sincos_from_turns_(turns, layout, dtype)
 
 
 class GapBucketEmbedding(nn.Module):
