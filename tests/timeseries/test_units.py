@@ -106,7 +106,8 @@ def test_duplicates_are_legal():
 
 
 def test_missing_times():
-    with pytest.raises(ValueError, match=r"timelines\[1\] has a missing or infinite time \(NaN/NaT/inf\) at position 1"):
+    expected = r"timelines\[1\] has a missing or infinite time \(NaN/NaT/inf\) at position 1"
+    with pytest.raises(ValueError, match=expected):
         batch_timelines([[0.0], [1.0, float("nan"), 3.0]])
     times, mask = batch_timelines([[0.0], [1.0, float("nan"), 3.0]], drop_missing=True)
     assert times[1].tolist() == [0.0, 2.0] and mask.sum().item() == 3
