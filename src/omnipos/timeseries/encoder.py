@@ -102,7 +102,7 @@ class TimelineEncoder(nn.Module):
                            if "gap_bucket" in self.sizes else None)
         self.time2vec = Time2Vec(self.sizes["time2vec"]) if "time2vec" in self.sizes else None
         self._hours_per_unit = UNITS[self.unit] / UNITS["h"]
-        self.chunk = 1 << 13  # time slots per block
+        self.chunk = 1 << 14  # time slots per block (measured: 2^12..2^16 within noise, 2^14 best)
 
     def _sizes(self, periodic_channels: int) -> dict[str, int]:
         if self.combine == "sum":
