@@ -110,3 +110,19 @@ def test_bad_configuration_and_input():
     with pytest.raises(ValueError, match="finite"):
         TimelineEncoder(16)(torch.tensor([[0.0, float("inf")]]))
     assert TimelineEncoder(4, components=("periodic",), combine="concat")(torch.zeros(1, 2)).shape == (1, 2, 4)
+
+
+def test_empty_batches_and_float64_with_learned_parts():
+    times, mask = batch_timelines([[], []])
+    assert TimelineEncoder(8)(times, mask).shape == (2, 0, 8)
+    assert time_gaps(times, mask).shape == (2, 0)
+    assert absolute_time_encoding(times, 4, min_period=1.0, max_period=2.0, mask=mask).shape == (2, 0, 4)
+    assert periodic_encoding(times, mask=mask).shape == (2, 0, 4)
+    assert log_gap_encoding(times, 4, mask=mask).shape == (2, 0, 4)
+    assert GapBucketEmbedding(dim=3)(times, mask).shape == (2, 0, 3)
+    times, mask = sample(3)
+    enc = TimelineEncoder(8, components=("gap_bucket", "absolute"), dtype=torch.float64)
+    out = enc(times, mask)
+    assert out.dtype == torch.float64 and (out[~mask] == 0).all()
+    enc.chunk = 1  # one row per block gives the same result as one block
+    torch.testing.assert_close(enc(times, mask), out, rtol=0, atol=0)

@@ -137,13 +137,15 @@ class TimelineEncoder(nn.Module):
             gaps = None
         if mask is None:
             mask = torch.ones_like(times, dtype=torch.bool)
+        if times.numel() == 0:
+            return torch.zeros(*times.shape, self.dim, dtype=self.dtype, device=times.device)
         length = times.shape[-1]
         rows_t, rows_m = times.reshape(-1, length), mask.reshape(-1, length)
         rows_g = None if gaps is None else gaps.reshape(-1, length)
         out = torch.empty(*rows_t.shape, self.dim, dtype=self.dtype, device=times.device)
-        # Blocks of rows small enough to stay in cache while they are zeroed, encoded and filled in: the work is
-        # memory-bound (float64 phase buffers, the padded output), not arithmetic-bound.
-        step = max(1, self.chunk // max(1, length))
+        # On CPU, blocks of rows small enough to stay in cache while they are zeroed, encoded and filled in: the
+        # work is memory-bound (float64 phase buffers, the padded output). Elsewhere one block (no syncs).
+        step = max(1, self.chunk // length) if times.device.type == "cpu" else rows_t.shape[0]
         for start in range(0, rows_t.shape[0], step):
             block = slice(start, start + step)
             slots = rows_m[block].reshape(-1).nonzero().squeeze(1)
@@ -153,7 +155,7 @@ class TimelineEncoder(nn.Module):
             if slots.numel():
                 t = rows_t[block].reshape(-1)[slots]
                 g = None if rows_g is None else rows_g[block].reshape(-1)[slots]
-                target.index_copy_(0, slots, self._combined(t, g))
+                target.index_copy_(0, slots, self._combined(t, g).to(out.dtype))
         return out.reshape(*mask.shape, self.dim)
 
     def _combined(self, t: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:

@@ -61,5 +61,5 @@ def _periods_tensor(periods: Sequence[Any], unit: str, device: torch.device) -> 
 def _periodic(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dtype: torch.dtype) -> torch.Tensor:
     fraction = torch.remainder(t.to(torch.float64).unsqueeze(-1), periods) / periods  # [N, P] in [0, 1)
     steps = torch.arange(1, harmonics + 1, dtype=torch.float64, device=t.device)
-    turns = (fraction.unsqueeze(-1) * steps).reshape(*fraction.shape[:-1], -1)
+    turns = (fraction.unsqueeze(-1) * steps).flatten(-2)
     return _sincos_from_turns_(turns, "interleaved", dtype)  # consumes the fresh float64 buffer, no copy
