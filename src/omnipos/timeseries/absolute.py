@@ -13,7 +13,7 @@ import torch
 
 from ..core._validation import check_choice, check_even_dim
 from ..core.frequencies import geometric_frequencies
-from ..core.sinusoid import LAYOUTS, _sincos_from_turns_
+from ..core.sinusoid import LAYOUTS, sinusoid_of_turns
 from .units import check_times, check_unit, encode_valid, parse_duration
 
 __all__ = ["absolute_time_encoding", "absolute_cycles"]
@@ -71,4 +71,5 @@ def absolute_time_encoding(
 
 def _absolute(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
     # the product is a fresh float64 buffer: let the core consume it instead of copying it again
-    return _sincos_from_turns_(t.to(torch.float64).unsqueeze(-1) * cycles, layout, dtype)
+    turns = t.to(torch.float64).unsqueeze(-1) * cycles
+    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)

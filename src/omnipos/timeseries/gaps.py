@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..core._validation import check_choice, check_positive_int
-from ..core.sinusoid import LAYOUTS, _sincos_from_turns_, layout_frequencies
+from ..core.sinusoid import LAYOUTS, sinusoid_of_turns, layout_frequencies
 from .units import check_times, check_unit, checked_gaps, encode_valid, parse_duration, parse_durations
 
 __all__ = ["time_gaps", "log_gap_encoding", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
@@ -90,7 +90,7 @@ def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | st
 def _log_gap(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str, dtype: torch.dtype) -> torch.Tensor:
     # the core's sinusoid of x = log1p(g / scale), with the frequencies computed once by the caller
     turns = torch.log1p(g.to(torch.float64) / scale).unsqueeze(-1) * cycles
-    return _sincos_from_turns_(turns, layout, dtype)
+    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)
 
 
 class GapBucketEmbedding(nn.Module):

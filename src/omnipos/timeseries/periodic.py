@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..core._validation import check_positive_int
-from ..core.sinusoid import _sincos_from_turns_
+from ..core.sinusoid import sinusoid_of_turns
 from .units import check_times, check_unit, encode_valid, parse_durations
 
 __all__ = ["periodic_encoding", "periodic_dim", "DEFAULT_PERIODS"]
@@ -62,4 +62,4 @@ def _periodic(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dtype: tor
     fraction = torch.remainder(t.to(torch.float64).unsqueeze(-1), periods) / periods  # [N, P] in [0, 1)
     steps = torch.arange(1, harmonics + 1, dtype=torch.float64, device=t.device)
     turns = (fraction.unsqueeze(-1) * steps).flatten(-2)
-    return _sincos_from_turns_(turns, "interleaved", dtype)  # consumes the fresh float64 buffer, no copy
+    return sinusoid_of_turns(turns, layout="interleaved", dtype=dtype, inplace=True)  # our buffer: no copy
