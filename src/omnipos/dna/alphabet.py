@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..core._validation import check_choice
-from ..core.batching import lengths_to_mask
+from ..core.batching import lengths_to_mask, pad_packed
 from ._take import take_rows
 
 __all__ = [
@@ -48,7 +48,6 @@ __all__ = [
     "one_hot",
     "soft_mask",
     "complement_tokens",
-    "pad_flat",
 ]
 
 TOKENS = "ACGTNRYSWKMBDHV"
@@ -134,20 +133,6 @@ def _as_byte_sequences(seqs: Any) -> list[bytes]:
     return out
 
 
-def pad_flat(values: torch.Tensor, mask: torch.Tensor, pad_value: int | float) -> torch.Tensor:
-    """Concatenated rows ``values [sum L_b, ...]`` -> padded ``[B, L, ...]`` laid out by ``mask [B, L]``.
-
-    ``core.batching.pad_ragged`` takes one tensor per row; reads arrive already concatenated (one buffer per
-    batch), and splitting a million reads into tensors only to concatenate them again costs more than the rest.
-    """
-    mask = mask.to(values.device)
-    if mask.numel() == values.shape[0]:  # no padding at all (equal lengths): a reshape, no copy
-        return values.reshape(*mask.shape, *values.shape[1:])
-    out = torch.full((*mask.shape, *values.shape[1:]), pad_value, dtype=values.dtype, device=values.device)
-    where = mask.reshape(*mask.shape, *([1] * (values.ndim - 1))).expand_as(out)
-    return out.masked_scatter_(where, values)  # ~8x faster than out[mask] = values on CPU
-
-
 def encode_joined(
     joined: bytes | np.ndarray, lengths: np.ndarray, *, ambiguity: str = "keep", lowercase: str = "soft_mask",
     max_len: int | None = None, device: torch.device | str | None = None,
@@ -166,7 +151,7 @@ def encode_joined(
         index = int(np.searchsorted(ends, flat, side="right"))
         raise InvalidLetterError(index, flat - int(ends[index] - lengths[index]), chr(data[flat]))
     mask = lengths_to_mask(torch.from_numpy(np.asarray(lengths, dtype=np.int64)), max_len)
-    tokens = pad_flat(torch.from_numpy(codes).long(), mask, PAD)
+    tokens = pad_packed(torch.from_numpy(codes).long(), mask, PAD)
     if device is not None:
         tokens, mask = tokens.to(device), mask.to(device)
     return tokens, mask

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from ..core._validation import check_positive_int
-from ..core.batching import lengths_to_mask
-from .alphabet import PAD, pad_flat
+from ..core.batching import lengths_to_mask, pad_packed
+from .alphabet import PAD
 from .positional import rc_symmetric_encoding
 from .reads import read_fastx
 
@@ -73,13 +73,13 @@ def featurize_file(
             bar.close()
     all_lengths = torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.long)
     mask = lengths_to_mask(all_lengths)
-    tokens = pad_flat(torch.cat(flat_tokens) if flat_tokens else torch.zeros(0, dtype=torch.long), mask, PAD)
+    tokens = pad_packed(torch.cat(flat_tokens) if flat_tokens else torch.zeros(0, dtype=torch.long), mask, PAD)
     result: dict[str, Any] = {
         "names": names,
         "tokens": tokens,
         "mask": mask,
         "lengths": all_lengths,
-        "qualities": pad_flat(torch.cat(flat_qualities), mask, 0) if has_quality else None,
+        "qualities": pad_packed(torch.cat(flat_qualities), mask, 0) if has_quality else None,
         "config": {"source": os.fspath(path), "ambiguity": ambiguity, "lowercase": lowercase, "dim": dim,
                    "strand_aware": strand_aware, "encoding": "omnipos.dna.rc_symmetric_encoding"},
     }

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..core._validation import as_position_tensor, check_even_dim, check_finite, check_positive_int
-from ..core.batching import _check_lengths, lengths_to_mask
+from ..core.batching import check_lengths, lengths_to_mask
 from ..core.sinusoid import sinusoidal
 
 __all__ = ["centered_positions", "rc_symmetric_encoding", "RCSymmetricEncoding"]
@@ -36,7 +36,7 @@ def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor
 
     ``max_len`` defaults to the longest length and must not be shorter than it.
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_lengths(lengths)
     mask = lengths_to_mask(lengths, max_len)
     p = torch.arange(mask.shape[1], device=lengths.device, dtype=torch.float64)
     c = p - (lengths.to(torch.float64).unsqueeze(1) - 1.0) / 2.0
@@ -107,7 +107,7 @@ def rc_symmetric_encoding(
         return out
     if mask is not None:
         raise ValueError("mask applies to positions; with lengths the padding follows from the lengths")
-    lengths = _check_lengths(values)
+    lengths = check_lengths(values)
     real = lengths_to_mask(lengths, max_len)
     batch, width = real.shape
     # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in

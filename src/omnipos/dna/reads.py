@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from ..core._validation import check_choice, check_positive_int
-from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, encode_joined, pad_flat
+from ..core.batching import pad_packed
+from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, encode_joined
 
 __all__ = ["ReadBatch", "read_fastx", "PARSERS", "detect_format", "RawRecords"]
 
@@ -224,7 +225,7 @@ def assemble(path: Path, raw: RawRecords, *, ambiguity: str, lowercase: str, qua
             raise ValueError(f"{_record(path, raw.first + index, raw.names[index])}: quality character "
                              f"{chr(scores[flat])!r} at position {position} is outside "
                              f"{chr(quality_offset)!r}..'~' (Phred offset {quality_offset})")
-        qualities = pad_flat(torch.from_numpy(scores - np.uint8(quality_offset)), mask, 0)
+        qualities = pad_packed(torch.from_numpy(scores - np.uint8(quality_offset)), mask, 0)
     return ReadBatch(raw.names, tokens, mask, torch.from_numpy(lengths), qualities)
 
 
