@@ -449,6 +449,8 @@ def test_bad_calls():
         rope.rotate(q, torch.arange(10), seq_dim=-1)
     with pytest.raises(TypeError, match="x must be a floating tensor"):
         rope.rotate(torch.ones(10, 32, dtype=torch.long), torch.arange(10))
+    with pytest.raises(ValueError, match=r"need RotaryEmbedding\(\.\.\., n_axes=\.\.\.\)"):
+        rope.rotate(q, torch.zeros(10, 2))
     with pytest.raises(ValueError, match=r"n_axes=2"):
         RotaryEmbedding(32, n_axes=2).rotate(q, torch.zeros(10, 3))
     with pytest.raises(ValueError, match="rotary dim"):

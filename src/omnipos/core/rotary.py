@@ -449,6 +449,8 @@ class RotaryEmbedding(nn.Module):
         seq = x.shape[seq_axis]
         if len(pos_shape) == 0 or pos_shape[-1] != seq or len(pos_shape) - 1 > seq_axis:
             want = "[..., seq, n_axes]" if self.n_axes is not None else "[seq] or [batch..., seq]"
+            if self.n_axes is None and positions.ndim >= 2 and positions.shape[-2] == seq:
+                want += f" (axial positions [..., seq, {positions.shape[-1]}] need RotaryEmbedding(..., n_axes=...))"
             raise ValueError(
                 f"positions {tuple(positions.shape)} do not fit x {tuple(x.shape)} with seq_dim -> axis {seq_axis} "
                 f"(seq = {seq}); expected {want} with leading axes matching x's first axes"
