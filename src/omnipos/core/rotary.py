@@ -70,7 +70,7 @@ _SLAB = 1 << 19
 
 def _slabs(x: torch.Tensor) -> list[tuple[slice, ...]]:
     """Index tuples (slices only, so no axis is dropped) cutting x into slabs of at most ``_SLAB`` elements."""
-    if x.numel() < 4 * _SLAB or torch.get_num_threads() > 1:
+    if x.device.type != "cpu" or x.numel() < 4 * _SLAB or torch.get_num_threads() > 1:
         return [(slice(None),) * x.ndim]
     inner, axis = x.shape[-1], x.ndim - 2  # the channel axis always stays whole
     while axis > 0 and inner * x.shape[axis] <= _SLAB:
