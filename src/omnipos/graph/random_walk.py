@@ -1,0 +1,122 @@
+"""Random-walk structural encoding (Dwivedi et al., "Graph Neural Networks with Learnable Structural and
+Positional Representations", 2022; GraphGPS's RWSE): the probability that a random walk from node ``i`` is back
+at ``i`` after ``s`` steps, ``(P^s)_ii``, for each requested ``s``.
+
+The transition matrix is ``P_ij = w_ij / sum_j w_ij`` (row-stochastic: each row of a node with edges sums to 1).
+PyG's ``AddRandomWalkPE`` uses ``1 / sum_j w_ij`` instead, which ignores the weight of the edge taken and gives
+rows that do not sum to 1 on weighted graphs (pyg-team/pytorch_geometric#10098); on unweighted graphs the two
+agree. Edges are used as given: ``i -> j`` is a step from ``i`` to ``j`` (a directed list gives a directed walk, as
+in PyG; list both directions for an undirected graph). Self-loops are steps too; duplicate edges add their
+weights; a node with no out-edges has a zero row (its encoding is 0, as in PyG).
+
+Solvers: graphs are grouped by node count and each group's ``[G, n, n]`` transition matrices are multiplied in
+one batched float64 ``matmul`` per step. Only ``ceil(max(steps) / 2)`` powers are formed: the diagonal of
+``P^(h + j)`` is ``sum_l (P^h)_il (P^j)_li``, an elementwise product. Graphs above ``dense_max_nodes`` use a
+sparse ``P`` and propagate blocks of unit vectors (exact; memory ``O(nnz + n * block)``, time
+``O(max(steps) * nnz * n)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..core._validation import check_positive_int
+from ._input import SizeGroup, check_graph, check_steps, size_groups
+
+__all__ = ["random_walk_pe", "return_probabilities", "RW_DENSE_MAX_NODES"]
+
+#: Graphs with more nodes than this use the sparse path.
+RW_DENSE_MAX_NODES = 2048
+
+
+def return_probabilities(transition: torch.Tensor, steps: list[int]) -> torch.Tensor:
+    """``diag(P^s)`` for each ``s`` in ``steps`` of batched dense ``transition [G, n, n]`` -> ``[G, n, len(steps)]``."""
+    longest = max(steps)
+    half = (longest + 1) // 2
+    needed = {s - half for s in steps if s > half}
+    kept: dict[int, torch.Tensor] = {}
+    diagonals: dict[int, torch.Tensor] = {}
+    power = transition
+    for s in range(1, half + 1):
+        if s > 1:
+            power = power @ transition
+        diagonals[s] = power.diagonal(dim1=-2, dim2=-1)
+        if s in needed:
+            kept[s] = power
+    for s in steps:
+        if s > half:  # diag(P^half P^j)_i = sum_l (P^half)_il (P^j)_li
+            diagonals[s] = (power * kept[s - half].transpose(-1, -2)).sum(dim=-1)
+    return torch.stack([diagonals[s] for s in steps], dim=-1)
+
+
+def _transition(group: SizeGroup) -> torch.Tensor:
+    adjacency = group.dense()
+    degree = adjacency.sum(dim=-1, keepdim=True)
+    return adjacency / torch.where(degree > 0, degree, 1.0)
+
+
+def _sparse_one(group: SizeGroup, slot: int, steps: list[int], block: int) -> torch.Tensor:
+    n, device = group.n, group.graphs.device
+    mine = group.slot == slot
+    index = torch.stack([group.row[mine], group.col[mine]])
+    weight = group.weight[mine]
+    degree = torch.zeros(n, dtype=torch.float64, device=device).index_add_(0, index[0], weight)
+    value = weight / degree[index[0]]
+    transition = torch.sparse_coo_tensor(index, value, (n, n)).coalesce().to_sparse_csr()
+    wanted = set(steps)
+    out = torch.zeros(n, len(steps), dtype=torch.float64, device=device)
+    for start in range(0, n, block):
+        cols = torch.arange(start, min(start + block, n), device=device)
+        diagonal = (cols, torch.arange(cols.numel(), device=device))
+        walk = torch.zeros(n, cols.numel(), dtype=torch.float64, device=device)
+        walk[diagonal] = 1.0
+        for s in range(1, max(steps) + 1):
+            walk = transition @ walk  # column c is now P^s e_c; its entry c is (P^s)_cc
+            if s in wanted:
+                values = walk[diagonal]
+                for column in (i for i, t in enumerate(steps) if t == s):
+                    out[cols, column] = values
+    return out
+
+
+def random_walk_pe(
+    edge_index: Any,
+    num_nodes: int,
+    steps: int | list[int] = 16,
+    *,
+    batch: Any = None,
+    edge_weight: Any = None,
+    dense_max_nodes: int = RW_DENSE_MAX_NODES,
+    block: int = 256,
+) -> torch.Tensor:
+    """Random-walk return probabilities of every node of a graph or of a PyG batch of graphs.
+
+    Args:
+        edge_index: ``[2, E]`` integer node pairs; ``i -> j`` is a possible step (see the module docstring).
+        num_nodes: ``N``, total number of nodes (of all graphs of the batch).
+        steps: ``S`` for steps ``1..S`` (PyG's ``walk_length``), or a list of step counts (any positive ints,
+            output columns in the given order, as GraphGPS's ``kernel.times``).
+        batch: ``[N]`` non-decreasing graph id per node (PyG's ``batch``); ``None`` = one graph.
+        edge_weight: ``[E]`` finite, non-negative weights (default 1); the walk takes ``i -> j`` with probability
+            ``w_ij / sum_j w_ij``.
+        dense_max_nodes: graphs with more nodes use the sparse path. block: its number of columns at a time.
+
+    Returns:
+        ``[N, len(steps)]`` float32 on the input's device: column ``c`` is ``(P^steps[c])_ii``.
+    """
+    steps = check_steps(steps)
+    dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
+    block = check_positive_int(block, "block")
+    g = check_graph(edge_index, num_nodes, batch, edge_weight)
+    out = torch.zeros(g.num_nodes, len(steps), dtype=torch.float32, device=g.device)
+    for group in size_groups(g):
+        if group.n == 0:
+            continue
+        if group.n <= dense_max_nodes:
+            values = return_probabilities(_transition(group), steps)
+        else:
+            values = torch.stack([_sparse_one(group, slot, steps, block) for slot in range(group.graphs.numel())])
+        out[group.nodes(g.ptr).reshape(-1)] = values.reshape(-1, len(steps)).to(torch.float32)
+    return out
