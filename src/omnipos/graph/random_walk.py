@@ -25,7 +25,7 @@ import torch
 from ..core._validation import check_positive_int
 from ._input import SizeGroup, check_graph, check_steps, size_groups
 
-__all__ = ["random_walk_pe", "return_probabilities", "RW_DENSE_MAX_NODES"]
+__all__ = ["random_walk_pe", "transition_matrix", "return_probabilities", "RW_DENSE_MAX_NODES"]
 
 #: Graphs with more nodes than this use the sparse path.
 RW_DENSE_MAX_NODES = 2048
@@ -51,10 +51,21 @@ def return_probabilities(transition: torch.Tensor, steps: list[int]) -> torch.Te
     return torch.stack([diagonals[s] for s in steps], dim=-1)
 
 
-def _transition(group: SizeGroup) -> torch.Tensor:
-    adjacency = group.dense()
+def _row_normalise(adjacency: torch.Tensor) -> torch.Tensor:
     degree = adjacency.sum(dim=-1, keepdim=True)
     return adjacency / torch.where(degree > 0, degree, 1.0)
+
+
+def transition_matrix(edge_index: Any, num_nodes: int, *, batch: Any = None, edge_weight: Any = None) -> torch.Tensor:
+    """The dense float64 transition matrices ``P_ij = w_ij / sum_j w_ij`` of a graph ``[N, N]`` (or of each graph
+    of a batch of equal-sized graphs, ``[B, n, n]``); rows of nodes without out-edges are 0. For inspection and
+    small graphs: :func:`random_walk_pe` never forms the big ones densely."""
+    g = check_graph(edge_index, num_nodes, batch, edge_weight)
+    groups = size_groups(g)
+    if len(groups) != 1:
+        raise ValueError("transition_matrix needs graphs of one size; call it per graph")
+    transition = _row_normalise(groups[0].dense())
+    return transition[0] if batch is None else transition
 
 
 def _sparse_one(group: SizeGroup, slot: int, steps: list[int], block: int) -> torch.Tensor:
@@ -115,7 +126,7 @@ def random_walk_pe(
         if group.n == 0:
             continue
         if group.n <= dense_max_nodes:
-            values = return_probabilities(_transition(group), steps)
+            values = return_probabilities(_row_normalise(group.dense()), steps)
         else:
             values = torch.stack([_sparse_one(group, slot, steps, block) for slot in range(group.graphs.numel())])
         out[group.nodes(g.ptr).reshape(-1)] = values.reshape(-1, len(steps)).to(torch.float32)
