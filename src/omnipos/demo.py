@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from .core import sinusoidal
+from .graph.demo import demo_section as graph_demo_section
 
 __all__ = ["run_demo", "SECTIONS"]
 
@@ -48,6 +49,7 @@ def core_section(out_dir: Path | None) -> None:
 
 SECTIONS: list[tuple[str, Callable[[Path | None], None]]] = [
     ("core", core_section),
+    ("graph", graph_demo_section),
 ]
 
 

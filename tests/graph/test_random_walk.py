@@ -119,3 +119,14 @@ def test_bad_input(kwargs, error, match):
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         random_walk_pe(**arguments)
+
+
+@pytest.mark.parametrize("longest", [1, 2, 3, 5, 9, 10, 17, 20, 31])
+def test_baby_step_giant_step_powers(longest):
+    from omnipos.graph.random_walk import return_probabilities
+
+    p = torch.rand(3, 7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(longest))
+    p /= p.sum(-1, keepdim=True)
+    steps = list(range(longest, 0, -1))  # any order
+    expected = np.stack([np.diagonal(np.linalg.matrix_power(p.numpy(), s), axis1=1, axis2=2) for s in steps], -1)
+    np.testing.assert_allclose(return_probabilities(p, steps).numpy(), expected, rtol=1e-12, atol=1e-15)

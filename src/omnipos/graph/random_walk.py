@@ -10,20 +10,21 @@ in PyG; list both directions for an undirected graph). Self-loops are steps too;
 weights; a node with no out-edges has a zero row (its encoding is 0, as in PyG).
 
 Solvers: graphs are grouped by node count and each group's ``[G, n, n]`` transition matrices are multiplied in
-one batched float64 ``matmul`` per step. Only ``ceil(max(steps) / 2)`` powers are formed: the diagonal of
-``P^(h + j)`` is ``sum_l (P^h)_il (P^j)_li``, an elementwise product. Graphs above ``dense_max_nodes`` use a
+batched float64 ``matmul``s: about ``2 sqrt(max(steps))`` of them, not one per step (see
+:func:`return_probabilities`). Graphs above ``dense_max_nodes`` use a
 sparse ``P`` and propagate blocks of unit vectors (exact; memory ``O(nnz + n * block)``, time
 ``O(max(steps) * nnz * n)``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from ..core._validation import check_positive_int
-from ._input import SizeGroup, check_graph, check_steps, size_groups
+from ._input import GraphBatch, SizeGroup, check_graph, check_steps, cpu_threads, size_groups
 
 __all__ = ["random_walk_pe", "transition_matrix", "return_probabilities", "RW_DENSE_MAX_NODES"]
 
@@ -32,22 +33,32 @@ RW_DENSE_MAX_NODES = 2048
 
 
 def return_probabilities(transition: torch.Tensor, steps: list[int]) -> torch.Tensor:
-    """``diag(P^s)`` for each ``s`` in ``steps`` of batched dense ``transition [G, n, n]`` -> ``[G, n, len(steps)]``."""
+    """``diag(P^s)`` for each ``s`` in ``steps`` of batched dense ``transition [G, n, n]`` -> ``[G, n, len(steps)]``.
+
+    Baby-step giant-step: with ``m = ceil(sqrt(max(steps)))``, only ``P^1..P^m`` and ``P^m, P^2m, ...`` are
+    formed (about ``2 sqrt(S)`` matrix products instead of ``S - 1``); ``diag(P^(qm + r))_i`` is then the
+    elementwise ``sum_l (P^qm)_il (P^r)_li``, ``O(n^2)`` per step.
+    """
     longest = max(steps)
-    half = (longest + 1) // 2
-    needed = {s - half for s in steps if s > half}
-    kept: dict[int, torch.Tensor] = {}
-    diagonals: dict[int, torch.Tensor] = {}
-    power = transition
-    for s in range(1, half + 1):
-        if s > 1:
-            power = power @ transition
-        diagonals[s] = power.diagonal(dim1=-2, dim2=-1)
-        if s in needed:
-            kept[s] = power
+    m = max(1, math.isqrt(longest - 1) + 1) if longest > 1 else 1
+    small = [transition]  # small[r - 1] = P^r
+    for _ in range(1, m):
+        small.append(small[-1] @ transition)
+    giants = {1: small[-1]}  # giants[q] = P^(q m)
+    for q in range(2, (longest - 1) // m + 1):
+        giants[q] = giants[q - 1] @ small[-1]
+    transposed: dict[int, torch.Tensor] = {}
+    diagonals = {}
     for s in steps:
-        if s > half:  # diag(P^half P^j)_i = sum_l (P^half)_il (P^j)_li
-            diagonals[s] = (power * kept[s - half].transpose(-1, -2)).sum(dim=-1)
+        if s in diagonals:
+            continue
+        q, r = (s - 1) // m, (s - 1) % m + 1
+        if q == 0:
+            diagonals[s] = small[r - 1].diagonal(dim1=-2, dim2=-1)
+        else:
+            if r not in transposed:  # contiguous, so the product below streams both operands
+                transposed[r] = small[r - 1].transpose(-1, -2).contiguous()
+            diagonals[s] = (giants[q] * transposed[r]).sum(dim=-1)
     return torch.stack([diagonals[s] for s in steps], dim=-1)
 
 
@@ -120,7 +131,12 @@ def random_walk_pe(
     steps = check_steps(steps)
     dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
     block = check_positive_int(block, "block")
-    g = check_graph(edge_index, num_nodes, batch, edge_weight)
+    with cpu_threads(edge_index):
+        g = check_graph(edge_index, num_nodes, batch, edge_weight)
+        return _encode(g, steps, dense_max_nodes, block)
+
+
+def _encode(g: GraphBatch, steps: list[int], dense_max_nodes: int, block: int) -> torch.Tensor:
     out = torch.zeros(g.num_nodes, len(steps), dtype=torch.float32, device=g.device)
     for group in size_groups(g):
         if group.n == 0:
