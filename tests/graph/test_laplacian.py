@@ -277,3 +277,20 @@ def test_bad_input(kwargs, error, match):
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         laplacian_pe(**arguments)
+
+
+@pytest.mark.gpu
+def test_cpu_and_gpu_agree_with_canonical_sign(graph_factory, adjacency):
+    graphs = [connected_graph_with_distinct_spectrum(graph_factory, n, n, adjacency) for n in (12, 20, 12, 33)]
+    sizes = [12, 20, 12, 33]
+    offsets = np.cumsum([0] + sizes[:-1])
+    e = torch.cat([g + o for g, o in zip(graphs, offsets)], 1)
+    batch = torch.repeat_interleave(torch.arange(4), torch.tensor(sizes))
+    cpu = laplacian_pe(e, sum(sizes), 6, batch=batch)
+    gpu = laplacian_pe(e.cuda(), sum(sizes), 6, batch=batch.cuda())
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-5, rtol=0)
+    from omnipos.graph import random_walk_pe
+
+    torch.testing.assert_close(random_walk_pe(e.cuda(), sum(sizes), 8, batch=batch.cuda()).cpu(),
+                               random_walk_pe(e, sum(sizes), 8, batch=batch), atol=1e-6, rtol=0)

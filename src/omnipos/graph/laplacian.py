@@ -103,8 +103,9 @@ def _dense_group(group: SizeGroup, columns: slice,
 
 
 def _sparse_one(row: np.ndarray, col: np.ndarray, weight: np.ndarray, n: int, wanted: int,
-                normalization: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """The ``wanted`` smallest eigenpairs of one big graph's Laplacian, never densified: ``([m], [n, m])``."""
+                normalization: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``wanted`` smallest eigenpairs of one big graph's (symmetric) Laplacian, never densified:
+    ``([m], [n, m], d_scale [n])``, as :func:`dense_laplacian`."""
     import scipy.sparse as sp
     from scipy.sparse.linalg import LinearOperator, eigsh, splu
 
@@ -129,11 +130,7 @@ def _sparse_one(row: np.ndarray, col: np.ndarray, weight: np.ndarray, n: int, wa
     start = np.random.default_rng(0).standard_normal(n)  # fixed start vector: ARPACK is deterministic then
     values, vectors = eigsh(laplacian.tocsr(), k=wanted, sigma=-shift, which="LM", OPinv=op_inv, v0=start)
     order = np.argsort(values, kind="stable")
-    values, vectors = values[order], vectors[:, order]
-    if normalization == "rw":
-        vectors = vectors * d_scale[:, None]
-        vectors /= np.linalg.norm(vectors, axis=0, keepdims=True)
-    return values, vectors
+    return values[order], vectors[:, order], d_scale
 
 
 def connected_components(edge_index: torch.Tensor, num_nodes: int,
@@ -241,9 +238,12 @@ def _sparse_groups(group: SizeGroup, wanted: int,
     all_values, all_vectors = [], []
     for slot in range(group.graphs.numel()):
         mine = group.slot == slot
-        values, vectors = _sparse_one(group.row[mine].cpu().numpy(), group.col[mine].cpu().numpy(),
-                                      group.weight[mine].cpu().numpy(), group.n, wanted, normalization)
+        values, vectors, d_scale = _sparse_one(group.row[mine].cpu().numpy(), group.col[mine].cpu().numpy(),
+                                               group.weight[mine].cpu().numpy(), group.n, wanted, normalization)
+        vectors = torch.from_numpy(np.ascontiguousarray(vectors))
+        if normalization == "rw":
+            vectors = _rw_vectors(vectors, torch.from_numpy(d_scale))
         all_values.append(torch.from_numpy(values))
-        all_vectors.append(torch.from_numpy(np.ascontiguousarray(vectors)))
+        all_vectors.append(vectors)
     device = group.graphs.device
     return torch.stack(all_values).to(device), torch.stack(all_vectors).to(device)
