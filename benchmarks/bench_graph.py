@@ -7,9 +7,12 @@
     mesh-like), k=8: omnipos's shift-invert eigsh vs PyG's eigsh(which='SA'), timed once.
 (c) random-walk PE, 20 steps, on (a): omnipos `random_walk_pe` vs PyG's AddRandomWalkPE graph by graph.
 
-Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x. Threads: BLAS and torch run single-threaded on both
-sides (OPENBLAS_NUM_THREADS=1, torch.set_num_threads(1)): on a shared 2-core machine NumPy's threaded eigh was
-15x slower for PyG, so this is the fair (PyG-favouring) setting.
+Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x. Threads: NumPy's BLAS runs single-threaded
+(OPENBLAS_NUM_THREADS=1: on a shared 2-core machine PyG's threaded NumPy eigh was 15x slower, so this favours
+PyG); torch keeps its default (omnipos runs LAPACK single-threaded per matrix and splits a batch's eigh over
+torch.get_num_threads() Python threads; PyG's per-graph tensors are too small for torch to thread). Speedups are
+given both in process CPU time (`time.process_time`, summed over threads; other processes on a shared machine
+do not inflate it) and in wall-clock time (which they do).
 
     python benchmarks/bench_graph.py [--quick]
 """
@@ -76,6 +79,18 @@ def knn_graph(n: int, neighbours: int = 6, seed: int = 0) -> torch.Tensor:
     return torch.cat([e, e.flip(0)], 1)
 
 
+def timed(fn, repeats: int) -> tuple[float, float]:
+    """(median wall seconds, median process-CPU seconds) of ``fn()`` after one warm-up call."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return float(np.median(wall)), float(np.median(cpu))
+
+
 def per_graph(transform, graphs):
     return [transform(g) for g in graphs]
 
@@ -107,60 +122,64 @@ def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--big-nodes", type=int, default=50_000)
     args = parser.parse_args()
-    torch.set_num_threads(1)
     device = torch.device(args.device)
     count = 1_000 if args.quick else 10_000
     repeats = 1 if args.quick else 3
     big_nodes = 5_000 if args.quick else args.big_nodes
     bench = Bench("graph", device=device, notes=(
         f"(a), (c): {count:,} molecule-like graphs (10-40 nodes), whole dataset; (b): one {big_nodes:,}-node "
-        "6-NN graph, timed once. PyG = its transform graph by graph; speedup = PyG time / omnipos time. "
+        "6-NN graph, timed once. PyG = its transform graph by graph; speedup = PyG time / omnipos time (CPU time and wall time). "
         "max_diff: largest |omnipos - PyG| (LapPE: over 300 graphs, columns of simple eigenvalues, signs matched)."))
 
     graphs = molecule_like(count)
     edge_index, num_nodes, batch = collate(graphs)
     edge_index, batch = edge_index.to(device), batch.to(device)
 
+    def row(case, ours, peer, peer_name, max_diff=""):
+        bench.row(case=case, omnipos_cpu_s=ours[1], pyg_cpu_s=peer[1], speedup_cpu=peer[1] / ours[1],
+                  omnipos_wall_s=ours[0], pyg_wall_s=peer[0], speedup_wall=peer[0] / ours[0], max_diff=max_diff,
+                  peer=peer_name)
+
     # (a) Laplacian PE, k=8
     diff = simple_columns_agree(graphs[:300], 8)
-    t_ours = bench.time(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch), warmup=1, repeats=repeats)
-    t_pre = bench.time(lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device,
-                                          progress=False), warmup=1, repeats=repeats)
     peer_repeats = max(1, repeats - 1)  # PyG takes seconds per pass
-    t_pyg_sym = bench.time(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs),
-                           device="cpu", warmup=1, repeats=peer_repeats)
-    t_pyg_default = bench.time(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs), device="cpu", warmup=1,
-                               repeats=peer_repeats)
-    bench.row(case="(a) LapPE k=8, laplacian_pe on the batch", omnipos_s=t_ours, pyg_s=t_pyg_sym,
-              speedup=t_pyg_sym / t_ours, max_diff=diff, peer="AddLaplacianEigenvectorPE(is_undirected=True)")
-    bench.row(case="(a) LapPE k=8, precompute(list of Data)", omnipos_s=t_pre, pyg_s=t_pyg_sym,
-              speedup=t_pyg_sym / t_pre, max_diff="", peer="AddLaplacianEigenvectorPE(is_undirected=True)")
-    bench.row(case="(a) LapPE k=8, laplacian_pe on the batch", omnipos_s=t_ours, pyg_s=t_pyg_default,
-              speedup=t_pyg_default / t_ours, max_diff="", peer="AddLaplacianEigenvectorPE() (default, eig)")
+    ours = timed(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch), repeats)
+    pre = timed(lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device, progress=False),
+                repeats)
+    pyg_sym = timed(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs), peer_repeats)
+    pyg_default = timed(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs), peer_repeats)
+    row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)", diff)
+    row("(a) LapPE k=8, precompute(list)", pre, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
+    row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_default, "AddLaplacianEigenvectorPE() (default: eig)")
 
     # (c) random walk, 20 steps
-    ours = random_walk_pe(edge_index, num_nodes, 20, batch=batch)
+    rw = random_walk_pe(edge_index, num_nodes, 20, batch=batch)
     pyg = torch.cat([g.random_walk_pe for g in per_graph(AddRandomWalkPE(20), graphs)])
-    diff = float((ours.cpu() - pyg).abs().max())
-    t_ours = bench.time(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch), warmup=1,
-                        repeats=repeats)
-    t_pyg = bench.time(lambda: per_graph(AddRandomWalkPE(20), graphs), device="cpu", warmup=1,
-                       repeats=peer_repeats)
-    bench.row(case="(c) RWPE 20 steps, random_walk_pe on the batch", omnipos_s=t_ours, pyg_s=t_pyg,
-              speedup=t_pyg / t_ours, max_diff=diff, peer="AddRandomWalkPE(20)")
+    diff = float((rw.cpu() - pyg).abs().max())
+    ours = timed(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch), repeats)
+    peer = timed(lambda: per_graph(AddRandomWalkPE(20), graphs), peer_repeats)
+    row("(c) RWPE 20 steps, random_walk_pe(batch)", ours, peer, "AddRandomWalkPE(20)", diff)
 
     # (b) one big sparse graph, k=8: each side timed once (PyG's Lanczos is slow on it)
     big = knn_graph(big_nodes)
-    started = time.perf_counter()
-    ours = laplacian_pe(big.to(device), big_nodes, 8)
-    t_ours = time.perf_counter() - started
     data = Data(edge_index=big, num_nodes=big_nodes)
-    started = time.perf_counter()
-    pyg = AddLaplacianEigenvectorPE(8, is_undirected=True)(data).laplacian_eigenvector_pe
-    t_pyg = time.perf_counter() - started
-    bench.row(case=f"(b) LapPE k=8, one {big_nodes:,}-node 6-NN graph", omnipos_s=t_ours, pyg_s=t_pyg,
-              speedup=t_pyg / t_ours, max_diff=columns_agree(ours.cpu(), pyg),
-              peer="AddLaplacianEigenvectorPE(is_undirected=True): eigsh(which='SA')")
+    results = {}
+
+    def solve_ours():
+        results["ours"] = laplacian_pe(big.to(device), big_nodes, 8)
+
+    def solve_pyg():
+        results["pyg"] = AddLaplacianEigenvectorPE(8, is_undirected=True)(data).laplacian_eigenvector_pe
+
+    w0, c0 = time.perf_counter(), time.process_time()
+    solve_ours()
+    ours = (time.perf_counter() - w0, time.process_time() - c0)
+    w0, c0 = time.perf_counter(), time.process_time()
+    solve_pyg()
+    peer = (time.perf_counter() - w0, time.process_time() - c0)
+    row(f"(b) LapPE k=8, one {big_nodes:,}-node 6-NN graph", ours, peer,
+        "AddLaplacianEigenvectorPE(is_undirected=True): eigsh(which='SA')",
+        columns_agree(results["ours"].cpu(), results["pyg"]))
     bench.finish(args.out)
 
 

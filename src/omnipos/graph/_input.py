@@ -25,18 +25,19 @@ CPU_THREADS: int | None = 1
 
 
 @contextmanager
-def cpu_threads(like: Any) -> Iterator[None]:
+def cpu_threads(like: Any) -> Iterator[int]:
     """Run the block with ``CPU_THREADS`` torch threads when ``like`` (a tensor or device; anything else counts
-    as CPU) is on the CPU; torch's setting is restored afterwards."""
+    as CPU) is on the CPU; torch's setting is restored afterwards. Yields the thread count torch had, i.e. the
+    parallelism the caller allows (used for independent LAPACK calls on Python threads)."""
     device = like.device if isinstance(like, torch.Tensor) else torch.device(
         like if isinstance(like, (str, torch.device)) else "cpu")
     threads = torch.get_num_threads()
     if device.type != "cpu" or CPU_THREADS is None or threads == CPU_THREADS:
-        yield
+        yield threads
         return
     torch.set_num_threads(CPU_THREADS)
     try:
-        yield
+        yield threads
     finally:
         torch.set_num_threads(threads)
 

@@ -30,12 +30,14 @@ A disconnected graph has one zero eigenvalue per component; ``drop_trivial`` dro
 
 Solvers: graphs are grouped by node count and each group is solved with ONE batched ``torch.linalg.eigh`` in
 float64 on the input's device (the dense ``[G, n, n]`` Laplacians are scattered from the edge list with tensor
-ops). Graphs above ``dense_max_nodes`` go to a sparse solver instead (never a dense ``n x n``): SciPy's
+ops). On the CPU, LAPACK runs single-threaded per matrix and the stacks are split over ``torch.get_num_threads()``
+Python threads instead (see ``omnipos.graph._input.CPU_THREADS`` for why). Graphs above ``dense_max_nodes`` go to a sparse solver instead (never a dense ``n x n``): SciPy's
 ``eigsh`` in shift-invert mode around a small negative shift, with a fixed start vector (deterministic).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -89,17 +91,20 @@ def _rw_vectors(vectors: torch.Tensor, d_scale: torch.Tensor) -> torch.Tensor:
     return vectors / vectors.norm(dim=-2, keepdim=True)
 
 
-def _dense_group(group: SizeGroup, columns: slice,
-                 normalization: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eigenpairs ``columns`` of the group's ``G`` graphs: ``([G, m], [G, n, m])`` float64."""
-    adjacency = group.dense()
-    adjacency = torch.maximum(adjacency, adjacency.transpose(1, 2))
-    laplacian, d_scale = dense_laplacian(adjacency, normalization)
-    values, vectors = torch.linalg.eigh(laplacian)
-    values, vectors = values[:, columns], vectors[:, :, columns]
-    if normalization == "rw":
-        vectors = _rw_vectors(vectors, d_scale)
-    return values, vectors
+def _eigh_all(laplacians: list[torch.Tensor], workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``torch.linalg.eigh`` of each ``[G, n, n]`` stack. On the CPU each stack is cut into ``workers`` slices
+    solved on Python threads: a batched eigh is one single-threaded LAPACK call per matrix (see ``CPU_THREADS``),
+    and torch releases the GIL while it runs, so the slices run in parallel."""
+    if workers <= 1 or not laplacians or laplacians[0].device.type != "cpu":
+        return [torch.linalg.eigh(lap) for lap in laplacians]
+    pieces = [lap.tensor_split(workers) for lap in laplacians]
+    with ThreadPoolExecutor(workers) as pool:
+        solved = iter(list(pool.map(torch.linalg.eigh, [p for parts in pieces for p in parts])))
+    out = []
+    for parts in pieces:
+        chunk = [next(solved) for _ in parts]
+        out.append((torch.cat([c[0] for c in chunk]), torch.cat([c[1] for c in chunk])))
+    return out
 
 
 def _sparse_one(row: np.ndarray, col: np.ndarray, weight: np.ndarray, n: int, wanted: int,
@@ -191,7 +196,7 @@ def laplacian_pe(
     normalization = _check_normalization(normalization)
     check_choice(sign, "sign", SIGNS)
     dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
-    with cpu_threads(edge_index):
+    with cpu_threads(edge_index) as workers:
         g = check_graph(edge_index, num_nodes, batch, edge_weight)
         order = None
         if per_component:
@@ -200,7 +205,8 @@ def laplacian_pe(
             position = torch.empty_like(order)
             position[order] = torch.arange(order.numel(), device=order.device)
             g = check_graph(position[g.edge_index], g.num_nodes, labels[order], g.edge_weight)
-        pe, values, mask = _encode(g, k, normalization, bool(drop_trivial), sign, dense_max_nodes, generator)
+        pe, values, mask = _encode(g, k, normalization, bool(drop_trivial), sign, dense_max_nodes, generator,
+                                   workers)
         if order is not None:
             pe = pe[position]
     if return_eigenvalues:
@@ -209,27 +215,44 @@ def laplacian_pe(
 
 
 def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool, sign: str,
-            dense_max_nodes: int, generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
+            dense_max_nodes: int, generator: torch.Generator | None, workers: int = 1) -> tuple[torch.Tensor, ...]:
     start = int(drop_trivial)
     device = g.device
     pe = torch.zeros(g.num_nodes, k, dtype=torch.float32, device=device)
     eigenvalues = torch.zeros(g.num_graphs, k, dtype=torch.float32, device=device)
     available = (g.counts - start).clamp_min(0)
     mask = torch.arange(k, device=device) < available.unsqueeze(-1)
+    dense, laplacians, scales = [], [], []
     for group in size_groups(g, keep=g.edge_index[0] != g.edge_index[1]):  # self-loops dropped
         n = group.n
         if n <= start:
             continue
         m = min(k, n - start)
         if n <= dense_max_nodes or start + m >= n - 1:  # (ARPACK needs fewer eigenpairs than n - 1)
-            values, vectors = _dense_group(group, slice(start, start + m), normalization)
-        else:
-            values, vectors = _sparse_groups(group, start + m, normalization)
-            values, vectors = values[:, start:], vectors[:, :, start:]
-        vectors = _pick_signs(vectors, sign, generator)
-        pe[group.nodes(g.ptr).reshape(-1), :m] = vectors.reshape(-1, m).to(torch.float32)
-        eigenvalues[group.graphs, :m] = values.to(torch.float32)
+            adjacency = group.dense()
+            laplacian, d_scale = dense_laplacian(torch.maximum(adjacency, adjacency.transpose(1, 2)),
+                                                 normalization)
+            dense.append(group)
+            laplacians.append(laplacian)
+            scales.append(d_scale)
+            continue
+        values, vectors = _sparse_groups(group, start + m, normalization)
+        _store(pe, eigenvalues, g, group, values[:, start:], vectors[:, :, start:], sign, generator)
+    for group, d_scale, (values, vectors) in zip(dense, scales, _eigh_all(laplacians, workers)):
+        m = min(k, group.n - start)
+        values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
+        if normalization == "rw":
+            vectors = _rw_vectors(vectors, d_scale)
+        _store(pe, eigenvalues, g, group, values, vectors, sign, generator)
     return pe, eigenvalues, mask
+
+
+def _store(pe: torch.Tensor, eigenvalues: torch.Tensor, g: GraphBatch, group: SizeGroup, values: torch.Tensor,
+           vectors: torch.Tensor, sign: str, generator: torch.Generator | None) -> None:
+    m = values.shape[1]
+    vectors = _pick_signs(vectors, sign, generator)
+    pe[group.nodes(g.ptr).reshape(-1), :m] = vectors.reshape(-1, m).to(torch.float32)
+    eigenvalues[group.graphs, :m] = values.to(torch.float32)
 
 
 def _sparse_groups(group: SizeGroup, wanted: int,
