@@ -9,8 +9,9 @@
 
 Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x. Threads: NumPy's BLAS runs single-threaded
 (OPENBLAS_NUM_THREADS=1: on a shared 2-core machine PyG's threaded NumPy eigh was 15x slower, so this favours
-PyG); torch keeps its default (omnipos runs LAPACK single-threaded per matrix and splits a batch's eigh over
-torch.get_num_threads() Python threads; PyG's per-graph tensors are too small for torch to thread). Speedups are
+PyG); torch keeps its default for omnipos (which runs LAPACK single-threaded per matrix and splits a batch's
+eigh over torch.get_num_threads() Python threads) and is set to 1 thread while PyG runs (with 2, its small
+per-graph matmuls ran 10x slower on the shared machine). Speedups are
 given both in process CPU time (`time.process_time`, summed over threads; other processes on a shared machine
 do not inflate it) and in wall-clock time (which they do).
 
@@ -92,7 +93,14 @@ def timed(fn, repeats: int) -> tuple[float, float]:
 
 
 def per_graph(transform, graphs):
-    return [transform(g) for g in graphs]
+    """PyG's way: the transform graph by graph, with torch single-threaded (its per-graph matmuls are small;
+    with 2 threads on a shared machine its random walk ran 10x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [transform(g) for g in graphs]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def columns_agree(ours: torch.Tensor, theirs: torch.Tensor) -> float:

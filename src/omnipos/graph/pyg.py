@@ -53,11 +53,40 @@ def _graph_arguments(data: Data) -> dict[str, Any]:
             "edge_weight": getattr(data, "edge_weight", None)}
 
 
+def _collate_structure(graphs: list[Data], device: torch.device | str | None) -> tuple[dict[str, Any], list[int]]:
+    """edge_index / edge_weight / batch of a list of graphs (what ``Batch.from_data_list`` would give for them,
+    without collating every other attribute), and the node offsets ``ptr``."""
+    sizes = [g.num_nodes for g in graphs]
+    ptr = [0]
+    for n in sizes:
+        ptr.append(ptr[-1] + n)
+    for i, g in enumerate(graphs):
+        if g.edge_index is None:
+            raise ValueError(f"graph {i} has no edge_index")
+    edge_index = torch.cat([g.edge_index + offset for g, offset in zip(graphs, ptr)], dim=1)
+    weights = [getattr(g, "edge_weight", None) for g in graphs]
+    if all(w is None for w in weights):
+        edge_weight = None
+    elif any(w is None for w in weights):
+        raise ValueError("some graphs have edge_weight and some do not; give all of them weights or none")
+    else:
+        edge_weight = torch.cat(weights)
+    batch = torch.repeat_interleave(torch.arange(len(graphs)), torch.tensor(sizes))
+    target = device if device is not None else edge_index.device
+    arguments = {"edge_index": edge_index.to(target), "num_nodes": ptr[-1], "batch": batch.to(target),
+                 "edge_weight": None if edge_weight is None else edge_weight.to(target)}
+    return arguments, ptr
+
+
 class _PETransform(BaseTransform):
     """Shared plumbing: ``encode(data) -> {attr: (value, level)}`` computed once, attached by one helper
     (``level`` is ``"node"`` for ``[N, ...]`` values, ``"graph"`` for ``[B, ...]`` ones)."""
 
     def encode(self, data: Data) -> dict[str | None, tuple[torch.Tensor, str]]:
+        return self.encode_structure(**_graph_arguments(data))
+
+    def encode_structure(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None,
+                         edge_weight: torch.Tensor | None) -> dict[str | None, tuple[torch.Tensor, str]]:
         raise NotImplementedError
 
     def forward(self, data: Data) -> Data:
@@ -112,10 +141,11 @@ class AddLaplacianPE(_PETransform):
         self.dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
         self.generator = generator
 
-    def encode(self, data: Data) -> dict[str | None, tuple[torch.Tensor, str]]:
-        arguments = _graph_arguments(data)
+    def encode_structure(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None,
+                         edge_weight: torch.Tensor | None) -> dict[str | None, tuple[torch.Tensor, str]]:
         pe, values, mask = laplacian_pe(
-            **arguments, k=self.k, normalization=self.normalization, drop_trivial=self.drop_trivial,
+            edge_index, num_nodes, self.k, batch=batch, edge_weight=edge_weight,
+            normalization=self.normalization, drop_trivial=self.drop_trivial,
             sign=self.sign, return_eigenvalues=True, per_component=self.per_component,
             dense_max_nodes=self.dense_max_nodes, generator=self.generator)
         out: dict[str | None, tuple[torch.Tensor, str]] = {self.attr_name: (pe, "node")}
@@ -124,7 +154,6 @@ class AddLaplacianPE(_PETransform):
                 values = eigenvalue_encoding(values, self.eigenvalue_dim, mask=mask)
             out[self.eigenvalue_attr] = (values, "graph")
         if self.mask_attr is not None:
-            batch = arguments["batch"]
             out[self.mask_attr] = (mask[batch] if batch is not None else mask.expand(pe.shape[0], -1), "node")
         return out
 
@@ -152,8 +181,10 @@ class AddRandomWalkPE(_PETransform):
         self.walk_length = walk_length
         self.attr_name = attr_name
 
-    def encode(self, data: Data) -> dict[str | None, tuple[torch.Tensor, str]]:
-        return {self.attr_name: (random_walk_pe(**_graph_arguments(data), steps=self.steps), "node")}
+    def encode_structure(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None,
+                         edge_weight: torch.Tensor | None) -> dict[str | None, tuple[torch.Tensor, str]]:
+        pe = random_walk_pe(edge_index, num_nodes, self.steps, batch=batch, edge_weight=edge_weight)
+        return {self.attr_name: (pe, "node")}
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(walk_length={self.walk_length!r}, attr_name={self.attr_name!r})"
@@ -220,24 +251,22 @@ def precompute(dataset: Sequence[Data], transform: BaseTransform, *, batch_size:
     for start in range(0, total, batch_size):
         graphs = [dataset[i] for i in range(start, min(start + batch_size, total))]
         home = graphs[0].edge_index.device if graphs[0].edge_index is not None else torch.device("cpu")
-        batch = Batch.from_data_list(graphs)
-        if device is not None:
-            batch = batch.to(device)
         if ours:
+            # The encodings read only the structure (edge_index, edge_weight, node counts), which none of them
+            # changes: collate just that, once, and attach each part's output to shallow copies.
+            arguments, ptr = _collate_structure(graphs, device)
             copies = [copy.copy(g) for g in graphs]
-            nodes = batch.ptr.tolist()
             for part in parts:
-                for name, (value, level) in part.encode(batch).items():
+                for name, (value, level) in part.encode_structure(**arguments).items():
                     value = value.to(home)
-                    bounds = nodes if level == "node" else list(range(len(graphs) + 1))
+                    bounds = ptr if level == "node" else list(range(len(graphs) + 1))
                     for i, g in enumerate(copies):
                         add_node_attr(g, value[bounds[i]:bounds[i + 1]], name)
-                if len(parts) > 1:  # a later part may read what an earlier one wrote (e.g. into x)
-                    batch = Batch.from_data_list(copies)
-                    if device is not None:
-                        batch = batch.to(device)
             out.extend(copies)
         else:
+            batch = Batch.from_data_list(graphs)
+            if device is not None:
+                batch = batch.to(device)
             out.extend(g.to(home) for g in transform(batch).to_data_list())
         if bar is not None:
             bar.update(len(graphs))
