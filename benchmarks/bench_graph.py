@@ -5,7 +5,8 @@
     included) vs PyG's transform applied graph by graph.
 (b) one 50,000-node sparse graph (a symmetrised 6-nearest-neighbour graph of random points in the unit square,
     mesh-like), k=8: omnipos's shift-invert eigsh vs PyG's eigsh(which='SA'), timed once.
-(c) random-walk PE, 20 steps, on (a): omnipos `random_walk_pe` vs PyG's AddRandomWalkPE graph by graph.
+(c) random-walk PE, 20 steps, on (a): omnipos `random_walk_pe` (float64 powers, the default, and float32, PyG's
+    precision) vs PyG's AddRandomWalkPE graph by graph.
 
 Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x. Threads: NumPy's BLAS runs single-threaded
 (OPENBLAS_NUM_THREADS=1: on a shared 2-core machine PyG's threaded NumPy eigh was 15x slower, so this favours
@@ -167,6 +168,11 @@ def main() -> None:
     ours = timed(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch), repeats)
     peer = timed(lambda: per_graph(AddRandomWalkPE(20), graphs), peer_repeats)
     row("(c) RWPE 20 steps, random_walk_pe(batch)", ours, peer, "AddRandomWalkPE(20)", diff)
+    fast = random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32)
+    diff = float((fast.cpu() - pyg).abs().max())
+    ours = timed(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32),
+                 repeats)
+    row("(c) RWPE 20 steps, compute_dtype=float32", ours, peer, "AddRandomWalkPE(20)", diff)
 
     # (b) one big sparse graph, k=8: each side timed once (PyG's Lanczos is slow on it)
     big = knn_graph(big_nodes)

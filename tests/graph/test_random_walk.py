@@ -64,6 +64,20 @@ def test_weighted_transition_rows_sum_to_one_and_match_numpy(graph_factory):
     assert not torch.allclose(pyg, ours[:, :3], atol=1e-3)
 
 
+def test_float32_compute_within_documented_error(graph_factory):
+    sizes = [12, 25, 40, 25]
+    graphs = [graph_factory(n, n // 3, 50 + s) for s, n in enumerate(sizes)]
+    offsets = np.cumsum([0] + sizes[:-1])
+    e = torch.cat([g + o for g, o in zip(graphs, offsets)], 1)
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    weight = torch.rand(e.shape[1], generator=torch.Generator().manual_seed(1)) + 0.1
+    exact = random_walk_pe(e, sum(sizes), 20, batch=batch, edge_weight=weight)
+    fast = random_walk_pe(e, sum(sizes), 20, batch=batch, edge_weight=weight, compute_dtype=torch.float32)
+    torch.testing.assert_close(fast, exact, atol=1e-6, rtol=2e-6)
+    with pytest.raises(ValueError, match="compute_dtype"):
+        random_walk_pe(e, sum(sizes), 4, batch=batch, compute_dtype=torch.float16)
+
+
 def test_steps_list_and_int_agree():
     e = torch.tensor([[0, 1, 1, 2, 2, 0, 2, 3], [1, 0, 2, 1, 0, 2, 3, 2]])
     full = random_walk_pe(e, 4, 8)

@@ -172,18 +172,25 @@ class AddRandomWalkPE(_PETransform):
         walk_length (int or list of int): number of steps, or the list of step counts to use.
         attr_name (str, optional): attribute to write (``[N, len(steps)]`` float32); ``None`` concatenates to
             ``x``. (default: ``"random_walk_pe"``)
+        compute_dtype (torch.dtype): precision of the matrix powers, see :func:`omnipos.graph.random_walk_pe`.
+            (default: ``torch.float64``)
     """
 
-    def __init__(self, walk_length: int | Sequence[int], attr_name: str | None = "random_walk_pe") -> None:
+    def __init__(self, walk_length: int | Sequence[int], attr_name: str | None = "random_walk_pe", *,
+                 compute_dtype: torch.dtype = torch.float64) -> None:
         from ._input import check_steps
 
         self.steps = check_steps(walk_length)
         self.walk_length = walk_length
         self.attr_name = attr_name
+        if compute_dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"compute_dtype must be torch.float32 or torch.float64, got {compute_dtype!r}")
+        self.compute_dtype = compute_dtype
 
     def encode_structure(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None,
                          edge_weight: torch.Tensor | None) -> dict[str | None, tuple[torch.Tensor, str]]:
-        pe = random_walk_pe(edge_index, num_nodes, self.steps, batch=batch, edge_weight=edge_weight)
+        pe = random_walk_pe(edge_index, num_nodes, self.steps, batch=batch, edge_weight=edge_weight,
+                            compute_dtype=self.compute_dtype)
         return {self.attr_name: (pe, "node")}
 
     def __repr__(self) -> str:
