@@ -10,10 +10,9 @@ in PyG; list both directions for an undirected graph). Self-loops are steps too;
 weights; a node with no out-edges has a zero row (its encoding is 0, as in PyG).
 
 Solvers: graphs are grouped by node count and each group's ``[G, n, n]`` transition matrices are multiplied in
-batched float64 ``matmul``s: about ``2 sqrt(max(steps))`` of them, not one per step (see
-:func:`return_probabilities`). Graphs above ``dense_max_nodes`` use a
-sparse ``P`` and propagate blocks of unit vectors (exact; memory ``O(nnz + n * block)``, time
-``O(max(steps) * nnz * n)``).
+batched ``matmul``s (float64 unless ``compute_dtype`` says otherwise): about ``2 sqrt(max(steps))`` of them, not
+one per step (see :func:`return_probabilities`). Graphs above ``dense_max_nodes`` use a sparse ``P`` and
+propagate blocks of unit vectors (exact; memory ``O(nnz + n * block)``, time ``O(max(steps) * nnz * n)``).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ def return_probabilities(transition: torch.Tensor, steps: list[int]) -> torch.Te
     elementwise ``sum_l (P^qm)_il (P^r)_li``, ``O(n^2)`` per step.
     """
     longest = max(steps)
-    m = max(1, math.isqrt(longest - 1) + 1) if longest > 1 else 1
+    m = math.isqrt(longest - 1) + 1  # ceil(sqrt(longest))
     small = [transition]  # small[r - 1] = P^r
     for _ in range(1, m):
         small.append(small[-1] @ transition)
