@@ -145,6 +145,8 @@ def test_repr_and_bad_arguments():
         AddLaplacianPE(4, eigenvalue_dim=8)
     with pytest.raises(ValueError, match="k must be >= 1"):
         AddLaplacianPE(0)
+    with pytest.raises(ValueError, match="per component"):
+        AddLaplacianPE(4, per_component=True, mask_attr="m")
     with pytest.raises(ValueError, match="steps"):
         AddRandomWalkPE(0)
     with pytest.raises(TypeError, match="transform"):

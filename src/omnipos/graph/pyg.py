@@ -132,9 +132,10 @@ class AddLaplacianPE(_PETransform):
             if eigenvalue_attr is None:
                 raise ValueError("eigenvalue_dim needs eigenvalue_attr (the attribute to write the features to)")
             eigenvalue_dim = check_positive_int(eigenvalue_dim, "eigenvalue_dim")
-        if per_component and eigenvalue_attr is not None:
-            raise ValueError("eigenvalue_attr is per graph; with per_component=True the eigenvalues are per "
-                             "component: call laplacian_pe(..., per_component=True, return_eigenvalues=True)")
+        if per_component and (eigenvalue_attr is not None or mask_attr is not None):
+            raise ValueError("eigenvalue_attr and mask_attr are per graph; with per_component=True eigenvalues "
+                             "and mask are per component: call laplacian_pe(..., per_component=True, "
+                             "return_eigenvalues=True)")
         self.eigenvalue_attr = eigenvalue_attr
         self.eigenvalue_dim = eigenvalue_dim
         self.mask_attr = mask_attr
