@@ -137,7 +137,8 @@ def main() -> None:
     big_nodes = 5_000 if args.quick else args.big_nodes
     bench = Bench("graph", device=device, notes=(
         f"(a), (c): {count:,} molecule-like graphs (10-40 nodes), whole dataset; (b): one {big_nodes:,}-node "
-        "6-NN graph, timed once. PyG = its transform graph by graph; speedup = PyG time / omnipos time (CPU time and wall time). "
+        "6-NN graph, timed once. PyG = its transform graph by graph; speedup = PyG time / omnipos time "
+        "(process CPU time and wall time). "
         "max_diff: largest |omnipos - PyG| (LapPE: over 300 graphs, columns of simple eigenvalues, signs matched)."))
 
     graphs = molecule_like(count)

@@ -31,8 +31,9 @@ A disconnected graph has one zero eigenvalue per component; ``drop_trivial`` dro
 Solvers: graphs are grouped by node count and each group is solved with ONE batched ``torch.linalg.eigh`` in
 float64 on the input's device (the dense ``[G, n, n]`` Laplacians are scattered from the edge list with tensor
 ops). On the CPU, LAPACK runs single-threaded per matrix and the stacks are split over ``torch.get_num_threads()``
-Python threads instead (see ``omnipos.graph._input.CPU_THREADS`` for why). Graphs above ``dense_max_nodes`` go to a sparse solver instead (never a dense ``n x n``): SciPy's
-``eigsh`` in shift-invert mode around a small negative shift, with a fixed start vector (deterministic).
+Python threads instead (see ``omnipos.graph._input.CPU_THREADS`` for why). Graphs above ``dense_max_nodes`` go to
+a sparse solver instead (never a dense ``n x n``): SciPy's ``eigsh`` in shift-invert mode around a small negative
+shift, with a fixed start vector (deterministic).
 """
 
 from __future__ import annotations
