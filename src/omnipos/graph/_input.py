@@ -192,6 +192,9 @@ def size_groups(g: GraphBatch, keep: torch.Tensor | None = None) -> list[SizeGro
     row, col, weight = g.edge_index[0], g.edge_index[1], g.edge_weight
     if keep is not None:
         row, col, weight = row[keep], col[keep], weight[keep]
+    if g.num_graphs == 1:  # one graph (a transform on a single Data): nothing to sort
+        graphs = torch.zeros(1, dtype=torch.long, device=g.device)
+        return [SizeGroup(g.num_nodes, graphs, torch.zeros_like(row), row, col, weight)]
     edge_graph = g.batch[row]
     first = g.ptr[edge_graph]
     graph_order = torch.argsort(g.counts, stable=True)
