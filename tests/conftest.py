@@ -11,7 +11,10 @@ settings.register_profile(
 )
 settings.load_profile("omnipos")
 
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# pytest-xdist already runs one worker per core; intra-op threads on top would oversubscribe the cores
+# (OpenMP barriers then wait on descheduled workers: several times slower, measured). Subprocesses inherit this.
+torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,6 +16,38 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dna_featurize(args: argparse.Namespace) -> int:
+    from .dna.featurize import featurize_file
+
+    result = featurize_file(args.reads, args.output, dim=args.dim, strand_aware=args.strand_aware,
+                            batch_size=args.batch_size, ambiguity=args.ambiguity, lowercase=args.lowercase,
+                            parser=args.parser, progress=not args.no_progress)
+    print(f"wrote {args.output}: {len(result['names'])} reads, tokens {tuple(result['tokens'].shape)}"
+          + (f", positional {tuple(result['positional'].shape)}" if "positional" in result else ""))
+    return 0
+
+
+def _add_dna(commands) -> None:
+    dna = commands.add_parser("dna", help="DNA reads: featurize FASTA/FASTQ files",
+                              description="DNA tools built on omnipos.dna.")
+    tools = dna.add_subparsers(dest="dna_command", metavar="TOOL")
+    tools.required = True
+    featurize = tools.add_parser(
+        "featurize", help="FASTA/FASTQ (plain or gzip) -> a .pt file of tokens, masks, qualities, encodings",
+        description="Parse and encode every read; save tokens [N, L], mask, lengths, qualities (FASTQ) and the "
+                    "RC-symmetric positional encoding [N, L, dim] with torch.save.")
+    featurize.add_argument("reads", help="FASTA or FASTQ file, plain or gzip")
+    featurize.add_argument("-o", "--output", required=True, help="where to write the .pt file")
+    featurize.add_argument("--dim", type=int, default=16, help="positional channels (0: none; default 16)")
+    featurize.add_argument("--strand-aware", action="store_true", help="half the channels are sign-flipping sines")
+    featurize.add_argument("--batch-size", type=int, default=8192, help="reads parsed at a time")
+    featurize.add_argument("--ambiguity", choices=("keep", "to_n"), default="keep")
+    featurize.add_argument("--lowercase", choices=("soft_mask", "fold"), default="soft_mask")
+    featurize.add_argument("--parser", choices=("auto", "dnaio", "python"), default="auto")
+    featurize.add_argument("--no-progress", action="store_true", help="no progress bar (tqdm)")
+    featurize.set_defaults(handler=_dna_featurize)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="omnipos",
@@ -33,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-plot", action="store_true", help="print only, draw nothing")
     demo.add_argument("--section", action="append", help="run only this section (repeatable)")
     demo.set_defaults(handler=_demo)
+    _add_dna(commands)
     return parser
 
 

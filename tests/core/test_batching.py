@@ -3,7 +3,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.core import lengths_to_mask, mask_to_lengths, pack, packed_positions, pad_ragged, unpad
+from omnipos.core import lengths_to_mask, mask_to_lengths, pack, packed_positions, pad_packed, pad_ragged, unpad
 
 lengths_st = st.lists(st.integers(0, 12), min_size=1, max_size=8)
 
@@ -76,3 +76,21 @@ def test_cuda_device_preserved():
     padded, mask = pad_ragged([torch.ones(3, device="cuda"), torch.ones(1, device="cuda")])
     assert padded.is_cuda and mask.is_cuda
     assert packed_positions(pack([torch.ones(2, device="cuda")])[1]).is_cuda
+
+
+@given(lengths=lengths_st, trailing=st.sampled_from([(), (2,)]))
+def test_pad_packed_is_the_inverse_of_masked_select(lengths, trailing):
+    mask = lengths_to_mask(torch.tensor(lengths))
+    packed = torch.randn(sum(lengths), *trailing, generator=torch.Generator().manual_seed(len(lengths)))
+    padded = pad_packed(packed, mask, pad_value=3.0)
+    assert padded.shape == (*mask.shape, *trailing)
+    assert torch.equal(padded[mask], packed)
+    assert bool((padded[~mask] == 3.0).all())
+
+
+def test_pad_packed_bad_input():
+    mask = lengths_to_mask(torch.tensor([2, 1]))
+    with pytest.raises(ValueError, match="packed has 2 rows but mask marks 3"):
+        pad_packed(torch.zeros(2), mask)
+    with pytest.raises(TypeError, match="mask"):
+        pad_packed(torch.zeros(3), mask.long())

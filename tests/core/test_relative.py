@@ -114,6 +114,11 @@ def test_relative_bias_score_mod_with_flex_attention():
                                    rtol=1e-5, atol=1e-5)
         out = flex_attention(q[:, :, -5:], k, v, score_mod=relative_bias_score_mod(bias, q_offset=19))
         torch.testing.assert_close(out, _dense(q[:, :, -5:], k, v, bias(5, 24)), rtol=1e-5, atol=1e-5)
+    # the learned table gets the same gradient through the score_mod as through the dense bias
+    weight = bias.relative_attention_bias.weight
+    (grad_flex,) = torch.autograd.grad(flex_attention(q, k, v, score_mod=relative_bias_score_mod(bias)).sum(), weight)
+    (grad_dense,) = torch.autograd.grad(_dense(q, k, v, bias(24, 24)).sum(), weight)
+    torch.testing.assert_close(grad_flex, grad_dense, rtol=1e-4, atol=1e-5)
 
 
 def test_bad_input():

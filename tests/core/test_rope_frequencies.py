@@ -129,9 +129,9 @@ def test_dynamic_is_stateless_and_traceable():
         as_int = rope_frequencies(128, scaling=scaling, seq_len=length)[0]
         torch.testing.assert_close(as_tensor, as_int, rtol=1e-13, atol=0)
     formula = 10000.0 * (2 * 9000 / 4096 - 1) ** (128 / 126)
+    exponents = torch.arange(0, 128, 2, dtype=torch.float64) / 128
     torch.testing.assert_close(rope_frequencies(128, scaling=scaling, seq_len=9000)[0],
-                               torch.tensor(formula, dtype=torch.float64) ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128),
-                               rtol=1e-13, atol=0)
+                               torch.tensor(formula, dtype=torch.float64) ** -exponents, rtol=1e-13, atol=0)
 
 
 def test_dataclass_equals_dict():

@@ -32,7 +32,8 @@ CASES = textwrap.dedent('''
             (dict(dim=16, scaling=dynamic), (1, 2, 40, 16), (1, 2, 40, 16), -2, torch.arange(40)),
             (dict(dim=40, layout="interleaved", n_axes=2, rotary_dim=32), (2, 3, 12, 40), (2, 3, 12, 40), -2,
              torch.stack(torch.meshgrid(torch.arange(3), torch.arange(4), indexing="ij"), -1).reshape(12, 2)),
-            (dict(dim=16), (17, 3, 16), (17, 3, 16), 0, torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 6])),
+            (dict(dim=16), (17, 3, 16), (17, 3, 16), 0,
+             torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 6])),
         ]
         worst = 0.0
         for kwargs, qs, ks, seq_dim, pos in cases:

@@ -215,3 +215,19 @@ def test_cuda_matches_cpu():
     assert torch.allclose(gpu.cpu(), cpu, atol=1e-6)
     bf = positions.to(torch.bfloat16)
     assert torch.allclose(sinusoidal(bf.cuda(), 64).cpu(), sinusoidal(bf, 64), atol=1e-6)
+
+
+def test_sinusoid_of_turns_inplace_consumes_only_when_asked():
+    from omnipos.core.sinusoid import sinusoid_of_turns
+
+    turns = torch.rand(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 1e5
+    keep = turns.clone()
+    expected = torch.from_numpy(
+        np.stack([np.sin(2 * np.pi * keep.numpy()), np.cos(2 * np.pi * keep.numpy())], -1).reshape(5, 6))
+    out = sinusoid_of_turns(turns)
+    assert torch.equal(turns, keep)
+    assert np.abs(out.double().numpy() - expected.numpy()).max() < 1e-6
+    consumed = sinusoid_of_turns(turns, inplace=True)
+    assert torch.equal(consumed, out)
+    with pytest.raises(TypeError, match="float64"):
+        sinusoid_of_turns(keep.float(), inplace=True)

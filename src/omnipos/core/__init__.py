@@ -2,7 +2,16 @@
 
 Knows no domain."""
 
-from .batching import lengths_to_mask, mask_to_lengths, pack, packed_positions, pad_ragged, unpad
+from .batching import (
+    check_lengths,
+    lengths_to_mask,
+    mask_to_lengths,
+    pack,
+    packed_positions,
+    pad_packed,
+    pad_ragged,
+    unpad,
+)
 from .frequencies import RopeScaling, frequency_bands, rope_frequencies
 from .relative import (
     RelativePositionBias,
@@ -34,6 +43,8 @@ __all__ = [
     "add_positional",
     "LearnedPositionalEmbedding",
     "pad_ragged",
+    "pad_packed",
+    "check_lengths",
     "unpad",
     "pack",
     "packed_positions",

@@ -41,6 +41,7 @@ if HAS_TRITON:
                      HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr, N_AXES: tl.constexpr,
                      BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
                      INTERLEAVED: tl.constexpr):
+        row = row.to(tl.int64)  # offsets of tensors past 2^31 elements
         s = s0 + tl.arange(0, BLOCK_S)
         j = tl.arange(0, BLOCK_HALF)
         s_ok = s < S

@@ -14,7 +14,9 @@ import torch
 from ._validation import check_positive_int
 
 __all__ = [
+    "check_lengths",
     "lengths_to_mask",
+    "pad_packed",
     "mask_to_lengths",
     "pad_ragged",
     "unpad",
@@ -23,7 +25,8 @@ __all__ = [
 ]
 
 
-def _check_lengths(lengths: Any, name: str = "lengths") -> torch.Tensor:
+def check_lengths(lengths: Any, name: str = "lengths") -> torch.Tensor:
+    """Validate a ``[B]`` vector of non-negative integer lengths and return it as int64."""
     if not isinstance(lengths, torch.Tensor):
         lengths = torch.as_tensor(lengths)
     if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
@@ -40,7 +43,7 @@ def lengths_to_mask(lengths: Any, max_len: int | None = None) -> torch.Tensor:
 
     ``max_len`` defaults to ``max(lengths)`` and must not be shorter than it.
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_lengths(lengths)
     longest = int(lengths.max()) if lengths.numel() else 0
     if max_len is None:
         max_len = longest
@@ -95,14 +98,30 @@ def pad_ragged(
         ``(padded [B, max_len, *trailing], mask [B, max_len] bool)`` on the sequences' device.
     """
     tensors = _as_sequences(seqs)
-    device = tensors[0].device
-    lengths = torch.tensor([t.shape[0] for t in tensors], device=device)
+    lengths = torch.tensor([t.shape[0] for t in tensors], device=tensors[0].device)
     mask = lengths_to_mask(lengths, max_len)
-    padded = torch.full(
-        (len(tensors), mask.shape[1], *tensors[0].shape[1:]), pad_value, dtype=tensors[0].dtype, device=device
-    )
-    padded[mask] = torch.cat(tensors)
-    return padded, mask
+    return pad_packed(torch.cat(tensors), mask, pad_value), mask
+
+
+def pad_packed(packed: torch.Tensor, mask: torch.Tensor, pad_value: float | int | bool = 0) -> torch.Tensor:
+    """Concatenated rows ``packed [sum L_b, *trailing]`` -> padded ``[B, L, *trailing]`` laid out by ``mask [B, L]``.
+
+    The inverse of ``padded[mask]``, for data that arrives already concatenated (a parsed chunk of reads, an event
+    table): no need to split it into one tensor per row first. Without padding (all rows full) it is a reshape.
+    """
+    if not isinstance(packed, torch.Tensor):
+        raise TypeError(f"packed must be a tensor, got {type(packed).__name__}")
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.ndim != 2:
+        raise TypeError("mask must be a [B, L] boolean tensor")
+    mask = mask.to(packed.device)
+    count = int(mask.sum())
+    if packed.ndim == 0 or packed.shape[0] != count:
+        raise ValueError(f"packed has {packed.shape[0] if packed.ndim else 0} rows but mask marks {count} entries")
+    if mask.numel() == count:
+        return packed.reshape(*mask.shape, *packed.shape[1:])
+    out = torch.full((*mask.shape, *packed.shape[1:]), pad_value, dtype=packed.dtype, device=packed.device)
+    where = mask.reshape(*mask.shape, *([1] * (packed.ndim - 1))).expand_as(out)
+    return out.masked_scatter_(where, packed)  # several times faster than out[mask] = packed on CPU
 
 
 def unpad(padded: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
@@ -132,7 +151,7 @@ def packed_positions(cu_seqlens: torch.Tensor) -> torch.Tensor:
 
     ``cu_seqlens=[0, 3, 5]`` -> ``[0, 1, 2, 0, 1]`` (what RoPE needs for per-document positions).
     """
-    cu = _check_lengths(cu_seqlens, "cu_seqlens")
+    cu = check_lengths(cu_seqlens, "cu_seqlens")
     if cu.numel() == 0 or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
         raise ValueError("cu_seqlens must start at 0 and be non-decreasing")
     lengths = cu[1:] - cu[:-1]

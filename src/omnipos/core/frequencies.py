@@ -99,8 +99,9 @@ class RopeScaling:
     """Typed form of an HF ``rope_scaling`` dict (same names, same meaning, same defaults).
 
     ``RopeScaling.from_dict(config.rope_scaling)`` reads a dict exactly as it appears in a model config
-    (``"type"`` is accepted for ``"rope_type"``, as in old configs); unknown keys and keys missing for the
-    ``rope_type`` raise naming the field.
+    (``"type"`` is accepted for ``"rope_type"``, as in old configs); unknown keys (typos) and keys missing for the
+    ``rope_type`` raise naming the field. Known fields that the chosen ``rope_type`` does not use (say
+    ``beta_fast`` with ``"linear"``) are ignored, as HF does, since real configs carry such extras.
 
     Fields by ``rope_type``:
         - ``"default"``: none.
@@ -151,7 +152,8 @@ class RopeScaling:
             if value is not None:
                 if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
                     raise TypeError(f"scaling['{name}'] must be a list of numbers, got {type(value).__name__}")
-                object.__setattr__(self, name, tuple(_number(v, f"scaling['{name}'][{i}]") for i, v in enumerate(value)))
+                numbers = tuple(_number(v, f"scaling['{name}'][{i}]") for i, v in enumerate(value))
+                object.__setattr__(self, name, numbers)
 
         def need(*names: str) -> None:
             for name in names:

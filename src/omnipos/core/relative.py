@@ -73,7 +73,7 @@ def alibi_bias(num_heads: int, q_len: int, k_len: int, *, q_offset: int | None =
     """
     distance = _query_key_offsets(q_len, k_len, q_offset, device).abs().to(torch.float64)
     slopes = alibi_slopes(num_heads, dtype=torch.float64, device=distance.device)
-    return (-slopes[:, None, None] * distance).to(dtype)
+    return (0.0 - slopes[:, None, None] * distance).to(dtype)  # 0 - x: no -0.0 on the diagonal
 
 
 def t5_relative_bucket(relative_position: torch.Tensor, *, bidirectional: bool = True, num_buckets: int = 32,

@@ -18,6 +18,7 @@ stale (offsets, lengths, devices, dtypes): cos/sin are ``[positions, rotary_dim 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -57,30 +58,80 @@ def _pairs(t: torch.Tensor, layout: str, rotary_dim: int) -> tuple[torch.Tensor,
     return t[..., 0:rotary_dim:2], t[..., 1:rotary_dim:2]
 
 
-def _rotate_eager(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,
-                  layout: str, rotary_dim: int) -> torch.Tensor:
-    """Write ``x`` rotated into one fresh tensor, with no temporaries of x's size.
+def _complex_viewable(x: torch.Tensor) -> bool:
+    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(st % 2 == 0 for st in x.stride()[:-1])
 
-    Each fresh buffer the size of q costs a round of page faults plus a pass over memory, which is most of HF's
-    eager cost (``rotate_half`` + ``cat`` + three products); here every product is written straight into its
-    slice of the output (``mul(out=)`` then ``addcmul_``).
-    """
+
+# Slabs of 2 MiB of float32 (x and out fit in L3): the four passes of the general rotation hit cache, not memory.
+# Only single-threaded: with intra-op threads every op ends in a barrier, and on a busy machine (a descheduled
+# worker) hundreds of small ops cost more than the memory passes they save (measured: bench_rope.py).
+_SLAB = 1 << 19
+
+
+def _slabs(x: torch.Tensor) -> list[tuple[slice, ...]]:
+    """Index tuples (slices only, so no axis is dropped) cutting x into slabs of at most ``_SLAB`` elements."""
+    if x.device.type != "cpu" or x.numel() < 4 * _SLAB or torch.get_num_threads() > 1:
+        return [(slice(None),) * x.ndim]
+    inner, axis = x.shape[-1], x.ndim - 2  # the channel axis always stays whole
+    while axis > 0 and inner * x.shape[axis] <= _SLAB:
+        inner *= x.shape[axis]
+        axis -= 1
+    step = max(1, _SLAB // inner)
+    chunks = [slice(i, i + step) for i in range(0, x.shape[axis], step)]
+    return [(*(slice(i, i + 1) for i in lead), chunk, *([slice(None)] * (x.ndim - axis - 1)))
+            for lead in itertools.product(*(range(n) for n in x.shape[:axis])) for chunk in chunks]
+
+
+def _cut(t: torch.Tensor, index: tuple[slice, ...]) -> torch.Tensor:
+    """``t[index]`` for a tensor broadcastable to the sliced one (aligned right; size-1 axes kept whole)."""
+    skip = len(index) - t.ndim
+    return t[tuple(slice(None) if n == 1 else sl for sl, n in zip(index[skip:], t.shape))]
+
+
+def _rotate_block(x: torch.Tensor, out: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor,
+                  b2: torch.Tensor, layout: str, rotary_dim: int) -> None:
     work = a1.dtype
-    out = torch.empty_like(x)
     if x.dtype == work:
         target = out
     else:  # bf16 / fp16: rotate in float32, round once
         target = torch.empty((*x.shape[:-1], rotary_dim), dtype=work, device=x.device)
     x1, x2 = _pairs(x, layout, rotary_dim)
     o1, o2 = _pairs(target, layout, rotary_dim)
-    torch.mul(x1, a1, out=o1)
+    if a1 is a2 and layout == "half":  # a pure rotation: one full-width product, then the two cross terms
+        torch.mul(x[..., :rotary_dim], torch.cat((a1, a1), -1), out=target[..., :rotary_dim])
+    else:
+        torch.mul(x1, a1, out=o1)
+        torch.mul(x2, a2, out=o2)
     o1.addcmul_(x2, b1)
-    torch.mul(x2, a2, out=o2)
     o2.addcmul_(x1, b2)
     if target is not out:
         out[..., :rotary_dim].copy_(target)
     if rotary_dim < x.shape[-1]:
         out[..., rotary_dim:].copy_(x[..., rotary_dim:])
+
+
+def _rotate_eager(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,
+                  layout: str, rotary_dim: int) -> torch.Tensor:
+    """Write ``x`` rotated into one fresh tensor, with no temporaries of x's size.
+
+    Each fresh buffer the size of q costs a round of page faults plus a pass over memory, which is most of HF's
+    eager cost (``rotate_half`` + ``cat`` + three products). A pure rotation of adjacent pairs is one complex
+    product (one read of x, one write). Otherwise every product is written straight into its slice of the output
+    (``mul(out=)`` then ``addcmul_``), slab by cache-sized slab so the four passes read cache, not memory.
+    """
+    work = a1.dtype
+    out = torch.empty_like(x)
+    if a1 is a2 and layout == "interleaved" and x.dtype == work and _complex_viewable(x):
+        # internal callers of a pure rotation pass a2 = a1 and b2 = -b1
+        half = rotary_dim // 2
+        torch.mul(torch.view_as_complex(x[..., :rotary_dim].unflatten(-1, (half, 2))), torch.complex(a1, b2),
+                  out=torch.view_as_complex(out[..., :rotary_dim].unflatten(-1, (half, 2))))
+        if rotary_dim < x.shape[-1]:
+            out[..., rotary_dim:].copy_(x[..., rotary_dim:])
+        return out
+    for index in _slabs(x):
+        _rotate_block(x[index], out[index], _cut(a1, index), _cut(b1, index), _cut(a2, index), _cut(b2, index),
+                      layout, rotary_dim)
     return out
 
 
@@ -152,7 +203,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
             f"cos/sin last axis (the rotary dim) must be even, > 0 and <= x's last axis {x.shape[-1]}, got {rotary_dim}"
         )
     try:
-        torch.broadcast_shapes(cos.shape, (*x.shape[:-1], rotary_dim))
         ok = torch.broadcast_shapes(cos.shape, (*x.shape[:-1], rotary_dim)) == (*x.shape[:-1], rotary_dim)
     except RuntimeError:
         ok = False
@@ -203,8 +253,9 @@ def convert_rope_layout(weight: torch.Tensor, n_heads: int, *, to: str, rotary_d
     if weight.shape[0] % n_heads:
         raise ValueError(f"weight has {weight.shape[0]} rows, not a multiple of n_heads={n_heads}")
     head_dim = weight.shape[0] // n_heads
-    rotary_dim = head_dim if rotary_dim is None else check_even_dim(rotary_dim, "rotary_dim")
-    check_even_dim(head_dim, "head_dim (weight rows / n_heads)") if rotary_dim == head_dim else None
+    if rotary_dim is None:
+        rotary_dim = check_even_dim(head_dim, "head_dim (weight rows / n_heads)")
+    rotary_dim = check_even_dim(rotary_dim, "rotary_dim")
     if rotary_dim > head_dim:
         raise ValueError(f"rotary_dim={rotary_dim} is larger than head_dim={head_dim}")
     w = weight.reshape(n_heads, head_dim, -1)
@@ -287,6 +338,8 @@ class RotaryEmbedding(nn.Module):
         axes = self.n_axes or 1
         if self.rotary_dim % (2 * axes):
             raise ValueError(f"rotary_dim={self.rotary_dim} must be a multiple of 2 * n_axes = {2 * axes}")
+        if isinstance(base, bool) or not isinstance(base, (int, float)):
+            raise TypeError(f"base must be a number, got {type(base).__name__} ({base!r})")
         self.base = float(base)
         self.scaling = as_rope_scaling(scaling, base=self.base)
         self.xpos = bool(xpos)
@@ -326,6 +379,11 @@ class RotaryEmbedding(nn.Module):
 
     def _positions(self, positions: Any, device: torch.device) -> torch.Tensor:
         positions = as_position_tensor(positions, device=device)
+        if positions.dtype in (torch.float16, torch.bfloat16):
+            raise TypeError(
+                f"positions must be integers or float32/float64, got {positions.dtype}: it cannot hold positions "
+                "exactly (bfloat16 has 8 bits of mantissa: 1030 positions collapse to 514 values)"
+            )
         if positions.device != device:
             positions = positions.to(device)
         if not _is_compiling():
@@ -362,7 +420,9 @@ class RotaryEmbedding(nn.Module):
         :func:`apply_rotary`; for ``layout="half"`` equal to HF's ``LlamaRotaryEmbedding`` output (attention
         factor included), computed more precisely."""
         if dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"dtype must be torch.float32 or torch.float64 (cos/sin are never built lower), got {dtype}")
+            raise TypeError(
+                f"dtype must be torch.float32 or torch.float64 (cos/sin are never built lower), got {dtype}"
+            )
         cos, sin = self._half_cos_sin(positions, dtype)
         if self.layout == "half":
             return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
@@ -389,6 +449,8 @@ class RotaryEmbedding(nn.Module):
         seq = x.shape[seq_axis]
         if len(pos_shape) == 0 or pos_shape[-1] != seq or len(pos_shape) - 1 > seq_axis:
             want = "[..., seq, n_axes]" if self.n_axes is not None else "[seq] or [batch..., seq]"
+            if self.n_axes is None and positions.ndim >= 2 and positions.shape[-2] == seq:
+                want += f" (axial positions [..., seq, {positions.shape[-1]}] need RotaryEmbedding(..., n_axes=...))"
             raise ValueError(
                 f"positions {tuple(positions.shape)} do not fit x {tuple(x.shape)} with seq_dim -> axis {seq_axis} "
                 f"(seq = {seq}); expected {want} with leading axes matching x's first axes"

@@ -1,0 +1,155 @@
+"""omnipos.dna vs a Biopython SeqIO + per-read NumPy loop: parse + encode + RC + positional encoding of FASTQ reads.
+
+Both sides turn every read of a generated FASTQ into the same three arrays: one-hot ``[L, 4]`` (N = zero row),
+the one-hot of its reverse complement, and the RC-symmetric positional encoding ``[L, dim]`` (cosines of the
+centered coordinate). omnipos does it in batches (``read_fastx`` -> ``one_hot`` -> ``reverse_complement`` ->
+``rc_symmetric_encoding``); the peer loops over ``SeqIO.parse`` records with NumPy per read. The outputs are
+checked equal on the first reads before timing. Everything runs on one thread (``torch.set_num_threads(1)``).
+The Biopython loop is timed on a subset of the reads and its per-read rate extrapolated (it is linear in the
+number of reads); omnipos is timed on the whole file.
+
+    python benchmarks/bench_dna.py [--quick] [--reads N] [--dim 16] [--batch-size 1024]
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from _harness import Bench, common_arguments
+from Bio import SeqIO
+
+from omnipos.dna import one_hot, rc_symmetric_encoding, read_fastx, reverse_complement
+
+ACGT = np.frombuffer(b"ACGT", dtype=np.uint8)
+
+
+def write_fastq(path: Path, lengths: np.ndarray, seed: int = 0) -> None:
+    """Random reads (A/C/G/T, 0.1% N) with Phred qualities 2..40; names read0000000, read0000001, ..."""
+    rng = np.random.default_rng(seed)
+    n = len(lengths)
+    width = len(str(n))
+    with open(path, "wb") as handle:
+        for start in range(0, n, 100_000):
+            chunk = lengths[start:start + 100_000]
+            total = int(chunk.sum())
+            bases = ACGT[rng.integers(0, 4, total)]
+            bases[rng.random(total) < 0.001] = ord("N")
+            quals = (33 + rng.integers(2, 41, total)).astype(np.uint8)
+            seq_text, qual_text = bases.tobytes(), quals.tobytes()
+            ends = np.cumsum(chunk).tolist()
+            out, begin = [], 0
+            for i, end in enumerate(ends):
+                out.append(b"@read%0*d\n%s\n+\n%s\n" % (width, start + i, seq_text[begin:end], qual_text[begin:end]))
+                begin = end
+            handle.write(b"".join(out))
+
+
+def omnipos_pipeline(path: Path, dim: int, batch_size: int, parser: str = "auto", keep: int = 0):
+    """Parse + encode + RC + positional encoding; returns the number of reads (and the first ``keep`` outputs)."""
+    count, kept = 0, []
+    for batch in read_fastx(path, batch_size=batch_size, parser=parser):
+        x = one_hot(batch.tokens)
+        x_rc = reverse_complement(x, batch.mask)
+        pe = rc_symmetric_encoding(batch.lengths, dim)
+        if len(kept) < keep:
+            for i in range(min(len(batch), keep - len(kept))):
+                n = int(batch.lengths[i])
+                kept.append((x[i, :n].numpy(), x_rc[i, :n].numpy(), pe[i, :n].numpy()))
+        count += len(batch)
+    return count, kept
+
+
+def biopython_loop(path: Path, dim: int, limit: int, keep: int = 0):
+    """The per-read loop a Biopython user writes: SeqIO records, NumPy one-hot, Seq.reverse_complement, np.cos."""
+    w = 10000.0 ** (-np.arange(dim) / dim)  # the frequencies of rc_symmetric_encoding's cosines
+    count, kept = 0, []
+    for record in SeqIO.parse(str(path), "fastq"):
+        seq = np.frombuffer(bytes(record.seq), dtype=np.uint8)
+        x = (seq[:, None] == ACGT).astype(np.float32)
+        rc = np.frombuffer(bytes(record.seq.reverse_complement()), dtype=np.uint8)
+        x_rc = (rc[:, None] == ACGT).astype(np.float32)
+        c = np.arange(len(seq)) - (len(seq) - 1) / 2
+        pe = np.cos(c[:, None] * w).astype(np.float32)
+        if count < keep:
+            kept.append((x, x_rc, pe))
+        count += 1
+        if count == limit:
+            break
+    return count, kept
+
+
+def check_same(ours, theirs) -> float:
+    assert len(ours) == len(theirs) > 0
+    worst = 0.0
+    for (a, b, c), (x, y, z) in zip(ours, theirs):
+        np.testing.assert_array_equal(a, x)
+        np.testing.assert_array_equal(b, y)
+        worst = max(worst, float(np.abs(c - z).max()))
+    assert worst < 1e-6, worst
+    return worst
+
+
+def median_time(fn, repeats: int) -> tuple[float, float]:
+    """Median wall time and median CPU time of this process (the CPU figure is what one core costs when other
+    jobs share the machine; wall time counts the waiting too)."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def main() -> None:
+    parser = common_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--reads", type=int, default=None, help="reads in the FASTQ (default 1,000,000; quick 50,000)")
+    parser.add_argument("--length", type=int, default=150)
+    parser.add_argument("--dim", type=int, default=16, help="positional channels")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--peer-reads", type=int, default=None,
+                        help="reads the Biopython loop is timed on (default 20,000; quick 5,000)")
+    parser.set_defaults(repeats=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    n = args.reads or (50_000 if args.quick else 1_000_000)
+    peer_n = min(n, args.peer_reads or (5_000 if args.quick else 20_000))
+    repeats = 1 if args.quick else args.repeats
+    bench = Bench("dna", device="cpu", notes=(
+        f"one thread; parse + one-hot + RC one-hot + positional encoding (dim={args.dim}) of generated FASTQ "
+        f"reads; omnipos timed on all reads (median of {repeats}), batch_size={args.batch_size}; the Biopython "
+        f"loop timed on the first {peer_n:,} reads and its per-read rate extrapolated; outputs checked equal; "
+        "rates are wall clock (CPU time of this process in brackets: the machine is shared)"))
+    rng = np.random.default_rng(1)
+    cases = [(f"{args.length} bp", np.full(n, args.length)),
+             (f"50-{args.length} bp", rng.integers(50, args.length + 1, max(peer_n, n // 5)))]
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, lengths in cases:
+            path = Path(tmp) / "reads.fastq"
+            write_fastq(path, lengths)
+            size_mb = path.stat().st_size / 1e6
+            worst = check_same(omnipos_pipeline(path, args.dim, args.batch_size, keep=500)[1],
+                               biopython_loop(path, args.dim, 500, keep=500)[1])
+            t_peer, c_peer = median_time(lambda: biopython_loop(path, args.dim, peer_n), 1 if args.quick else 2)
+            for engine in ("dnaio", "python"):
+                omnipos_pipeline(path, args.dim, args.batch_size, parser=engine)  # warm-up (page cache)
+                t_ours, c_ours = median_time(
+                    lambda: omnipos_pipeline(path, args.dim, args.batch_size, parser=engine), repeats)
+                bench.row(case=f"{label}, {engine} parser", reads=f"{len(lengths):,}", fastq_mb=round(size_mb),
+                          omnipos_wall_s=t_ours,
+                          omnipos_reads_per_s=f"{len(lengths) / t_ours:,.0f} ({len(lengths) / c_ours:,.0f})",
+                          biopython_loop_reads_per_s=f"{peer_n / t_peer:,.0f} ({peer_n / c_peer:,.0f})",
+                          speedup=f"{(peer_n / t_peer) ** -1 * len(lengths) / t_ours:.1f} "
+                                  f"({(peer_n / c_peer) ** -1 * len(lengths) / c_ours:.1f})",
+                          max_pe_diff=worst)
+            path.unlink()
+    bench.finish(args.out)
+
+
+if __name__ == "__main__":
+    main()

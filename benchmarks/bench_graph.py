@@ -1,0 +1,202 @@
+"""omnipos.graph vs PyG's AddLaplacianEigenvectorPE / AddRandomWalkPE on the same graphs, in one process.
+
+(a) 10,000 molecule-sized graphs (10-40 nodes: a random tree plus ring closures, fixed seed), k=8, the whole
+    dataset: omnipos `laplacian_pe` on the collated batch (and `precompute` over the list of Data, collation
+    included) vs PyG's transform applied graph by graph.
+(b) one 50,000-node sparse graph (a symmetrised 6-nearest-neighbour graph of random points in the unit square,
+    mesh-like), k=8: omnipos's shift-invert eigsh vs PyG's eigsh(which='SA'), timed once.
+(c) random-walk PE, 20 steps, on (a): omnipos `random_walk_pe` (float64 powers, the default, and float32, PyG's
+    precision) vs PyG's AddRandomWalkPE graph by graph.
+
+Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x. Threads: NumPy's BLAS runs single-threaded
+(OPENBLAS_NUM_THREADS=1: on a shared 2-core machine PyG's threaded NumPy eigh was 15x slower, so this favours
+PyG); torch keeps its default for omnipos (which runs LAPACK single-threaded per matrix and splits a batch's
+eigh over torch.get_num_threads() Python threads) and is set to 1 thread while PyG runs (with 2, its small
+per-graph matmuls ran 10x slower on the shared machine). Speedups are
+given both in process CPU time (`time.process_time`, summed over threads; other processes on a shared machine
+do not inflate it) and in wall-clock time (which they do).
+
+    python benchmarks/bench_graph.py [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy is imported (see the docstring)
+
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from _harness import Bench, common_arguments  # noqa: E402
+
+warnings.filterwarnings("ignore")
+from torch_geometric.data import Data  # noqa: E402
+from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE  # noqa: E402
+
+from omnipos.graph import AddLaplacianPE, laplacian_pe, precompute, random_walk_pe  # noqa: E402
+
+
+def molecule_like(count: int, seed: int = 0) -> list[Data]:
+    """Random trees (max degree 4) on 10-40 nodes with ~n/8 ring closures: sparse, molecule-sized graphs."""
+    rng = np.random.default_rng(seed)
+    graphs = []
+    for _ in range(count):
+        n = int(rng.integers(10, 41))
+        degree = np.zeros(n, dtype=int)
+        pairs = []
+        for i in range(1, n):
+            candidates = np.flatnonzero(degree[:i] < 4)
+            j = int(rng.choice(candidates))
+            pairs.append((j, i))
+            degree[i] += 1
+            degree[j] += 1
+        for _ in range(max(1, n // 8)):
+            a, b = rng.choice(n, 2, replace=False)
+            if (a, b) not in pairs and (b, a) not in pairs:
+                pairs.append((int(a), int(b)))
+        e = torch.tensor(pairs, dtype=torch.long).T
+        graphs.append(Data(edge_index=torch.cat([e, e.flip(0)], 1), num_nodes=n))
+    return graphs
+
+
+def collate(graphs: list[Data]) -> tuple[torch.Tensor, int, torch.Tensor]:
+    sizes = torch.tensor([g.num_nodes for g in graphs])
+    offsets = torch.cumsum(sizes, 0) - sizes
+    edge_index = torch.cat([g.edge_index + int(o) for g, o in zip(graphs, offsets)], 1)
+    return edge_index, int(sizes.sum()), torch.repeat_interleave(torch.arange(len(graphs)), sizes)
+
+
+def knn_graph(n: int, neighbours: int = 6, seed: int = 0) -> torch.Tensor:
+    from scipy.spatial import cKDTree
+
+    points = np.random.default_rng(seed).random((n, 2))
+    _, index = cKDTree(points).query(points, neighbours + 1)
+    src = np.repeat(np.arange(n), neighbours)
+    dst = index[:, 1:].reshape(-1)
+    pairs = np.unique(np.sort(np.stack([src, dst], 1), axis=1), axis=0)
+    e = torch.from_numpy(pairs.T.copy()).long()
+    return torch.cat([e, e.flip(0)], 1)
+
+
+def timed(fn, repeats: int) -> tuple[float, float]:
+    """(median wall seconds, median process-CPU seconds) of ``fn()`` after one warm-up call."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return float(np.median(wall)), float(np.median(cpu))
+
+
+def per_graph(transform, graphs):
+    """PyG's way: the transform graph by graph, with torch single-threaded (its per-graph matmuls are small;
+    with 2 threads on a shared machine its random walk ran 10x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [transform(g) for g in graphs]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def columns_agree(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    """Largest difference after matching each column's sign (eigenvectors are defined up to sign)."""
+    ours, theirs = ours.double(), theirs.double()
+    signs = torch.sign((ours * theirs).sum(0))
+    return float((ours - theirs * signs).abs().max())
+
+
+def simple_columns_agree(graphs: list[Data], k: int) -> float:
+    """``columns_agree`` graph by graph vs PyG, over the columns whose eigenvalue is simple (gap > 1e-4 to both
+    neighbours): elsewhere any basis of the eigenspace is right and vectors cannot be compared."""
+    worst = 0.0
+    pyg = AddLaplacianEigenvectorPE(k, is_undirected=True)
+    for g in graphs:
+        ours, values, _ = laplacian_pe(g.edge_index, g.num_nodes, k + 1, return_eigenvalues=True)
+        spectrum = torch.cat([torch.zeros(1), values[0].double()])  # the trivial 0, then k + 1 values
+        gaps = spectrum.diff()
+        simple = (gaps[:k] > 1e-4) & (gaps[1:k + 1] > 1e-4)
+        theirs = pyg(g).laplacian_eigenvector_pe
+        if simple.any():
+            worst = max(worst, columns_agree(ours[:, :k][:, simple], theirs[:, simple]))
+    return worst
+
+
+def main() -> None:
+    parser = common_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--big-nodes", type=int, default=50_000)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    count = 1_000 if args.quick else 10_000
+    repeats = 1 if args.quick else 3
+    big_nodes = 5_000 if args.quick else args.big_nodes
+    bench = Bench("graph", device=device, notes=(
+        f"(a), (c): {count:,} molecule-like graphs (10-40 nodes), whole dataset; (b): one {big_nodes:,}-node "
+        "6-NN graph, timed once. PyG = its transform graph by graph; speedup = PyG time / omnipos time "
+        "(process CPU time and wall time). "
+        "max_diff: largest |omnipos - PyG| (LapPE: over 300 graphs, columns of simple eigenvalues, signs matched)."))
+
+    graphs = molecule_like(count)
+    edge_index, num_nodes, batch = collate(graphs)
+    edge_index, batch = edge_index.to(device), batch.to(device)
+
+    def row(case, ours, peer, peer_name, max_diff=""):
+        bench.row(case=case, omnipos_cpu_s=ours[1], pyg_cpu_s=peer[1], speedup_cpu=peer[1] / ours[1],
+                  omnipos_wall_s=ours[0], pyg_wall_s=peer[0], speedup_wall=peer[0] / ours[0], max_diff=max_diff,
+                  peer=peer_name)
+
+    # (a) Laplacian PE, k=8
+    diff = simple_columns_agree(graphs[:300], 8)
+    peer_repeats = max(1, repeats - 1)  # PyG takes seconds per pass
+    ours = timed(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch), repeats)
+    pre = timed(lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device, progress=False),
+                repeats)
+    pyg_sym = timed(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs), peer_repeats)
+    pyg_default = timed(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs), peer_repeats)
+    row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)", diff)
+    row("(a) LapPE k=8, precompute(list)", pre, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
+    row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_default, "AddLaplacianEigenvectorPE() (default: eig)")
+
+    # (c) random walk, 20 steps
+    rw = random_walk_pe(edge_index, num_nodes, 20, batch=batch)
+    pyg = torch.cat([g.random_walk_pe for g in per_graph(AddRandomWalkPE(20), graphs)])
+    diff = float((rw.cpu() - pyg).abs().max())
+    ours = timed(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch), repeats)
+    peer = timed(lambda: per_graph(AddRandomWalkPE(20), graphs), peer_repeats)
+    row("(c) RWPE 20 steps, random_walk_pe(batch)", ours, peer, "AddRandomWalkPE(20)", diff)
+    fast = random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32)
+    diff = float((fast.cpu() - pyg).abs().max())
+    ours = timed(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32),
+                 repeats)
+    row("(c) RWPE 20 steps, compute_dtype=float32", ours, peer, "AddRandomWalkPE(20)", diff)
+
+    # (b) one big sparse graph, k=8: each side timed once (PyG's Lanczos is slow on it)
+    big = knn_graph(big_nodes)
+    data = Data(edge_index=big, num_nodes=big_nodes)
+    results = {}
+
+    def solve_ours():
+        results["ours"] = laplacian_pe(big.to(device), big_nodes, 8)
+
+    def solve_pyg():
+        results["pyg"] = AddLaplacianEigenvectorPE(8, is_undirected=True)(data).laplacian_eigenvector_pe
+
+    w0, c0 = time.perf_counter(), time.process_time()
+    solve_ours()
+    ours = (time.perf_counter() - w0, time.process_time() - c0)
+    w0, c0 = time.perf_counter(), time.process_time()
+    solve_pyg()
+    peer = (time.perf_counter() - w0, time.process_time() - c0)
+    row(f"(b) LapPE k=8, one {big_nodes:,}-node 6-NN graph", ours, peer,
+        "AddLaplacianEigenvectorPE(is_undirected=True): eigsh(which='SA')",
+        columns_agree(results["ours"].cpu(), results["pyg"]))
+    bench.finish(args.out)
+
+
+if __name__ == "__main__":
+    main()

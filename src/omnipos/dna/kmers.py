@@ -1,0 +1,75 @@
+"""k-mer tokens of encoded reads, optionally canonical (strand-independent).
+
+A k-mer over A, C, G, T is the base-4 number of its letters, first letter most significant (so ids sort like the
+strings): ``AAA = 0``, ``AAC = 1``, ..., ``TTT = 4^k - 1``. A window holding N, another ambiguity code or a pad is
+invalid: its id is ``4^k`` (one past the last k-mer, so ``nn.Embedding(4**k + 1, ...)`` takes it) and its mask
+False. Soft-masked (lowercase) bases count as bases.
+
+Canonical k-mers take the smaller of a k-mer and its reverse complement, so a read and its RC give the same
+multiset of canonical k-mers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core._validation import check_positive_int
+from .alphabet import PAD, SOFT_MASK, _check_tokens
+from .reverse_complement import check_mask
+
+__all__ = ["kmer_tokens", "MAX_K"]
+
+MAX_K = 31  # 4^31 < 2^63: ids fit int64 with room for the invalid id
+
+
+def kmer_tokens(
+    tokens: torch.Tensor,
+    k: int,
+    *,
+    mask: torch.Tensor | None = None,
+    stride: int = 1,
+    canonical: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """k-mer ids of every window of ``k`` tokens, every ``stride`` positions.
+
+    Args:
+        tokens: ``[B, L]`` ids from :func:`omnipos.dna.encode`.
+        k: k-mer length, 1..31.
+        mask: ``[B, L]`` bool padding mask (default ``tokens != PAD``).
+        stride: step between window starts.
+        canonical: use ``min(kmer, reverse_complement(kmer))``.
+
+    Returns:
+        ``(kmers [B, W] int64, kmer_mask [B, W] bool)`` with ``W = (L - k) // stride + 1`` (0 when ``L < k``);
+        windows containing N, an ambiguity code or a pad have mask False and id ``4**k``.
+    """
+    tokens = _check_tokens(tokens)
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be [B, L], got shape {tuple(tokens.shape)}")
+    k = check_positive_int(k, "k")
+    if k > MAX_K:
+        raise ValueError(f"k must be <= {MAX_K} (k-mer ids are int64), got {k}")
+    stride = check_positive_int(stride, "stride")
+    if mask is None:
+        mask = tokens != PAD
+    else:
+        mask = check_mask(mask.to(tokens.device), tokens.shape)
+    batch, length = tokens.shape
+    windows = max(0, (length - k) // stride + 1)
+    invalid_id = 4**k
+    if windows == 0:
+        empty = torch.empty(batch, 0, dtype=torch.long, device=tokens.device)
+        return empty, empty.bool()
+    base = tokens.long() % SOFT_MASK  # fold the soft-mask bit: a lowercase base is still a base
+    valid = mask & (base < 4)
+    base = torch.where(valid, base, 0)
+    powers = 4 ** torch.arange(k - 1, -1, -1, device=tokens.device, dtype=torch.long)
+    view = base.unfold(1, k, stride)  # [B, W, k]
+    ids = (view * powers).sum(-1)
+    if canonical:
+        # complement of base b is 3 - b; reversing the window reverses the digit order
+        rc_ids = ((3 - view) * powers.flip(0)).sum(-1)
+        ids = torch.minimum(ids, rc_ids)
+    kmer_mask = valid.unfold(1, k, stride).all(-1)
+    ids = torch.where(kmer_mask, ids, invalid_id)
+    return ids, kmer_mask

@@ -1,0 +1,152 @@
+"""Centered, reverse-complement-symmetric positional encodings of reads.
+
+Position ``p`` of a read of length ``L`` gets the centered coordinate ``c = p - (L - 1) / 2`` (a half-integer
+for even ``L``). The reverse complement maps position ``p`` to ``L - 1 - p``, i.e. ``c`` to ``-c``, so
+
+- ``cos(w c)`` is RC-invariant: the default encoding is ``dim`` cosine channels, frequencies
+  ``w_i = base^(-i / dim)``, i = 0..dim-1 (the cosine half of ``core.sinusoidal(c, 2 * dim, layout="split")``);
+- ``sin(w c)`` flips sign: ``strand_aware=True`` is ``core.sinusoidal(c, dim, layout="split")``, i.e.
+  ``[sin(w_i c) | cos(w_i c)]`` with ``w_i = base^(-2i / dim)``, so a model can tell upstream from downstream.
+
+The seeds' property, made precise: a motif of length ``m`` starting at ``p`` has its centre at
+``p + (m - 1) / 2``; its reverse complement starts at ``L - m - p`` and its centre is the mirror image, so the
+two centres have centered coordinates ``c`` and ``-c`` and receive the same cosine vector (pass motif centres as
+``positions``). Per-position vectors of the two windows match in mirrored order, so any symmetric pooling over
+the motif (the mean, say) agrees too. The vectors at the two start positions differ unless ``m = 1``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core._validation import as_position_tensor, check_even_dim, check_finite, check_positive_int
+from ..core.batching import check_lengths, lengths_to_mask
+from ..core.sinusoid import sinusoidal
+
+__all__ = ["centered_positions", "rc_symmetric_encoding", "RCSymmetricEncoding"]
+
+
+def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor:
+    """``lengths [B]`` -> centered coordinates ``[B, max_len]`` float64: ``c = p - (L_b - 1) / 2`` for
+    ``p < L_b``, 0.0 at padded positions (use ``lengths_to_mask`` to tell them apart).
+
+    ``max_len`` defaults to the longest length and must not be shorter than it.
+    """
+    lengths = check_lengths(lengths)
+    mask = lengths_to_mask(lengths, max_len)
+    p = torch.arange(mask.shape[1], device=lengths.device, dtype=torch.float64)
+    c = p - (lengths.to(torch.float64).unsqueeze(1) - 1.0) / 2.0
+    return c.masked_fill_(~mask, 0.0)
+
+
+def _channels(c: torch.Tensor, dim: int, base: float, strand_aware: bool, dtype: torch.dtype) -> torch.Tensor:
+    if strand_aware:
+        return sinusoidal(c, dim, base=base, layout="split", dtype=dtype)
+    return sinusoidal(c, 2 * dim, base=base, layout="split", dtype=dtype)[..., dim:].contiguous()
+
+
+@functools.lru_cache(maxsize=32)
+def _half_integer_table(width: int, dim: int, base: float, strand_aware: bool, dtype: torch.dtype,
+                        device: torch.device) -> torch.Tensor:
+    """Encodings of c = -(width-1)/2, -(width-2)/2, ..., (width-1)/2 and a final zero row (for pads):
+    ``[2 * width, dim]``. Cached: batches of reads ask for the same table again and again (read-only use)."""
+    table = torch.zeros(2 * width, dim, dtype=dtype, device=device)
+    if width:
+        doubled = torch.arange(-(width - 1), width, device=device, dtype=torch.float64)
+        table[:-1] = _channels(doubled / 2.0, dim, base, strand_aware, dtype)
+    return table
+
+
+def rc_symmetric_encoding(
+    lengths_or_positions: Any,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    strand_aware: bool = False,
+    mask: torch.Tensor | None = None,
+    max_len: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """RC-symmetric positional encoding of reads (see the module docstring for the formulas).
+
+    Args:
+        lengths_or_positions: either integer read lengths ``[B]`` (the encoding of every position of every
+            read, ``[B, max_len, dim]``), or floating centered coordinates of any shape ``[...]`` (motif centres,
+            say; ``[..., dim]``), used as they are.
+        dim: output channels (always ``dim``); even when ``strand_aware``.
+        base: wavelength scale, as in ``core.sinusoidal``.
+        strand_aware: ``False``: ``dim`` cosines (RC-invariant). ``True``: ``[sin | cos]`` halves, the sines
+            flip sign under RC.
+        mask: with positions only, a boolean tensor of their shape; False entries are encoded as exact zeros.
+        max_len: with lengths only, pad to this length instead of the longest read.
+        dtype: floating dtype of the result.
+
+    Returns:
+        ``[B, max_len, dim]`` (from lengths; padded positions exactly zero) or ``[..., dim]`` (from positions).
+    """
+    if strand_aware:
+        dim = check_even_dim(dim)
+    else:
+        dim = check_positive_int(dim, "dim")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    values = as_position_tensor(lengths_or_positions, "lengths_or_positions")
+    if values.is_floating_point():
+        if max_len is not None:
+            raise ValueError("max_len applies to lengths; centered positions already have their shape")
+        check_finite(values, "lengths_or_positions")
+        out = _channels(values.to(torch.float64), dim, base, strand_aware, dtype)
+        if mask is not None:
+            if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != values.shape:
+                raise ValueError(f"mask must be a boolean tensor of the positions' shape {tuple(values.shape)}")
+            out = out.masked_fill_(~mask.to(out.device).unsqueeze(-1), 0.0)
+        return out
+    if mask is not None:
+        raise ValueError("mask applies to positions; with lengths the padding follows from the lengths")
+    lengths = check_lengths(values)
+    real = lengths_to_mask(lengths, max_len)
+    batch, width = real.shape
+    # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in
+    # [-(width-1)/2, (width-1)/2]: encode those 2*width-1 values once (plus a zero row for pads) and gather.
+    table = _half_integer_table(width, dim, float(base), strand_aware, dtype, lengths.device)
+    # Reads of one length share one [width, dim] block: build a block per distinct length, then copy whole
+    # blocks (memcpy-sized rows) instead of gathering batch * width small rows.
+    distinct, which = torch.unique(lengths, return_inverse=True)
+    p = torch.arange(width, device=lengths.device)
+    index = torch.where(p < distinct.unsqueeze(1), 2 * p - distinct.unsqueeze(1) + width, 2 * width - 1)
+    blocks = table.index_select(0, index.reshape(-1)).reshape(distinct.numel(), width * dim)
+    if distinct.numel() == 1:  # all reads one length (typical of short reads): one block copied B times
+        out = torch.empty(batch, width * dim, dtype=dtype, device=lengths.device)
+        return out.copy_(blocks.expand(batch, width * dim)).reshape(batch, width, dim)
+    return blocks.index_select(0, which).reshape(batch, width, dim)
+
+
+class RCSymmetricEncoding(nn.Module):
+    """Module form of :func:`rc_symmetric_encoding`: ``forward(lengths_or_positions)`` -> ``[..., dim]``.
+
+    Args:
+        dim: output channels. base: wavelength scale. strand_aware: add the sign-flipping sine half.
+        dtype: floating dtype of the result.
+    """
+
+    def __init__(self, dim: int, *, base: float = 10000.0, strand_aware: bool = False,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.dim = check_even_dim(dim) if strand_aware else check_positive_int(dim, "dim")
+        self.base = float(base)
+        self.strand_aware = bool(strand_aware)
+        self.dtype = dtype
+        rc_symmetric_encoding(torch.tensor([1]), self.dim, base=self.base, strand_aware=self.strand_aware,
+                              dtype=dtype)  # validates base and dtype now, not at the first forward
+
+    def forward(self, lengths_or_positions: Any, *, mask: torch.Tensor | None = None,
+                max_len: int | None = None) -> torch.Tensor:
+        return rc_symmetric_encoding(lengths_or_positions, self.dim, base=self.base,
+                                     strand_aware=self.strand_aware, mask=mask, max_len=max_len, dtype=self.dtype)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, base={self.base:g}, strand_aware={self.strand_aware}"

@@ -1,0 +1,148 @@
+"""Reverse complement of strings, token batches and one-hot batches, padding-aware.
+
+A padded batch is reversed within each row's length: pads stay at the end (Caduceus flips them along with the
+bases, so a short read's RC starts with padding). The reversal is one gather with an index built from the
+lengths, no loop over rows, and applying it twice is the identity.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, overload
+
+import torch
+
+from ..core.batching import mask_to_lengths
+from ._take import take_rows
+from .alphabet import IUPAC_COMPLEMENT, PAD, _check_tokens, complement_tokens
+
+__all__ = ["reverse_complement", "flip_within_lengths", "check_mask"]
+
+_STR_TABLE = str.maketrans(
+    "".join(IUPAC_COMPLEMENT) + "".join(IUPAC_COMPLEMENT).lower(),
+    "".join(IUPAC_COMPLEMENT.values()) + "".join(IUPAC_COMPLEMENT.values()).lower(),
+)
+_BYTES_TABLE = bytes.maketrans(
+    ("".join(IUPAC_COMPLEMENT) + "".join(IUPAC_COMPLEMENT).lower()).encode(),
+    ("".join(IUPAC_COMPLEMENT.values()) + "".join(IUPAC_COMPLEMENT.values()).lower()).encode(),
+)
+_INVALID_TEXT = re.compile("[^" + "".join(IUPAC_COMPLEMENT) + "".join(IUPAC_COMPLEMENT).lower() + "]")
+_INVALID_BYTES = re.compile(_INVALID_TEXT.pattern.encode())
+
+
+def check_mask(mask: Any, shape: torch.Size, name: str = "mask") -> torch.Tensor:
+    """A boolean ``[B, L]`` mask of the given leading shape whose True entries come first in every row."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a boolean tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected {tuple(shape)}")
+    if mask.shape[1] > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+        raise ValueError(f"{name} must have its padding at the end of each row (True entries first)")
+    return mask
+
+
+def flip_within_lengths(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Reverse ``x [B, L, ...]`` along axis 1 inside each row's real length; padded slots stay where they are.
+
+    ``mask [B, L]`` is the padding mask (True = real; padding at the end). Involutive: applying it twice gives x.
+    """
+    if x.ndim < 2:
+        raise ValueError(f"x must be [B, L, ...], got shape {tuple(x.shape)}")
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == x.shape[:2] \
+            and bool(mask.all()):
+        return x.flip(1)  # no padding: a plain flip (the common case of equal-length reads)
+    mask = check_mask(mask.to(x.device), x.shape[:2])
+    lengths = mask_to_lengths(mask).unsqueeze(1)
+    position = torch.arange(x.shape[1], device=x.device)
+    index = torch.where(mask, lengths - 1 - position, position)
+    rows = index + torch.arange(0, x.shape[0] * x.shape[1], x.shape[1], device=x.device).unsqueeze(1)
+    return take_rows(x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]), rows.reshape(-1)).reshape(x.shape)
+
+
+def _reverse_complement_text(seq: str | bytes, index: int | None = None) -> str | bytes:
+    text = isinstance(seq, str)
+    if not text:
+        seq = bytes(seq)
+    bad = (_INVALID_TEXT if text else _INVALID_BYTES).search(seq)
+    if bad is not None:
+        where = "x" if index is None else f"x[{index}]"
+        raise ValueError(f"{where} has {bad.group()!r} at position {bad.start()}; expected IUPAC nucleotide "
+                         "letters (either case)")
+    return seq.translate(_STR_TABLE if text else _BYTES_TABLE)[::-1]
+
+
+@overload
+def reverse_complement(x: str, mask: None = None) -> str: ...
+@overload
+def reverse_complement(x: bytes, mask: None = None) -> bytes: ...
+@overload
+def reverse_complement(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor: ...
+def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
+    """Reverse complement of DNA in any of omnipos' forms.
+
+    Args:
+        x: a ``str`` / ``bytes`` (IUPAC letters, case kept, as pyfaidx does), a list of them, a token tensor
+            ``[B, L]`` or ``[L]`` from :func:`encode`, or a one-hot tensor ``[B, L, 4]`` (``[B, L, 5]`` with the
+            soft-mask channel, which is reversed but not complemented) or ``[L, 4]``.
+        mask: ``[B, L]`` bool padding mask (True = real; padding at the end). For tokens it defaults to
+            ``tokens != PAD``; a one-hot tensor cannot tell pads from N rows, so without a mask every position
+            of it counts as real (pass the mask of a padded one-hot batch).
+
+    Returns:
+        The same kind and shape as ``x``: each row reversed within its length and complemented; pads stay at
+        the end of each row. Applying it twice is the identity.
+    """
+    if isinstance(x, (str, bytes, bytearray)):
+        if mask is not None:
+            raise ValueError("mask applies to tensors only; a string carries its own length")
+        return _reverse_complement_text(x)
+    if isinstance(x, Sequence) and not isinstance(x, torch.Tensor):
+        if mask is not None:
+            raise ValueError("mask applies to tensors only; strings carry their own lengths")
+        if not all(isinstance(s, (str, bytes, bytearray)) for s in x):
+            raise TypeError("x must be a str, bytes, a list of them or a tensor")
+        return [_reverse_complement_text(s, i) for i, s in enumerate(x)]
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a str, bytes, a list of them or a tensor, got {type(x).__name__}")
+    if x.is_floating_point():
+        if x.ndim not in (2, 3) or x.shape[-1] not in (4, 5):
+            raise ValueError(f"a one-hot x must be [B, L, 4|5] or [L, 4|5], got shape {tuple(x.shape)}")
+        single = x.ndim == 2
+        batch = x.unsqueeze(0) if single else x
+        if mask is None:
+            mask = torch.ones(batch.shape[:2], dtype=torch.bool, device=x.device)
+        elif single:
+            mask = mask.reshape(1, -1)
+        mask = check_mask(mask.to(x.device) if isinstance(mask, torch.Tensor) else mask, batch.shape[:2])
+        # A, C, G, T -> T, G, C, A is the channel order reversed; a soft-mask channel stays put.
+        if batch.shape[-1] == 4:
+            # Reversing a row's (position, channel) elements reverses positions and complements in one fast
+            # flip; padded rows then shift left by their padding, and pad slots keep their own values.
+            flipped = batch.reshape(batch.shape[0], -1).flip(1).reshape(batch.shape)
+            if bool(mask.all()):
+                out = flipped
+            else:
+                size, width = batch.shape[0] * batch.shape[1], batch.shape[1]
+                shift = width - mask_to_lengths(mask).unsqueeze(1)
+                rows = torch.arange(size, device=x.device).reshape(mask.shape)
+                # real slots read the flipped copy `shift` rows on; pad slots read their own value (2nd half)
+                rows = torch.where(mask, rows + shift, rows + size)
+                source = torch.cat([flipped.reshape(size, 4), batch.reshape(size, 4)])
+                out = take_rows(source, rows.reshape(-1)).reshape(batch.shape)
+        else:
+            order = torch.tensor([3, 2, 1, 0, 4], device=x.device)
+            out = flip_within_lengths(batch.index_select(-1, order), mask)
+        return out[0] if single else out
+    tokens = _check_tokens(x, "x")
+    if tokens.ndim not in (1, 2):
+        raise ValueError(f"token x must be [B, L] or [L], got shape {tuple(tokens.shape)}")
+    single = tokens.ndim == 1
+    batch = tokens.unsqueeze(0) if single else tokens
+    if mask is None:
+        mask = batch != PAD
+    elif single:
+        mask = mask.reshape(1, -1)
+    out = flip_within_lengths(complement_tokens(batch), mask)
+    return out[0] if single else out
+

@@ -1,0 +1,44 @@
+"""Graph positional encodings: Laplacian eigenvectors, random walks, sign handling; PyG transforms, networkx.
+
+The PyG transforms (``AddLaplacianPE``, ``AddRandomWalkPE``, ``RandomSignFlip``, ``precompute``) live in
+:mod:`omnipos.graph.pyg` and are imported on first use (torch_geometric is slow to import).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .eigenvalues import eigenvalue_encoding
+from .laplacian import DENSE_MAX_NODES, NORMALIZATIONS, connected_components, laplacian_pe
+from .random_walk import random_walk_pe, transition_matrix
+from .networkx import networkx_laplacian_pe, networkx_random_walk_pe, networkx_to_edge_index
+from .sign import canonical_sign, random_sign_flip
+
+__all__ = [
+    "laplacian_pe",
+    "random_walk_pe",
+    "transition_matrix",
+    "canonical_sign",
+    "random_sign_flip",
+    "connected_components",
+    "eigenvalue_encoding",
+    "networkx_laplacian_pe",
+    "networkx_random_walk_pe",
+    "networkx_to_edge_index",
+    "NORMALIZATIONS",
+    "DENSE_MAX_NODES",
+    "AddLaplacianPE",
+    "AddRandomWalkPE",
+    "RandomSignFlip",
+    "precompute",
+]
+
+_PYG = ("AddLaplacianPE", "AddRandomWalkPE", "RandomSignFlip", "precompute")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PYG:
+        from . import pyg
+
+        return getattr(pyg, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,30 @@
+"""Irregular timelines (clinical records, sensors): absolute, periodic and gap encodings, Time2Vec, event batches.
+
+Plain float times are in hours unless a function's ``unit=`` says otherwise; durations may be strings such as
+``"24h"``, ``"7d"``, ``"30min"``. Every encoding is ``[B, L, D]`` with padded positions exactly zero, and refuses
+unsorted times. :class:`EventBatch` (pandas / pyarrow, extra ``[clinical]``) reads MEDS-style event tables.
+"""
+
+from .absolute import absolute_time_encoding
+from .encoder import TimelineEncoder
+from .events import EventBatch
+from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_encoding, time_gaps
+from .periodic import periodic_encoding
+from .time2vec import Time2Vec
+from .units import UNITS, batch_timelines, parse_duration, to_offsets
+
+__all__ = [
+    "UNITS",
+    "parse_duration",
+    "to_offsets",
+    "batch_timelines",
+    "absolute_time_encoding",
+    "periodic_encoding",
+    "time_gaps",
+    "log_gap_encoding",
+    "GapBucketEmbedding",
+    "DEFAULT_GAP_BOUNDARIES",
+    "Time2Vec",
+    "TimelineEncoder",
+    "EventBatch",
+]

@@ -1,0 +1,75 @@
+"""Absolute time encoding: a sinusoid of real time with geometric periods, never normalised per batch.
+
+Models of irregular series that rescale time by the batch's range (mTAN) give the same event a different vector
+in a different batch; here the periods are fixed numbers of hours (or of ``unit``), so the same time gives the
+same vector in any batch, at any padding, on any device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..core._validation import check_choice, check_even_dim
+from ..core.frequencies import geometric_frequencies
+from ..core.sinusoid import LAYOUTS, sinusoid_of_turns
+from .units import check_times, check_unit, encode_valid, parse_duration
+
+__all__ = ["absolute_time_encoding", "absolute_cycles"]
+
+
+def absolute_cycles(dim: int, min_period: Any, max_period: Any, unit: str = "h",
+                    device: torch.device | str | None = None) -> torch.Tensor:
+    """The float64 frequencies (cycles per ``unit``) ``1 / P_i`` of the ``dim // 2`` geometric periods
+    ``P_i = min_period * (max_period / min_period) ** (i / (dim/2 - 1))``, shortest first."""
+    dim = check_even_dim(dim)
+    unit = check_unit(unit)
+    low = parse_duration(min_period, unit, name="min_period")
+    high = parse_duration(max_period, unit, name="max_period")
+    if not low > 0:
+        raise ValueError(f"min_period must be a positive duration, got {min_period!r}")
+    half = dim // 2
+    if half == 1:
+        return torch.tensor([1.0 / low], dtype=torch.float64, device=device)
+    if not high > low:
+        raise ValueError(f"max_period ({max_period!r}) must be longer than min_period ({min_period!r})")
+    return geometric_frequencies(half, base=high / low, denominator=half - 1, device=device) / low
+
+
+def absolute_time_encoding(
+    times: torch.Tensor,
+    dim: int,
+    *,
+    min_period: Any,
+    max_period: Any,
+    mask: torch.Tensor | None = None,
+    unit: str = "h",
+    layout: str = "interleaved",
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Sinusoid of real time: ``sin / cos(2 pi t / P_i)`` for ``dim // 2`` geometric periods.
+
+    Args:
+        times: ``[..., L]`` real tensor, in ``unit`` (hours by default), sorted along the last axis.
+        dim: output channels (even).
+        min_period, max_period: shortest and longest period: ``"1h"``, ``"3650d"``, or floats in ``unit``.
+            With ``dim == 2`` only ``min_period`` is used.
+        mask: ``[..., L]`` bool, True at real events; padded slots of the output are exactly 0.
+        unit: unit of ``times`` and of plain-float periods.
+        layout: ``"interleaved"`` (sin, cos per period) or ``"split"`` (all sines, then all cosines).
+        dtype: result dtype. The phase ``t / P`` is formed and range-reduced in float64 first.
+
+    Returns:
+        ``[..., L, dim]``.
+    """
+    check_choice(layout, "layout", LAYOUTS[:2])
+    times, mask = check_times(times, mask)
+    cycles = absolute_cycles(dim, min_period, max_period, unit, device=times.device)
+    return encode_valid(times, mask, lambda t: _absolute(t, cycles, layout, dtype))
+
+
+def _absolute(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
+    # the product is a fresh float64 buffer: let the core consume it instead of copying it again
+    turns = t.to(torch.float64).unsqueeze(-1) * cycles
+    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)

@@ -1,0 +1,60 @@
+"""Time2Vec (Kazemi et al., 2019, arXiv 1907.05321): a linear term and learned-frequency sines.
+
+``t2v(t)[0] = w_0 . t + b_0`` and ``t2v(t)[i] = sin(w_i . t + b_i)`` for ``i >= 1``: the linear term first, as in
+the paper and mTAN. The frequencies are parameters, so this is the one place in omnipos that calls ``torch.sin``
+itself: the core's sinusoids are fixed-frequency, sin/cos-paired and not differentiable in the frequency.
+Feed times relative to a nearby origin (``origin="first"``): a learned frequency times a time since 1970 loses
+float32 precision before the sine sees it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..core._validation import check_positive_int
+from .units import check_times, encode_valid
+
+__all__ = ["Time2Vec"]
+
+
+class Time2Vec(nn.Module):
+    """Time2Vec with ``out_features`` channels: ``[linear | sin ... sin]``.
+
+    Args:
+        out_features: output channels (>= 1; channel 0 is the linear term, the rest are sines).
+        in_features: time features per event. With 1 (the default) ``forward`` takes times ``[..., L]`` with no
+            feature axis; with more it takes ``[..., L, in_features]``.
+
+    Shape:
+        ``forward(times, mask=None)``: ``[..., L]`` (or ``[..., L, in_features]``) -> ``[..., L, out_features]``;
+        padded slots (mask False) exactly 0. Times must be sorted only when ``in_features == 1``.
+    """
+
+    def __init__(self, out_features: int, in_features: int = 1) -> None:
+        super().__init__()
+        self.out_features = check_positive_int(out_features, "out_features")
+        self.in_features = check_positive_int(in_features, "in_features")
+        self.linear = nn.Linear(self.in_features, 1)
+        self.periodic = nn.Linear(self.in_features, self.out_features - 1) if self.out_features > 1 else None
+
+    def forward(self, times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.in_features == 1:
+            times, mask = check_times(times, mask)
+            return encode_valid(times, mask, lambda t: self._features(t.unsqueeze(-1)))
+        if not isinstance(times, torch.Tensor) or times.ndim < 2 or times.shape[-1] != self.in_features:
+            raise ValueError(f"times must be [..., L, in_features={self.in_features}], got "
+                             f"{tuple(getattr(times, 'shape', ()))}")
+        features, mask = check_times(times, None if mask is None else mask.unsqueeze(-1).expand_as(times),
+                                     check_sorted=False)
+        return encode_valid(features, None if mask is None else mask[..., 0], self._features)
+
+    def _features(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.to(self.linear.weight.dtype)
+        linear = self.linear(t)
+        if self.periodic is None:
+            return linear
+        return torch.cat([linear, torch.sin(self.periodic(t))], dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"out_features={self.out_features}, in_features={self.in_features}"

@@ -1,0 +1,16 @@
+"""The DNA demo section prints its symmetry numbers (exact zeros) and draws its picture."""
+
+from omnipos.cli import main
+
+
+def test_dna_demo_section(tmp_path, capsys):
+    assert main(["demo", "--section", "dna", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "1000 reads" in text
+    assert "pads moved = 0, RC twice == identity: True" in text
+    assert "PE(read) - PE(RC read, aligned)|      = 0.0e+00" in text
+    assert "sin(read) + sin(RC read)|    = 0.0e+00" in text
+    assert "identical: True" in text and "same multiset: True" in text
+    assert "wrapped: 0.0e+00" in text
+    picture = tmp_path / "dna_rc_symmetric_encoding.png"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(picture) in text

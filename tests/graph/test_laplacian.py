@@ -1,0 +1,296 @@
+"""laplacian_pe against PyG's AddLaplacianEigenvectorPE and an independent float64 NumPy/SciPy computation."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch_geometric.data import Data
+from torch_geometric.transforms import AddLaplacianEigenvectorPE
+
+from omnipos.graph import laplacian_pe
+
+
+def numpy_laplacian(a: np.ndarray, normalization):
+    """The Laplacian in float64 NumPy, written from the definitions (isolated node: L_ii = 1 when normalised)."""
+    np.fill_diagonal(a, 0.0)
+    d = a.sum(1)
+    if normalization is None:
+        return np.diag(d) - a
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, 1 / d, 0.0)
+    if normalization == "sym":
+        return np.eye(len(d)) - np.sqrt(inv)[:, None] * a * np.sqrt(inv)[None, :]
+    return np.eye(len(d)) - inv[:, None] * a  # "rw": not symmetric
+
+
+def align(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Flip each column of ``ref`` to the sign of the matching column of ``ours``."""
+    signs = np.sign((ours * ref).sum(0))
+    signs[signs == 0] = 1
+    return ref * signs
+
+
+def distinct(values: np.ndarray, first: int, gap: float = 1e-4) -> bool:
+    """The ``first`` smallest eigenvalues are distinct (and apart from the next one)."""
+    return bool(np.all(np.diff(np.sort(values)[:first + 1]) > gap))
+
+
+def connected_graph_with_distinct_spectrum(factory, n, seed, adjacency, first=8):
+    for attempt in range(50):
+        e = factory(n, n // 2 + 2, seed * 100 + attempt)
+        if distinct(np.linalg.eigvalsh(numpy_laplacian(adjacency(e, n), "sym")), min(first, n - 1)):
+            return e
+    raise AssertionError("no graph with a distinct spectrum found")
+
+
+@pytest.mark.parametrize("n,seed", [(7, 0), (15, 1), (30, 2), (57, 3), (120, 4)])
+def test_same_eigenvectors_as_pyg_up_to_sign(graph_factory, adjacency, n, seed):
+    e = connected_graph_with_distinct_spectrum(graph_factory, n, seed, adjacency)
+    k = 5
+    torch.manual_seed(seed)
+    ref = AddLaplacianEigenvectorPE(k, is_undirected=True)(Data(edge_index=e, num_nodes=n))
+    ref = ref.laplacian_eigenvector_pe.double().numpy()
+    ours = laplacian_pe(e, n, k)
+    assert ours.shape == (n, k) and ours.dtype == torch.float32
+    ours = ours.double().numpy()
+    np.testing.assert_allclose(ours, align(ours, ref), atol=2e-4)  # PyG solves in float32
+
+
+@pytest.mark.parametrize("normalization", ["sym", "rw", None])
+def test_matches_float64_numpy_reference(graph_factory, adjacency, normalization):
+    n = 18
+    e = connected_graph_with_distinct_spectrum(graph_factory, n, 7, adjacency)
+    weight = torch.rand(e.shape[1] // 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) + 0.1
+    weight = torch.cat([weight, weight])  # same weight both directions
+    lap = numpy_laplacian(adjacency(e, n, weight), normalization)
+    if normalization == "rw":
+        values, vectors = scipy.linalg.eig(lap)  # the non-symmetric problem, solved as such
+        values, vectors = values.real, vectors.real
+    else:
+        values, vectors = np.linalg.eigh(lap)
+    order = np.argsort(values)
+    values, vectors = values[order], vectors[:, order]
+    vectors /= np.linalg.norm(vectors, axis=0)
+    k = 6
+    pe, ev, mask = laplacian_pe(e, n, k, edge_weight=weight, normalization=normalization, return_eigenvalues=True)
+    assert mask.all()
+    np.testing.assert_allclose(ev[0].double().numpy(), values[1:k + 1], rtol=1e-6, atol=1e-6)
+    ours = pe.double().numpy()
+    np.testing.assert_allclose(ours, align(ours, vectors[:, 1:k + 1]), atol=1e-6)
+    if normalization == "rw":  # L_rw u = lambda u for the returned columns
+        np.testing.assert_allclose(lap @ ours, ours * ev[0].double().numpy(), atol=1e-5)
+        full = laplacian_pe(e, n, 2, edge_weight=weight, normalization="rw", drop_trivial=False)
+        np.testing.assert_allclose(full[:, 0].double().numpy(), np.full(n, n ** -0.5), atol=1e-6)
+
+
+def projector(vectors: np.ndarray) -> np.ndarray:
+    return vectors @ vectors.T
+
+
+@pytest.mark.parametrize("n", [8, 11])
+def test_repeated_eigenvalues_same_eigenspaces(n):
+    """A cycle's eigenvalues 1 - cos(2 pi j / n) come in pairs: compare the eigenspaces (projectors)."""
+    src = torch.arange(n)
+    e = torch.cat([torch.stack([src, (src + 1) % n]), torch.stack([(src + 1) % n, src])], dim=1)
+    k = 6  # pairs j = 1, 2, 3: complete eigenspaces
+    pe, ev, _ = laplacian_pe(e, n, k, return_eigenvalues=True)
+    expected = np.sort(1 - np.cos(2 * np.pi * np.arange(n) / n))[1:k + 1]
+    np.testing.assert_allclose(ev[0].double().numpy(), expected, atol=1e-6)
+    ref = AddLaplacianEigenvectorPE(k, is_undirected=True)(Data(edge_index=e, num_nodes=n))
+    ref = ref.laplacian_eigenvector_pe.double().numpy()
+    ours = pe.double().numpy()
+    for pair in range(3):
+        cols = slice(2 * pair, 2 * pair + 2)
+        np.testing.assert_allclose(projector(ours[:, cols]), projector(ref[:, cols]), atol=2e-5)
+
+
+@pytest.mark.parametrize("n", [5, 6, 9, 16, 31])
+def test_cycle_nodes_get_distinct_rows(n):
+    """The seeds' claim: on a cycle every node is structurally the same, yet its spectral coordinates differ."""
+    src = torch.arange(n)
+    e = torch.cat([torch.stack([src, (src + 1) % n]), torch.stack([(src + 1) % n, src])], dim=1)
+    pe = laplacian_pe(e, n, 2).double()
+    distances = torch.cdist(pe, pe) + torch.eye(n) * 10
+    assert distances.min() > 1e-3
+
+
+def eigenspace_projectors(pe: np.ndarray, values: np.ndarray, tol: float = 1e-6):
+    """Projectors onto the eigenspaces (columns grouped by equal eigenvalue)."""
+    groups, start = [], 0
+    for j in range(1, len(values) + 1):
+        if j == len(values) or values[j] - values[j - 1] > tol:
+            groups.append(projector(pe[:, start:j]))
+            start = j
+    return groups
+
+
+@given(st.integers(2, 14), st.integers(0, 20), st.integers(0, 10_000), st.booleans())
+def test_permutation_equivariance_up_to_basis(graph_factory, n, extra, seed, connected):
+    e = graph_factory(n, extra, seed, connected=connected)
+    perm = torch.from_numpy(np.random.default_rng(seed).permutation(n))
+    position = torch.empty_like(perm)
+    position[perm] = torch.arange(n)  # node perm[i] of the original is node i of the permuted graph
+    pe, ev, _ = laplacian_pe(e, n, n, drop_trivial=False, return_eigenvalues=True)
+    pe_p, ev_p, _ = laplacian_pe(position[e], n, n, drop_trivial=False, return_eigenvalues=True)
+    np.testing.assert_allclose(ev_p.numpy(), ev.numpy(), atol=1e-5)
+    values = ev[0].double().numpy()
+    ours = eigenspace_projectors(pe.double().numpy()[perm.numpy()], values)
+    theirs = eigenspace_projectors(pe_p.double().numpy(), values)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_k_at_least_n_pads_with_zeros_and_masks():
+    e = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    pe, ev, mask = laplacian_pe(e, 3, 5, return_eigenvalues=True)
+    assert pe.shape == (3, 5) and ev.shape == (1, 5)
+    assert mask.tolist() == [[True, True, False, False, False]]
+    assert pe[:, 2:].abs().max() == 0 and ev[0, 2:].abs().max() == 0
+    np.testing.assert_allclose(ev[0, :2].numpy(), [1.0, 2.0], atol=1e-6)  # path P3: 0, 1, 2
+    one = laplacian_pe(torch.zeros(2, 0, dtype=torch.long), 1, 3, return_eigenvalues=True)
+    assert one[0].abs().max() == 0 and not one[2].any()
+
+
+def test_batch_equals_graph_by_graph(graph_factory):
+    graphs = [graph_factory(n, n, s) for s, n in enumerate([6, 9, 6, 12, 3, 9, 1])]
+    sizes = [6, 9, 6, 12, 3, 9, 1]
+    offsets = np.cumsum([0] + sizes[:-1])
+    e = torch.cat([g + o for g, o in zip(graphs, offsets)], dim=1)
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    pe, ev, mask = laplacian_pe(e, sum(sizes), 4, batch=batch, return_eigenvalues=True)
+    for i, (g, n, o) in enumerate(zip(graphs, sizes, offsets)):
+        single, single_ev, single_mask = laplacian_pe(g, n, 4, return_eigenvalues=True)
+        torch.testing.assert_close(pe[o:o + n], single, atol=1e-6, rtol=0)
+        torch.testing.assert_close(ev[i], single_ev[0])
+        assert torch.equal(mask[i], single_mask[0])
+
+
+def test_isolated_nodes(adjacency):
+    # a triangle plus two isolated nodes: the isolated ones have L_ii = 1 (PyG's get_laplacian), eigenvalue 1
+    e = torch.tensor([[0, 1, 1, 2, 2, 0], [1, 0, 2, 1, 0, 2]])
+    pe, ev, _ = laplacian_pe(e, 5, 4, return_eigenvalues=True)
+    values, _ = np.linalg.eigh(numpy_laplacian(adjacency(e, 5), "sym"))
+    np.testing.assert_allclose(ev[0].numpy(), values[1:5], atol=1e-6)
+    # the isolated nodes' eigenspace (eigenvalue 1) is spanned by their unit vectors
+    ones = np.isclose(ev[0].numpy(), 1.0)
+    block = pe.double().numpy()[:, ones]
+    np.testing.assert_allclose(projector(block), np.diag([0, 0, 0, 1.0, 1.0]), atol=1e-6)
+    combinatorial = laplacian_pe(e, 5, 4, normalization=None, return_eigenvalues=True)[1]
+    expected = np.sort(np.linalg.eigvalsh(numpy_laplacian(adjacency(e, 5), None)))[1:5]  # 0, 0, 3, 3
+    np.testing.assert_allclose(combinatorial[0].numpy(), expected, atol=1e-6)
+
+
+def test_self_loops_are_ignored(graph_factory):
+    e = graph_factory(10, 6, 11)
+    loops = torch.tensor([[0, 3, 3], [0, 3, 3]])
+    for normalization in ("sym", "rw", None):
+        plain = laplacian_pe(e, 10, 4, normalization=normalization)
+        looped = laplacian_pe(torch.cat([e, loops], 1), 10, 4, normalization=normalization)
+        torch.testing.assert_close(looped, plain, atol=1e-6, rtol=0)
+
+
+def test_directed_edge_list_is_symmetrised(graph_factory):
+    e = graph_factory(12, 8, 5)
+    one_way = e[:, : e.shape[1] // 2]
+    reversed_ = one_way.flip(0)
+    both = laplacian_pe(e, 12, 5)
+    torch.testing.assert_close(laplacian_pe(one_way, 12, 5), both, atol=1e-6, rtol=0)
+    torch.testing.assert_close(laplacian_pe(reversed_, 12, 5), both, atol=1e-6, rtol=0)
+    mixed = torch.cat([one_way, reversed_[:, :3]], 1)  # some edges in both directions, some in one
+    torch.testing.assert_close(laplacian_pe(mixed, 12, 5), both, atol=1e-6, rtol=0)
+
+
+def test_two_runs_identical_and_random_sign_reproducible(graph_factory):
+    e = graph_factory(40, 30, 9)
+    assert torch.equal(laplacian_pe(e, 40, 8), laplacian_pe(e, 40, 8))
+    a = laplacian_pe(e, 40, 8, sign="random", generator=torch.Generator().manual_seed(1))
+    b = laplacian_pe(e, 40, 8, sign="random", generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b)
+    canonical = laplacian_pe(e, 40, 8)
+    torch.testing.assert_close(a.abs(), canonical.abs())
+    signs = (a * canonical).sum(0).sign()
+    assert set(signs.tolist()) <= {-1.0, 1.0}
+
+
+def test_canonical_sign_makes_largest_entry_positive(graph_factory):
+    e = graph_factory(25, 20, 2)
+    pe = laplacian_pe(e, 25, 6, sign="canonical").double()
+    raw = laplacian_pe(e, 25, 6, sign="none").double()
+    torch.testing.assert_close(pe.abs(), raw.abs())
+    largest = pe.abs().argmax(0)
+    assert (pe[largest, torch.arange(6)] > 0).all()
+
+
+def test_sparse_path_matches_dense_and_is_deterministic(graph_factory):
+    n = 90
+    e = graph_factory(n, 60, 4)
+    dense, dense_ev, _ = laplacian_pe(e, n, 6, return_eigenvalues=True)
+    for normalization in ("sym", "rw", None):
+        dense, dense_ev, _ = laplacian_pe(e, n, 6, normalization=normalization, return_eigenvalues=True)
+        sparse, sparse_ev, _ = laplacian_pe(e, n, 6, normalization=normalization, return_eigenvalues=True,
+                                            dense_max_nodes=50)
+        torch.testing.assert_close(sparse_ev, dense_ev, atol=1e-6, rtol=1e-6)
+        ours = sparse.double().numpy()
+        np.testing.assert_allclose(ours, align(ours, dense.double().numpy()), atol=1e-5)
+        assert torch.equal(sparse, laplacian_pe(e, n, 6, normalization=normalization, dense_max_nodes=50))
+
+
+def test_per_component(graph_factory):
+    a, b = graph_factory(7, 4, 1), graph_factory(5, 3, 2)
+    # interleave the two components' node ids: component nodes need not be contiguous
+    ids_a, ids_b = torch.tensor([0, 2, 4, 6, 8, 10, 11]), torch.tensor([1, 3, 5, 7, 9])
+    e = torch.cat([ids_a[a], ids_b[b]], 1)
+    pe, ev, mask = laplacian_pe(e, 12, 3, per_component=True, return_eigenvalues=True)
+    assert ev.shape == (2, 3) and mask.all()
+    torch.testing.assert_close(pe[ids_a], laplacian_pe(a, 7, 3), atol=1e-6, rtol=0)
+    torch.testing.assert_close(pe[ids_b], laplacian_pe(b, 5, 3), atol=1e-6, rtol=0)
+    # without it, a disconnected graph keeps the second zero eigenvalue (as PyG)
+    whole_ev = laplacian_pe(e, 12, 3, return_eigenvalues=True)[1]
+    assert abs(float(whole_ev[0, 0])) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"edge_index": torch.tensor([[0, 5], [5, 0]])}, ValueError, "num_nodes=5"),
+        ({"edge_index": torch.tensor([[0, -1], [1, 0]])}, ValueError, ">= 0"),
+        ({"edge_index": torch.tensor([[0.0, 1.0], [1.0, 0.0]])}, TypeError, "integer"),
+        ({"edge_index": torch.tensor([0, 1, 1, 0])}, ValueError, r"\[2, E\]"),
+        ({"edge_weight": torch.tensor([1.0, -1.0])}, ValueError, "edge_weight must be >= 0"),
+        ({"edge_weight": torch.tensor([1.0, float("nan")])}, ValueError, "finite"),
+        ({"edge_weight": torch.tensor([1.0, float("inf")])}, ValueError, "finite"),
+        ({"edge_weight": torch.tensor([1.0])}, ValueError, "shape"),
+        ({"batch": torch.tensor([0, 0, 1, 1])}, ValueError, "num_nodes"),
+        ({"batch": torch.tensor([0, 1, 1, 1, 1])}, ValueError, "joins graph 0 to graph 1"),
+        ({"batch": torch.tensor([1, 1, 0, 0, 0])}, ValueError, "non-decreasing"),
+        ({"batch": torch.tensor([0.0, 0, 0, 0, 0])}, TypeError, "integer"),
+        ({"k": 0}, ValueError, "k must be >= 1"),
+        ({"k": 2.0}, TypeError, "k must be an int"),
+        ({"normalization": "random-walk"}, ValueError, "normalization"),
+        ({"sign": "positive"}, ValueError, "sign"),
+    ],
+)
+def test_bad_input(kwargs, error, match):
+    arguments = {"edge_index": torch.tensor([[0, 1], [1, 0]]), "num_nodes": 5, "k": 2}
+    arguments.update(kwargs)
+    with pytest.raises(error, match=match):
+        laplacian_pe(**arguments)
+
+
+@pytest.mark.gpu
+def test_cpu_and_gpu_agree_with_canonical_sign(graph_factory, adjacency):
+    graphs = [connected_graph_with_distinct_spectrum(graph_factory, n, n, adjacency) for n in (12, 20, 12, 33)]
+    sizes = [12, 20, 12, 33]
+    offsets = np.cumsum([0] + sizes[:-1])
+    e = torch.cat([g + o for g, o in zip(graphs, offsets)], 1)
+    batch = torch.repeat_interleave(torch.arange(4), torch.tensor(sizes))
+    cpu = laplacian_pe(e, sum(sizes), 6, batch=batch)
+    gpu = laplacian_pe(e.cuda(), sum(sizes), 6, batch=batch.cuda())
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-5, rtol=0)
+    from omnipos.graph import random_walk_pe
+
+    torch.testing.assert_close(random_walk_pe(e.cuda(), sum(sizes), 8, batch=batch.cuda()).cpu(),
+                               random_walk_pe(e, sum(sizes), 8, batch=batch), atol=1e-6, rtol=0)

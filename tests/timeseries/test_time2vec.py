@@ -1,0 +1,47 @@
+import pytest
+import torch
+
+from omnipos.timeseries import Time2Vec
+
+
+def test_time2vec_linear_term_first():
+    t2v = Time2Vec(5)
+    times = torch.tensor([[0.0, 1.5, 4.0]])
+    out = t2v(times)
+    w0, b0 = t2v.linear.weight[0, 0], t2v.linear.bias[0]
+    w, b = t2v.periodic.weight[:, 0], t2v.periodic.bias
+    expected = torch.cat([(w0 * times + b0).unsqueeze(-1), torch.sin(times.unsqueeze(-1) * w + b)], dim=-1)
+    torch.testing.assert_close(out, expected)
+    assert out.shape == (1, 3, 5)
+
+
+def test_time2vec_matches_mtan_layout():
+    """mTAN's learn_time_embedding: out = cat([linear(t), sin(periodic(t))], -1)."""
+    torch.manual_seed(0)
+    t2v = Time2Vec(8)
+    linear, periodic = torch.nn.Linear(1, 1), torch.nn.Linear(1, 7)
+    linear.load_state_dict(t2v.linear.state_dict())
+    periodic.load_state_dict(t2v.periodic.state_dict())
+    tt = (torch.rand(2, 6) * 10).sort(-1).values
+    mtan = torch.cat([linear(tt.unsqueeze(-1)), torch.sin(periodic(tt.unsqueeze(-1)))], -1)
+    torch.testing.assert_close(t2v(tt), mtan)
+
+
+def test_time2vec_features_and_mask():
+    t2v = Time2Vec(4, in_features=3)
+    x = torch.randn(2, 5, 3)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    out = t2v(x, mask)
+    assert out.shape == (2, 5, 4) and (out[1, 2:] == 0).all()
+    torch.testing.assert_close(out[mask], t2v(x)[mask])
+    with pytest.raises(ValueError, match="in_features=3"):
+        t2v(torch.randn(2, 5))
+
+
+def test_time2vec_one_channel_and_bad_input():
+    assert Time2Vec(1)(torch.tensor([[0.0, 2.0]])).shape == (1, 2, 1)
+    with pytest.raises(ValueError, match="sorted"):
+        Time2Vec(3)(torch.tensor([[2.0, 0.0]]))
+    with pytest.raises(ValueError, match=">= 1"):
+        Time2Vec(0)
+    assert "out_features=3, in_features=1" in repr(Time2Vec(3))
