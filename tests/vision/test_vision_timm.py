@@ -252,3 +252,16 @@ def test_cuda_matches_cpu_and_caches_per_device():
         sizes = torch.tensor([[272, 192], [200, 150]], device="cuda")
         assert model(x.cuda(), image_sizes=sizes).device.type == "cuda"
     assert {key[2].type for key in model.omnipos_positions._cache} == {"cuda"}
+
+
+def test_forward_intermediates_equal_timm_dynamic():
+    model, twin = _pair("vit_tiny_patch16_224", **SMALL)
+    adapt_vit(model)
+    x = torch.randn(1, 3, 272, 192)
+    with torch.no_grad():
+        out, inter = model.forward_intermediates(x)
+        ref_out, ref_inter = twin.forward_intermediates(x)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-5)
+    assert [t.shape for t in inter] == [(1, 192, 17, 12)] * 2
+    for ours, ref in zip(inter, ref_inter):
+        torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
