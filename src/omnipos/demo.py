@@ -13,8 +13,8 @@ import torch
 
 from .core import sinusoidal
 from .dna.demo import demo_section as dna_demo_section
-from .timeseries.demo import demo_section as timeseries_demo_section
 from .graph.demo import demo_section as graph_demo_section
+from .timeseries.demo import demo_section as timeseries_demo_section
 from .vision.demo import demo_section as vision_demo_section
 
 __all__ = ["run_demo", "SECTIONS"]
@@ -53,9 +53,9 @@ def core_section(out_dir: Path | None) -> None:
 SECTIONS: list[tuple[str, Callable[[Path | None], None]]] = [
     ("core", core_section),
     ("timeseries", timeseries_demo_section),
+    ("vision", vision_demo_section),
     ("graph", graph_demo_section),
     ("dna", dna_demo_section),
-    ("vision", vision_demo_section),
 ]
 
 

@@ -13,6 +13,7 @@ from .batching import (
     unpad,
 )
 from .frequencies import RopeScaling, frequency_bands, rope_frequencies
+from .learned import LearnedPositionalEmbedding
 from .relative import (
     RelativePositionBias,
     alibi_bias,
@@ -22,7 +23,6 @@ from .relative import (
     t5_relative_bucket,
 )
 from .rotary import RotaryEmbedding, apply_rotary, convert_rope_layout
-from .learned import LearnedPositionalEmbedding
 from .sinusoid import SinusoidalEncoding, add_positional, sinusoidal
 
 __all__ = [

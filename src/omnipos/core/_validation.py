@@ -14,6 +14,8 @@ __all__ = [
     "check_choice",
     "as_position_tensor",
     "check_finite",
+    "check_float_dtype",
+    "check_integer_tensor",
 ]
 
 
@@ -78,3 +80,17 @@ def check_finite(tensor: torch.Tensor, name: str) -> None:
     if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
         bad = (~torch.isfinite(tensor)).nonzero()[0].tolist()
         raise ValueError(f"{name} must be finite; found {tensor[tuple(bad)].item()} at index {tuple(bad)}")
+
+
+def check_float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
+    """Raise ``TypeError`` naming ``name`` unless ``dtype`` is a floating ``torch.dtype``."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def check_integer_tensor(tensor: torch.Tensor, name: str, what: str = "an integer tensor") -> torch.Tensor:
+    """Raise ``TypeError`` naming ``name`` unless ``tensor`` has an integer dtype (bool, float, complex refused)."""
+    if tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex():
+        raise TypeError(f"{name} must be {what}, got dtype {tensor.dtype}")
+    return tensor

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ._validation import check_positive_int
+from ._validation import check_integer_tensor, check_positive_int
 
 __all__ = [
     "check_lengths",
@@ -29,8 +29,7 @@ def check_lengths(lengths: Any, name: str = "lengths") -> torch.Tensor:
     """Validate a ``[B]`` vector of non-negative integer lengths and return it as int64."""
     if not isinstance(lengths, torch.Tensor):
         lengths = torch.as_tensor(lengths)
-    if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
-        raise TypeError(f"{name} must be an integer tensor, got {lengths.dtype}")
+    check_integer_tensor(lengths, name)
     if lengths.ndim != 1:
         raise ValueError(f"{name} must be 1-D [B], got shape {tuple(lengths.shape)}")
     if lengths.numel() and int(lengths.min()) < 0:

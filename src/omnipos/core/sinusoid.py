@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._validation import as_position_tensor, check_choice, check_even_dim, check_finite
+from ._validation import as_position_tensor, check_choice, check_even_dim, check_finite, check_float_dtype
 from .frequencies import frequency_bands, geometric_frequencies
 
 __all__ = [
@@ -133,8 +133,7 @@ def sinusoidal(
     """
     dim = check_even_dim(dim)
     check_choice(layout, "layout", LAYOUTS)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    check_float_dtype(dtype)
     positions = as_position_tensor(positions)
     check_finite(positions, "positions")
     cycles_per_unit = layout_frequencies(dim, base=base, layout=layout, device=positions.device) / _TWO_PI

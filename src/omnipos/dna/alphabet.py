@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._validation import check_choice
+from ..core._validation import check_choice, check_float_dtype, check_integer_tensor
 from ..core.batching import lengths_to_mask, pad_packed
 from ._take import take_rows
 
@@ -191,8 +191,7 @@ def encode(
 def _check_tokens(tokens: Any, name: str = "tokens") -> torch.Tensor:
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} must be an integer tensor of token ids, got {type(tokens).__name__}")
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor of token ids, got {tokens.dtype}")
+    check_integer_tensor(tokens, name, "an integer tensor of token ids")
     if tokens.numel():
         low, high = (int(v) for v in torch.aminmax(tokens))
         if low < 0 or high >= 2 * SOFT_MASK:
@@ -268,6 +267,5 @@ def one_hot(
     """
     tokens = _check_tokens(tokens)
     check_choice(ambiguity, "ambiguity", ONE_HOT_POLICIES)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    check_float_dtype(dtype)
     return _lookup(_one_hot_table(ambiguity, dtype, tokens.device, bool(soft_mask_channel)), tokens)

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from ..core._validation import check_positive_int
+from ..core._validation import check_float_dtype, check_positive_int
 
 __all__ = ["relative_basis", "BASIS_KINDS"]
 
@@ -88,8 +88,7 @@ def relative_basis(
     if num_features % components:
         raise ValueError(f"num_features must be divisible by {components} ({len(kinds)} kinds"
                          f"{'' if symmetric else ' x 2 for the signed copy'}), got {num_features}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    check_float_dtype(dtype)
     per_kind = num_features // components
     r = torch.arange(-(seq_len - 1), seq_len, dtype=torch.float64, device=device)
     distance = r.abs()

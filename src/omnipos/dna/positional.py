@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core._validation import as_position_tensor, check_even_dim, check_finite, check_positive_int
+from ..core._validation import as_position_tensor, check_even_dim, check_finite, check_float_dtype, check_positive_int
 from ..core.batching import check_lengths, lengths_to_mask
 from ..core.sinusoid import sinusoidal
 
@@ -92,8 +92,7 @@ def rc_symmetric_encoding(
         dim = check_even_dim(dim)
     else:
         dim = check_positive_int(dim, "dim")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    check_float_dtype(dtype)
     values = as_position_tensor(lengths_or_positions, "lengths_or_positions")
     if values.is_floating_point():
         if max_len is not None:

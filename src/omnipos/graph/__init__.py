@@ -10,8 +10,8 @@ from typing import Any
 
 from .eigenvalues import eigenvalue_encoding
 from .laplacian import DENSE_MAX_NODES, NORMALIZATIONS, connected_components, laplacian_pe
-from .random_walk import random_walk_pe, transition_matrix
 from .networkx import networkx_laplacian_pe, networkx_random_walk_pe, networkx_to_edge_index
+from .random_walk import random_walk_pe, transition_matrix
 from .sign import canonical_sign, random_sign_flip
 
 __all__ = [

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._validation import check_finite, check_positive_int
-
+from ..core._validation import check_finite, check_integer_tensor, check_positive_int
 
 #: Threads torch may use for the graph encodings' CPU work (``None``: leave torch's setting alone). The work is
 #: many small LAPACK calls and batched ops on ``[G, n, n]`` blocks; with 2 threads on a 2-core machine shared
@@ -74,8 +73,7 @@ def _as_tensor(value: Any, name: str, device: torch.device | None = None) -> tor
 def check_edge_index(edge_index: Any, num_nodes: int) -> torch.Tensor:
     """``[2, E]`` integer node pairs, each in ``0 .. num_nodes - 1`` -> int64 tensor on its device."""
     edge_index = _as_tensor(edge_index, "edge_index")
-    if edge_index.dtype == torch.bool or edge_index.is_floating_point() or edge_index.is_complex():
-        raise TypeError(f"edge_index must hold integer node indices, got dtype {edge_index.dtype}")
+    check_integer_tensor(edge_index, "edge_index", "integer node indices")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
     edge_index = edge_index.long()
@@ -118,8 +116,7 @@ def check_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_weight:
         counts = torch.tensor([num_nodes], device=device)
     else:
         batch = _as_tensor(batch, "batch", device)
-        if batch.dtype == torch.bool or batch.is_floating_point() or batch.is_complex():
-            raise TypeError(f"batch must hold integer graph ids, got dtype {batch.dtype}")
+        check_integer_tensor(batch, "batch", "integer graph ids")
         if batch.ndim != 1 or batch.shape[0] != num_nodes:
             raise ValueError(f"batch must have shape [num_nodes] = [{num_nodes}], got {tuple(batch.shape)}")
         if batch.device != device:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from ..core._validation import check_integer_tensor
+
 __all__ = ["SIGNS", "canonical_sign", "random_sign", "random_sign_flip"]
 
 SIGNS = ("canonical", "random", "none")
@@ -58,8 +60,7 @@ def random_sign_flip(pe: torch.Tensor, batch: torch.Tensor | None = None, *,
         return pe * random_sign((1, pe.shape[1]), device=pe.device, dtype=pe.dtype, generator=generator)
     if not isinstance(batch, torch.Tensor) or batch.shape != pe.shape[:1]:
         raise ValueError(f"batch must be a [N] = [{pe.shape[0]}] tensor, got {getattr(batch, 'shape', batch)}")
-    if batch.dtype == torch.bool or batch.is_floating_point():
-        raise TypeError(f"batch must hold integer graph ids, got dtype {batch.dtype}")
+    check_integer_tensor(batch, "batch", "integer graph ids")
     num_graphs = int(batch.max()) + 1 if batch.numel() else 0
     signs = random_sign((num_graphs, pe.shape[1]), device=pe.device, dtype=pe.dtype, generator=generator)
     return pe * signs[batch.to(pe.device).long()]

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..core._validation import check_choice, check_positive_int
-from ..core.sinusoid import LAYOUTS, sinusoid_of_turns, layout_frequencies
+from ..core.sinusoid import LAYOUTS, layout_frequencies, sinusoid_of_turns
 from .units import check_times, check_unit, checked_gaps, encode_valid, parse_duration, parse_durations
 
 __all__ = ["time_gaps", "log_gap_encoding", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]

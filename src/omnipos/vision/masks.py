@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..core._validation import check_positive_int
+from ..core._validation import check_integer_tensor, check_positive_int
 from .grid import check_grid, check_size_pair
 
 __all__ = ["check_image_sizes", "patch_padding_mask", "pixel_padding_mask", "prefix_attention_mask"]
@@ -21,8 +21,7 @@ def check_image_sizes(image_sizes: Any, patch_size: Any = None) -> torch.Tensor:
     ``patch_size`` is given, at least one patch."""
     if not isinstance(image_sizes, torch.Tensor):
         image_sizes = torch.as_tensor(image_sizes)
-    if image_sizes.dtype == torch.bool or image_sizes.is_floating_point() or image_sizes.is_complex():
-        raise TypeError(f"image_sizes must hold integers (height, width), got {image_sizes.dtype}")
+    check_integer_tensor(image_sizes, "image_sizes", "integers (height, width)")
     if image_sizes.ndim != 2 or image_sizes.shape[1] != 2:
         raise ValueError(f"image_sizes must be [B, 2] (height, width), got shape {tuple(image_sizes.shape)}")
     image_sizes = image_sizes.long()

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..core._validation import as_position_tensor, check_choice, check_finite, check_positive_int
+from ..core._validation import as_position_tensor, check_choice, check_finite, check_float_dtype, check_positive_int
 from ..core.frequencies import geometric_frequencies
 from ..core.sinusoid import sinusoid_of_turns
 from .grid import check_grid
@@ -76,8 +76,7 @@ def sincos_2d_from_coords(
     """
     dim = _check_dim4(dim)
     check_choice(convention, "convention", CONVENTIONS)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    check_float_dtype(dtype)
     coords = as_position_tensor(coords, "coords")
     if coords.ndim < 1 or coords.shape[-1] != 2:
         raise ValueError(f"coords must have a trailing axis of 2 (y, x), got shape {tuple(coords.shape)}")
