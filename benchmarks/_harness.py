@@ -55,6 +55,20 @@ def time_call(fn: Callable[[], Any], *, device: torch.device | str | None = None
     return statistics.median(samples)
 
 
+def wall_and_cpu_medians(fn: Callable[[], Any], *, repeats: int, warmup: int = 0) -> tuple[float, float]:
+    """(median wall seconds, median CPU seconds of this process) of ``fn()``: on a shared machine the CPU figure
+    is what the work costs; the wall figure also counts waiting for a core (and gains from using both)."""
+    for _ in range(warmup):
+        fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
 def common_arguments(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _harness import Bench, common_arguments
+from _harness import Bench, common_arguments, wall_and_cpu_medians
 from Bio import SeqIO
 
 from omnipos.dna import one_hot, rc_symmetric_encoding, read_fastx, reverse_complement
@@ -94,18 +94,6 @@ def check_same(ours, theirs) -> float:
     return worst
 
 
-def median_time(fn, repeats: int) -> tuple[float, float]:
-    """Median wall time and median CPU time of this process (the CPU figure is what one core costs when other
-    jobs share the machine; wall time counts the waiting too)."""
-    wall, cpu = [], []
-    for _ in range(repeats):
-        w0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - w0)
-        cpu.append(time.process_time() - c0)
-    return statistics.median(wall), statistics.median(cpu)
-
-
 def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--reads", type=int, default=None, help="reads in the FASTQ (default 1,000,000; quick 50,000)")
@@ -135,11 +123,12 @@ def main() -> None:
             size_mb = path.stat().st_size / 1e6
             worst = check_same(omnipos_pipeline(path, args.dim, args.batch_size, keep=500)[1],
                                biopython_loop(path, args.dim, 500, keep=500)[1])
-            t_peer, c_peer = median_time(lambda: biopython_loop(path, args.dim, peer_n), 1 if args.quick else 2)
+            t_peer, c_peer = wall_and_cpu_medians(lambda: biopython_loop(path, args.dim, peer_n),
+                                                  repeats=1 if args.quick else 2)
             for engine in ("dnaio", "python"):
                 omnipos_pipeline(path, args.dim, args.batch_size, parser=engine)  # warm-up (page cache)
-                t_ours, c_ours = median_time(
-                    lambda: omnipos_pipeline(path, args.dim, args.batch_size, parser=engine), repeats)
+                t_ours, c_ours = wall_and_cpu_medians(
+                    lambda: omnipos_pipeline(path, args.dim, args.batch_size, parser=engine), repeats=repeats)
                 bench.row(case=f"{label}, {engine} parser", reads=f"{len(lengths):,}", fastq_mb=round(size_mb),
                           omnipos_wall_s=t_ours,
                           omnipos_reads_per_s=f"{len(lengths) / t_ours:,.0f} ({len(lengths) / c_ours:,.0f})",

@@ -30,7 +30,7 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from _harness import Bench, common_arguments  # noqa: E402
+from _harness import Bench, common_arguments, wall_and_cpu_medians  # noqa: E402
 
 warnings.filterwarnings("ignore")
 from torch_geometric.data import Data  # noqa: E402
@@ -79,18 +79,6 @@ def knn_graph(n: int, neighbours: int = 6, seed: int = 0) -> torch.Tensor:
     pairs = np.unique(np.sort(np.stack([src, dst], 1), axis=1), axis=0)
     e = torch.from_numpy(pairs.T.copy()).long()
     return torch.cat([e, e.flip(0)], 1)
-
-
-def timed(fn, repeats: int) -> tuple[float, float]:
-    """(median wall seconds, median process-CPU seconds) of ``fn()`` after one warm-up call."""
-    fn()
-    wall, cpu = [], []
-    for _ in range(repeats):
-        w0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - w0)
-        cpu.append(time.process_time() - c0)
-    return float(np.median(wall)), float(np.median(cpu))
 
 
 def per_graph(transform, graphs):
@@ -153,11 +141,15 @@ def main() -> None:
     # (a) Laplacian PE, k=8
     diff = simple_columns_agree(graphs[:300], 8)
     peer_repeats = max(1, repeats - 1)  # PyG takes seconds per pass
-    ours = timed(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch), repeats)
-    pre = timed(lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device, progress=False),
-                repeats)
-    pyg_sym = timed(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs), peer_repeats)
-    pyg_default = timed(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs), peer_repeats)
+    ours = wall_and_cpu_medians(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch),
+                                repeats=repeats, warmup=1)
+    pre = wall_and_cpu_medians(
+        lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device, progress=False),
+        repeats=repeats, warmup=1)
+    pyg_sym = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs),
+                                   repeats=peer_repeats, warmup=1)
+    pyg_default = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs),
+                                       repeats=peer_repeats, warmup=1)
     row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)", diff)
     row("(a) LapPE k=8, precompute(list)", pre, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
     row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_default, "AddLaplacianEigenvectorPE() (default: eig)")
@@ -166,13 +158,16 @@ def main() -> None:
     rw = random_walk_pe(edge_index, num_nodes, 20, batch=batch)
     pyg = torch.cat([g.random_walk_pe for g in per_graph(AddRandomWalkPE(20), graphs)])
     diff = float((rw.cpu() - pyg).abs().max())
-    ours = timed(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch), repeats)
-    peer = timed(lambda: per_graph(AddRandomWalkPE(20), graphs), peer_repeats)
+    ours = wall_and_cpu_medians(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch),
+                                repeats=repeats, warmup=1)
+    peer = wall_and_cpu_medians(lambda: per_graph(AddRandomWalkPE(20), graphs), repeats=peer_repeats,
+                                warmup=1)
     row("(c) RWPE 20 steps, random_walk_pe(batch)", ours, peer, "AddRandomWalkPE(20)", diff)
     fast = random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32)
     diff = float((fast.cpu() - pyg).abs().max())
-    ours = timed(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32),
-                 repeats)
+    ours = wall_and_cpu_medians(
+        lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32),
+        repeats=repeats, warmup=1)
     row("(c) RWPE 20 steps, compute_dtype=float32", ours, peer, "AddRandomWalkPE(20)", diff)
 
     # (b) one big sparse graph, k=8: each side timed once (PyG's Lanczos is slow on it)
