@@ -94,3 +94,16 @@ def test_pad_packed_bad_input():
         pad_packed(torch.zeros(2), mask)
     with pytest.raises(TypeError, match="mask"):
         pad_packed(torch.zeros(3), mask.long())
+
+
+def test_check_lengths():
+    from omnipos.core import check_lengths
+
+    assert check_lengths([3, 0, 2]).tolist() == [3, 0, 2]
+    assert check_lengths(torch.tensor([1, 2], dtype=torch.int32)).dtype == torch.int64
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        check_lengths(torch.tensor([1, -2]), "counts")
+    with pytest.raises(TypeError, match="counts must be an integer tensor"):
+        check_lengths(torch.tensor([1.5]), "counts")
+    with pytest.raises(ValueError, match="1-D"):
+        check_lengths(torch.zeros(2, 2, dtype=torch.long))

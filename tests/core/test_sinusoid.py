@@ -231,3 +231,30 @@ def test_sinusoid_of_turns_inplace_consumes_only_when_asked():
     assert torch.equal(consumed, out)
     with pytest.raises(TypeError, match="float64"):
         sinusoid_of_turns(keep.float(), inplace=True)
+
+
+def test_sinusoid_of_angles_matches_formula_and_validates_layout():
+    from omnipos.core.sinusoid import sinusoid_of_angles
+
+    angles = (torch.rand(4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(8)) - 0.5) * 2e6
+    out = sinusoid_of_angles(angles, layout="split")
+    a = angles.numpy()
+    assert np.abs(out.double().numpy() - np.concatenate([np.sin(a), np.cos(a)], -1)).max() < 1e-6
+    with pytest.raises(ValueError, match="layout"):
+        sinusoid_of_angles(angles, layout="half")
+
+
+def test_layout_and_geometric_frequencies():
+    from omnipos.core.frequencies import geometric_frequencies
+    from omnipos.core.sinusoid import layout_frequencies
+
+    np.testing.assert_allclose(layout_frequencies(12, base=50.0, layout="fairseq").numpy(),
+                               np.exp(-np.log(50.0) * np.arange(6) / 5), rtol=1e-14)
+    np.testing.assert_allclose(layout_frequencies(12, layout="split").numpy(),
+                               10000.0 ** (-np.arange(0, 12, 2) / 12), rtol=1e-14)
+    np.testing.assert_allclose(geometric_frequencies(5, base=7.0, denominator=2.5).numpy(),
+                               7.0 ** (-np.arange(5) / 2.5), rtol=1e-14)
+    with pytest.raises(ValueError, match="base"):
+        geometric_frequencies(5, base=0.5, denominator=2.5)
+    with pytest.raises(ValueError, match="layout"):
+        layout_frequencies(12, layout="mae")
