@@ -1,6 +1,8 @@
-"""The shared core: sinusoids, frequency bands, rotary embeddings, learned embeddings and ragged batching.
+"""The shared core: sinusoids, frequency bands, rotary embeddings, relative biases, learned embeddings, batching.
 
-Knows no domain."""
+Knows no domain. This package's namespace is the API the domains build on: every name a domain uses is
+exported here (the domains never import a core submodule or a private name).
+"""
 
 from .batching import (
     check_lengths,
@@ -12,8 +14,18 @@ from .batching import (
     pad_ragged,
     unpad,
 )
-from .frequencies import RopeScaling, frequency_bands, rope_frequencies
+from .checks import (
+    as_position_tensor,
+    check_choice,
+    check_even_dim,
+    check_finite,
+    check_float_dtype,
+    check_integer_tensor,
+    check_positive_int,
+)
+from .frequencies import RopeScaling, frequency_bands, geometric_frequencies, rope_frequencies
 from .learned import LearnedPositionalEmbedding
+from .progress import ProgressCallback, ProgressReporter, progress_reporter
 from .relative import (
     RelativePositionBias,
     alibi_bias,
@@ -22,26 +34,39 @@ from .relative import (
     relative_bias_score_mod,
     t5_relative_bucket,
 )
-from .rotary import RotaryEmbedding, apply_rotary, convert_rope_layout
-from .sinusoid import SinusoidalEncoding, add_positional, sinusoidal
+from .rotary import ROPE_LAYOUTS, RotaryEmbedding, apply_rotary, convert_rope_layout, rope_cos_sin
+from .sinusoid import LAYOUTS as SINUSOID_LAYOUTS
+from .sinusoid import SinusoidalEncoding, add_positional, layout_frequencies, sinusoid_of_turns, sinusoidal
 
 __all__ = [
+    # frequencies
     "frequency_bands",
+    "geometric_frequencies",
     "rope_frequencies",
     "RopeScaling",
+    # sinusoids
+    "SINUSOID_LAYOUTS",
+    "layout_frequencies",
+    "sinusoidal",
+    "sinusoid_of_turns",
+    "SinusoidalEncoding",
+    "add_positional",
+    # rotary
+    "ROPE_LAYOUTS",
     "RotaryEmbedding",
     "apply_rotary",
     "convert_rope_layout",
+    "rope_cos_sin",
+    # relative biases
     "alibi_slopes",
     "alibi_bias",
     "t5_relative_bucket",
     "RelativePositionBias",
     "alibi_score_mod",
     "relative_bias_score_mod",
-    "sinusoidal",
-    "SinusoidalEncoding",
-    "add_positional",
+    # learned
     "LearnedPositionalEmbedding",
+    # batching
     "pad_ragged",
     "pad_packed",
     "check_lengths",
@@ -50,4 +75,16 @@ __all__ = [
     "packed_positions",
     "lengths_to_mask",
     "mask_to_lengths",
+    # checks shared by every domain
+    "as_position_tensor",
+    "check_choice",
+    "check_even_dim",
+    "check_finite",
+    "check_float_dtype",
+    "check_integer_tensor",
+    "check_positive_int",
+    # progress reporting for long-running functions
+    "ProgressCallback",
+    "ProgressReporter",
+    "progress_reporter",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ._validation import check_integer_tensor, check_positive_int
+from .checks import check_integer_tensor, check_positive_int
 
 __all__ = [
     "check_lengths",

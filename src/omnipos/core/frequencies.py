@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._validation import check_choice, check_even_dim, check_positive_int
+from .checks import check_choice, check_even_dim, check_positive_int
 
 __all__ = [
     "frequency_bands",

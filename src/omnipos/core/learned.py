@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._validation import as_position_tensor, check_choice, check_finite, check_positive_int
+from .checks import as_position_tensor, check_choice, check_finite, check_positive_int
 
 __all__ = ["LearnedPositionalEmbedding", "BEYOND_POLICIES"]
 

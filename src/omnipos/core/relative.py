@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._validation import check_positive_int
+from .checks import check_positive_int
 
 __all__ = [
     "alibi_slopes",

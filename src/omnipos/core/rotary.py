@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._validation import as_position_tensor, check_choice, check_even_dim, check_finite, check_positive_int
+from .checks import as_position_tensor, check_choice, check_even_dim, check_finite, check_positive_int
 from .frequencies import RopeScaling, as_rope_scaling, rope_frequencies
 
 __all__ = ["ROPE_LAYOUTS", "RotaryEmbedding", "apply_rotary", "convert_rope_layout", "rope_cos_sin"]

@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._validation import check_choice, check_float_dtype, check_integer_tensor
-from ..core.batching import lengths_to_mask, pad_packed
+from ..core import check_choice, check_float_dtype, check_integer_tensor, lengths_to_mask, pad_packed
 from ._take import take_rows
 
 __all__ = [

@@ -13,8 +13,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..core._validation import check_positive_int
-from ..core.batching import pad_ragged
+from ..core import check_positive_int, pad_ragged
 from .alphabet import PAD
 from .reads import ReadBatch, read_fastx
 

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from ..core._validation import check_float_dtype, check_positive_int
+from ..core import check_float_dtype, check_positive_int
 
 __all__ = ["relative_basis", "BASIS_KINDS"]
 

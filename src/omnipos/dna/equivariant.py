@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core._validation import check_choice
+from ..core import check_choice
 from .alphabet import PAD
 from .reverse_complement import flip_within_lengths, reverse_complement
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import torch
 
-from ..core._validation import check_positive_int
-from ..core.batching import lengths_to_mask, pad_packed
+from ..core import check_positive_int, lengths_to_mask, pad_packed
 from .alphabet import PAD
 from .positional import rc_symmetric_encoding
 from .reads import read_fastx

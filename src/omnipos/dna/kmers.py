@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core._validation import check_positive_int
+from ..core import check_positive_int
 from .alphabet import PAD, SOFT_MASK, _check_tokens
 from .reverse_complement import check_mask
 

@@ -23,9 +23,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core._validation import as_position_tensor, check_even_dim, check_finite, check_float_dtype, check_positive_int
-from ..core.batching import check_lengths, lengths_to_mask
-from ..core.sinusoid import sinusoidal
+from ..core import (
+    as_position_tensor,
+    check_even_dim,
+    check_finite,
+    check_float_dtype,
+    check_lengths,
+    check_positive_int,
+    lengths_to_mask,
+    sinusoidal,
+)
 
 __all__ = ["centered_positions", "rc_symmetric_encoding", "RCSymmetricEncoding"]
 

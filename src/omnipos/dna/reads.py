@@ -24,8 +24,7 @@ from typing import IO
 import numpy as np
 import torch
 
-from ..core._validation import check_choice, check_positive_int
-from ..core.batching import pad_packed
+from ..core import check_choice, check_positive_int, pad_packed
 from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, encode_joined
 
 __all__ = ["ReadBatch", "read_fastx", "PARSERS", "detect_format", "RawRecords"]

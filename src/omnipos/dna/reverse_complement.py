@@ -13,7 +13,7 @@ from typing import Any, overload
 
 import torch
 
-from ..core.batching import mask_to_lengths
+from ..core import mask_to_lengths
 from ._take import take_rows
 from .alphabet import IUPAC_COMPLEMENT, PAD, _check_tokens, complement_tokens
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._validation import check_finite, check_integer_tensor, check_positive_int
+from ..core import check_finite, check_integer_tensor, check_positive_int
 
 #: Threads torch may use for the graph encodings' CPU work (``None``: leave torch's setting alone). The work is
 #: many small LAPACK calls and batched ops on ``[G, n, n]`` blocks; with 2 threads on a 2-core machine shared

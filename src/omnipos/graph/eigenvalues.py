@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ..core.sinusoid import sinusoidal
+from ..core import sinusoidal
 
 __all__ = ["eigenvalue_encoding"]
 

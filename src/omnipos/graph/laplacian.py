@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._validation import check_choice, check_positive_int
+from ..core import check_choice, check_positive_int
 from ._input import GraphBatch, SizeGroup, check_graph, cpu_threads, size_groups
 from .sign import SIGNS, canonical_sign, random_sign
 

@@ -22,7 +22,7 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.transforms import BaseTransform
 
-from ..core._validation import check_choice, check_positive_int
+from ..core import check_choice, check_positive_int
 from .eigenvalues import eigenvalue_encoding
 from .laplacian import DENSE_MAX_NODES, _check_normalization, laplacian_pe
 from .random_walk import random_walk_pe

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..core._validation import check_positive_int
+from ..core import check_positive_int
 from ._input import GraphBatch, SizeGroup, check_graph, check_steps, cpu_threads, size_groups
 
 __all__ = ["random_walk_pe", "transition_matrix", "return_probabilities", "RW_DENSE_MAX_NODES"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core._validation import check_integer_tensor
+from ..core import check_integer_tensor
 
 __all__ = ["SIGNS", "canonical_sign", "random_sign", "random_sign_flip"]
 

@@ -11,9 +11,7 @@ from typing import Any
 
 import torch
 
-from ..core._validation import check_choice, check_even_dim
-from ..core.frequencies import geometric_frequencies
-from ..core.sinusoid import LAYOUTS, sinusoid_of_turns
+from ..core import SINUSOID_LAYOUTS, check_choice, check_even_dim, geometric_frequencies, sinusoid_of_turns
 from .units import check_times, check_unit, encode_valid, parse_duration
 
 __all__ = ["absolute_time_encoding", "absolute_cycles"]
@@ -63,7 +61,7 @@ def absolute_time_encoding(
     Returns:
         ``[..., L, dim]``.
     """
-    check_choice(layout, "layout", LAYOUTS[:2])
+    check_choice(layout, "layout", SINUSOID_LAYOUTS[:2])
     times, mask = check_times(times, mask)
     cycles = absolute_cycles(dim, min_period, max_period, unit, device=times.device)
     return encode_valid(times, mask, lambda t: _absolute(t, cycles, layout, dtype))

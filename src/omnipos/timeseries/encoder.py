@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core._validation import check_choice, check_positive_int
+from ..core import check_choice, check_positive_int
 from .absolute import _absolute, absolute_cycles
 from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, _log_gap, _positive, log_gap_cycles
 from .periodic import DEFAULT_PERIODS, _periodic, _periods_tensor, periodic_dim

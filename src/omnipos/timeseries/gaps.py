@@ -15,8 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core._validation import check_choice, check_positive_int
-from ..core.sinusoid import LAYOUTS, layout_frequencies, sinusoid_of_turns
+from ..core import SINUSOID_LAYOUTS, check_choice, check_positive_int, layout_frequencies, sinusoid_of_turns
 from .units import check_times, check_unit, checked_gaps, encode_valid, parse_duration, parse_durations
 
 __all__ = ["time_gaps", "log_gap_encoding", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
@@ -68,7 +67,7 @@ def log_gap_encoding(
         scale: the gap that maps to ``log 2``; fixes the encoding's meaning whatever ``unit`` is.
         base, layout: as in :func:`omnipos.core.sinusoidal`.
     """
-    check_choice(layout, "layout", LAYOUTS)
+    check_choice(layout, "layout", SINUSOID_LAYOUTS)
     gaps, mask = _check_gaps(gaps, mask)
     scale_value = _positive(scale, unit, "scale")
     cycles = log_gap_cycles(dim, base, layout, gaps.device)

@@ -11,8 +11,7 @@ from typing import Any
 
 import torch
 
-from ..core._validation import check_positive_int
-from ..core.sinusoid import sinusoid_of_turns
+from ..core import check_positive_int, sinusoid_of_turns
 from .units import check_times, check_unit, encode_valid, parse_durations
 
 __all__ = ["periodic_encoding", "periodic_dim", "DEFAULT_PERIODS"]

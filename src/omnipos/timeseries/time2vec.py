@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core._validation import check_positive_int
+from ..core import check_positive_int
 from .units import check_times, encode_valid
 
 __all__ = ["Time2Vec"]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._validation import check_positive_int
+from ..core import check_positive_int
 
 __all__ = ["check_grid", "check_size_pair", "patch_grid"]
 

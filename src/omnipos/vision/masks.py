@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..core._validation import check_integer_tensor, check_positive_int
+from ..core import check_integer_tensor, check_positive_int
 from .grid import check_grid, check_size_pair
 
 __all__ = ["check_image_sizes", "patch_padding_mask", "pixel_padding_mask", "prefix_attention_mask"]

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..core._validation import check_choice, check_positive_int
+from ..core import check_choice, check_positive_int
 from .grid import check_grid
 
 __all__ = ["MODES", "resample_pos_embed", "source_grid"]

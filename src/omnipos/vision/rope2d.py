@@ -27,8 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core._validation import check_choice, check_positive_int
-from ..core.rotary import ROPE_LAYOUTS, RotaryEmbedding, apply_rotary, rope_cos_sin
+from ..core import ROPE_LAYOUTS, apply_rotary, check_choice, check_positive_int, rope_cos_sin, RotaryEmbedding
 from .grid import check_grid
 from .sincos import grid_coords
 

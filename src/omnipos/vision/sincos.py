@@ -18,9 +18,15 @@ from typing import Any
 
 import torch
 
-from ..core._validation import as_position_tensor, check_choice, check_finite, check_float_dtype, check_positive_int
-from ..core.frequencies import geometric_frequencies
-from ..core.sinusoid import sinusoid_of_turns
+from ..core import (
+    as_position_tensor,
+    check_choice,
+    check_finite,
+    check_float_dtype,
+    check_positive_int,
+    geometric_frequencies,
+    sinusoid_of_turns,
+)
 from .grid import check_grid
 
 __all__ = ["CONVENTIONS", "sincos_2d", "sincos_2d_from_coords", "grid_coords"]

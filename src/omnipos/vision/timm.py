@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core._validation import check_choice
+from ..core import check_choice
 from .grid import check_grid, check_size_pair, patch_grid
 from .masks import check_image_sizes, patch_padding_mask, pixel_padding_mask, prefix_attention_mask
 from .resample import MODES, resample_pos_embed, source_grid
@@ -293,7 +293,7 @@ def _check_rope_model(model: nn.Module, rope: nn.Module | None, ref_grid: Any) -
 def _rope_hook(adapter: PositionAdapter):
     """Forward hook for an attention's ``q_norm`` / ``k_norm`` (applied to q, k ``[B, heads, N, head_dim]`` just
     before attention in timm's ``Attention``): rotates the patch tokens by this forward's 2-D RoPE."""
-    from ..core.rotary import apply_rotary
+    from ..core import apply_rotary
 
     def hook(module: nn.Module, args: Any, out: torch.Tensor) -> torch.Tensor:
         if adapter._rope_now is None:

@@ -1,4 +1,6 @@
-"""Argument checks shared by every omnipos module: one wording for one kind of mistake."""
+"""Argument checks shared by every omnipos module: one wording for one kind of mistake.
+
+Public: the domains import these from :mod:`omnipos.core`, so a given mistake reads the same everywhere."""
 
 from __future__ import annotations
 

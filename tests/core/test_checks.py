@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from omnipos.core._validation import check_float_dtype, check_integer_tensor
+from omnipos.core.checks import check_float_dtype, check_integer_tensor
 
 
 def test_check_float_dtype():
