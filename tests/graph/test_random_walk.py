@@ -120,7 +120,7 @@ def test_two_runs_identical(graph_factory):
         ({"steps": [1, -2]}, ValueError, ">= 1"),
         ({"steps": 2.5}, TypeError, "steps"),
         ({"edge_index": torch.tensor([[0, 3], [1, 0]])}, ValueError, "num_nodes=3"),
-        ({"edge_index": torch.tensor([[0, -1], [1, 0]])}, ValueError, ">= 0"),
+        ({"edge_index": torch.tensor([[0, -1], [1, 0]])}, ValueError, r"edge_index\[:, 1\] = \(-1, 0\)"),
         ({"edge_index": torch.tensor([[0.0, 1.0], [1.0, 0.0]])}, TypeError, "integer"),
         ({"edge_weight": torch.tensor([1.0, -0.5])}, ValueError, ">= 0"),
         ({"edge_weight": torch.tensor([float("nan"), 1.0])}, ValueError, "finite"),
