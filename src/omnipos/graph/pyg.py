@@ -217,8 +217,9 @@ class AddLaplacianPE(_PETransform):
             sign=self.sign, return_eigenvalues=True, per_component=self.per_component,
             dense_max_nodes=self.dense_max_nodes, generator=self.generator)
         out: Encoded = {_x_key(self.attr_name, "pe"): (pe, "node")}
-        if not self.per_component:
-            values, mask = _pad_graph_rows(values, num_graphs), _pad_graph_rows(mask, num_graphs, False)
+        if self.per_component:  # (eigenvalue and mask attributes are refused then: their rows are components)
+            return out
+        values, mask = _pad_graph_rows(values, num_graphs), _pad_graph_rows(mask, num_graphs, False)
         node_mask = mask[batch] if batch is not None else mask.expand(pe.shape[0], -1)
         if self.eigenvalue_attr is not None:
             if self.eigenvalue_layout == "graphgps":
