@@ -47,6 +47,8 @@ def eigenvalue_encoding(eigenvalues: Any, dim: int, *, scale: float = 100.0, bas
                 mask = torch.as_tensor(np.asarray(mask), device=eigenvalues.device)
             except (TypeError, ValueError, RuntimeError) as exc:
                 raise TypeError(f"mask must be a bool tensor or array, got {type(mask).__name__} ({exc})") from None
+        if mask.device.type == "meta":
+            raise ValueError("mask is a meta tensor (a shape without values); give real values")
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must hold booleans (True = a real eigenvalue), got dtype {mask.dtype}")
         if mask.shape != eigenvalues.shape:
