@@ -355,24 +355,25 @@ def _flatten(transform: Any) -> list[Any]:
 def _attach(copies: list[Data], encoded: Encoded, ptr: list[int], batch: torch.Tensor,
             home: torch.device) -> None:
     """Split batched outputs graph by graph (pair indices back to each graph's own node numbering)."""
-    pair_bounds = None
+    sizes = [b - a for a, b in zip(ptr[:-1], ptr[1:])]
+    pair_sizes, pair_graph = None, None
     for value, level in encoded.values():
         if level == "pair_index":
-            counts = torch.bincount(batch[value[0]], minlength=len(copies)) if value.numel() else \
-                torch.zeros(len(copies), dtype=torch.long, device=value.device)
-            pair_bounds = [0] + torch.cumsum(counts, 0).tolist()
+            pair_graph = batch[value[0]]
+            pair_sizes = torch.bincount(pair_graph, minlength=len(copies)).tolist()
+    offsets = torch.tensor(ptr[:-1], device=batch.device)
     for name, (value, level) in encoded.items():
-        value = value.to(home)
-        for i, g in enumerate(copies):
-            if level == "node":
-                part = value[ptr[i]:ptr[i + 1]]
-            elif level == "graph":
-                part = value[i:i + 1]
-            elif level == "pair":
-                part = value[pair_bounds[i]:pair_bounds[i + 1]]
-            else:
-                part = value[:, pair_bounds[i]:pair_bounds[i + 1]] - ptr[i]
-            add_node_attr(g, part, None if name.startswith("\0") else name)
+        if level == "node":
+            pieces = value.to(home).split(sizes)
+        elif level == "graph":
+            pieces = value.to(home).split(1)
+        elif level == "pair":
+            pieces = value.to(home).split(pair_sizes)
+        else:
+            pieces = (value - offsets[pair_graph]).to(home).split(pair_sizes, dim=1)
+        target = None if name.startswith("\0") else name
+        for g, piece in zip(copies, pieces):
+            add_node_attr(g, piece, target)
 
 
 def precompute(dataset: Sequence[Data], transform: Any, *, batch_size: int = 1024,
