@@ -287,3 +287,34 @@ def test_baby_step_giant_step_powers(longest):
     expected = np.stack([np.diagonal(np.linalg.matrix_power(p.numpy(), s), axis1=1, axis2=2) for s in steps], -1)
     np.testing.assert_allclose(return_probabilities(p, steps).numpy(), expected, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(return_probabilities(p.numpy(), steps), expected, rtol=1e-12, atol=1e-15)
+
+
+def test_torch_dense_path_padded_chunks(walk_refs, monkeypatch):
+    """The dense path other devices take (torch, chunks padded to a size that depends on n only), run on the
+    CPU: same numbers as NumPy's, and the same bits alone and batched."""
+    monkeypatch.setattr(rw, "_TORCH_ON_CPU", True)
+    sizes = [5, 5, 9, 1, 0, 5, 30]
+    e, n, batch, w, graphs = walk_refs.batch(21, sizes, directed=True)
+    expected = walk_refs.return_probabilities(e, n, w.numpy(), [1, 2, 5, 9])
+    for compute_dtype in (torch.float64, torch.float32):
+        together = random_walk_pe(e, n, [1, 2, 5, 9], batch=batch, edge_weight=w, compute_dtype=compute_dtype)
+        np.testing.assert_allclose(together.numpy(), expected, rtol=1e-5, atol=1e-6)
+        start = 0
+        for ge, gn, gw in graphs:
+            alone = random_walk_pe(ge, gn, [1, 2, 5, 9], edge_weight=gw, compute_dtype=compute_dtype)
+            assert torch.equal(alone, together[start:start + gn])
+            start += gn
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu_and_stays_on_the_device(walk_refs):
+    e, n, batch, w, graphs = walk_refs.batch(22, [6, 40, 1, 300], directed=True)
+    cpu = random_walk_pe(e, n, 12, batch=batch, edge_weight=w)
+    cuda = random_walk_pe(e.cuda(), n, 12, batch=batch.cuda(), edge_weight=w.cuda())
+    assert cuda.device.type == "cuda"
+    torch.testing.assert_close(cuda.cpu(), cpu, atol=1e-6, rtol=1e-5)
+    start = 0
+    for ge, gn, gw in graphs:
+        alone = random_walk_pe(ge.cuda(), gn, 12, edge_weight=gw.cuda())
+        assert torch.equal(alone, cuda[start:start + gn])
+        start += gn

@@ -155,3 +155,27 @@ def test_transform_grit_layout_batch_and_precompute(walk_refs):
         AddRRWP(pair_attr_name=3)
     with pytest.raises(ValueError, match="walk_length"):
         AddRRWP(0)
+
+
+def test_torch_dense_path_padded_chunks(walk_refs, monkeypatch):
+    """The dense path other devices take (torch, padded chunks, torch merge), run on the CPU."""
+    import sys
+
+    monkeypatch.setattr(sys.modules["omnipos.graph.random_walk"], "_TORCH_ON_CPU", True)
+    e, n, batch, w, _ = walk_refs.batch(23, [5, 5, 9, 1, 0, 5, 30, 300], directed=True)
+    ref_index, ref_values, ref_nodes = walk_refs.rrwp(e, n, w.numpy(), 6)
+    pair_index, pair_pe, node_pe = rrwp(e, n, 6, batch=batch, edge_weight=w)
+    assert np.array_equal(pair_index.numpy(), ref_index)
+    np.testing.assert_allclose(pair_pe.numpy(), ref_values, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(node_pe.numpy(), ref_nodes, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu(walk_refs):
+    e, n, batch, w, _ = walk_refs.batch(24, [6, 40, 1, 300], directed=True)
+    cpu = rrwp(e, n, 6, batch=batch, edge_weight=w)
+    cuda = rrwp(e.cuda(), n, 6, batch=batch.cuda(), edge_weight=w.cuda())
+    assert all(t.device.type == "cuda" for t in cuda)
+    assert torch.equal(cuda[0].cpu(), cpu[0])
+    torch.testing.assert_close(cuda[1].cpu(), cpu[1], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(cuda[2].cpu(), cpu[2], atol=1e-6, rtol=1e-5)

@@ -59,6 +59,7 @@ __all__ = [
     "SparseTransitions",
     "RW_DENSE_MAX_NODES",
     "RW_SPARSE_MAX_STEPS",
+    "numpy_path",
 ]
 
 #: Graphs with more nodes than this use the sparse path (measured crossover on sparse graphs, see the benchmark).
@@ -68,6 +69,7 @@ RW_SPARSE_MAX_STEPS = 1024
 # Steps up to this are computed by baby-step giant-step, longer ones by repeated squaring.
 _SQUARING_ABOVE = 4096
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
+_TORCH_ON_CPU = False
 # Entries (sparse non-zeros or dense numbers) per propagated block of rows on the sparse path.
 _BLOCK_ENTRIES = 1 << 22
 # A block of sparse rows is continued densely once this share of its graphs' columns is filled.
@@ -190,7 +192,13 @@ def chunk_size(n: int, device: torch.device) -> int:
     products run in NumPy, one BLAS call per matrix, so a matrix's result does not depend on its neighbours. On
     other devices a batched product might pick its kernel by batch size, so the chunk size is a function of
     ``n`` alone and the last chunk is padded with empty graphs: every product has the same shape in any batch."""
-    return max(1, min(1 << 16 if device.type == "cpu" else 256, (1 << 20) // (n * n)))
+    return max(1, min(1 << 16 if numpy_path(device) else 256, (1 << 20) // (n * n)))
+
+
+def numpy_path(device: torch.device) -> bool:
+    """Whether dense work on ``device`` runs in NumPy (the CPU) or in torch (``_TORCH_ON_CPU`` lets the tests run
+    the padded torch path on a CPU)."""
+    return device.type == "cpu" and not _TORCH_ON_CPU
 
 
 def dense_transitions(group: SizeGroup) -> Iterator[tuple[torch.Tensor, Any]]:
@@ -204,12 +212,13 @@ def dense_transitions(group: SizeGroup) -> Iterator[tuple[torch.Tensor, Any]]:
     for i, start in enumerate(range(0, count, size)):
         lo, hi = bounds[i], bounds[i + 1]
         graphs = group.graphs[start:start + size]
-        rows = graphs.numel() if device.type == "cpu" else size
+        numpy = numpy_path(device)
+        rows = graphs.numel() if numpy else size
         adjacency = torch.zeros(rows, n, n, dtype=torch.float64, device=device)
         adjacency.index_put_((slot[lo:hi] - start, row[lo:hi], col[lo:hi]), weight[lo:hi], accumulate=True)
-        if device.type == "cpu":
+        if numpy:
             adjacency = adjacency.numpy()
-        degree = adjacency.sum(-1, keepdims=True) if device.type == "cpu" else adjacency.sum(-1, keepdim=True)
+        degree = adjacency.sum(-1, keepdims=True) if numpy else adjacency.sum(-1, keepdim=True)
         degree[degree == 0] = 1.0
         yield graphs, adjacency / degree
 

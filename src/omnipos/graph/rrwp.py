@@ -31,6 +31,7 @@ from .random_walk import (
     SparseTransitions,
     check_walk_graph,
     dense_transitions,
+    numpy_path,
     sparse_transitions,
     transition_weights,
 )
@@ -158,7 +159,7 @@ def _merge(parts: list[tuple[torch.Tensor, ...]], ptr: torch.Tensor, num_graphs:
     graph's pairs sorted by (i, j): a pair's place is its graph's offset plus its rank inside its graph. On the
     CPU in NumPy (its scatters into preallocated arrays are ~2x faster than torch's index_copy_ here)."""
     device = ptr.device
-    cpu = device.type == "cpu"
+    cpu = numpy_path(device)
     if cpu:
         parts = [tuple(t.numpy() for t in part) for part in parts]
         ptr = ptr.numpy()
