@@ -193,20 +193,30 @@ def rrwp_section(args: Any, graphs: list[Data]) -> None:
 
 
 def barabasi_albert(n: int, m: int = 3, seed: int = 0) -> np.ndarray:
-    """Preferential attachment (each new node links to m distinct nodes drawn by degree)."""
+    """Preferential attachment: each new node links to m distinct earlier nodes drawn by degree (a draw from
+    the list of all edge endpoints so far)."""
     rng = np.random.default_rng(seed)
-    targets, repeated, src, dst = list(range(m)), [], [], []
+    ends = np.empty(2 * m * n, dtype=np.int64)  # every edge's two endpoints, in order
+    ends[:m] = np.arange(m)
+    filled, targets = m, list(range(m))
+    pairs = np.empty((2, m * (n - m)), dtype=np.int64)
+    draws = rng.random(8 * m * n)
+    used = 0
     for v in range(m, n):
-        src += [v] * m
-        dst += targets
-        repeated += targets + [v] * m
-        picks = rng.integers(0, len(repeated), 4 * m)
-        targets = list(dict.fromkeys(repeated[i] for i in picks))[:m]
-        while len(targets) < m:
-            extra = repeated[int(rng.integers(0, len(repeated)))]
-            if extra not in targets:
-                targets.append(extra)
-    return np.array([src, dst])
+        k = (v - m) * m
+        pairs[0, k:k + m], pairs[1, k:k + m] = v, targets
+        ends[filled:filled + m], ends[filled + m:filled + 2 * m] = targets, v
+        filled += 2 * m
+        chosen: list[int] = []
+        while len(chosen) < m:
+            if used == draws.size:
+                draws, used = rng.random(8 * m * n), 0
+            pick = int(ends[int(draws[used] * filled)])
+            used += 1
+            if pick not in chosen:
+                chosen.append(pick)
+        targets = chosen
+    return pairs
 
 
 def random_geometric(n: int, degree: float = 3.0, seed: int = 0) -> np.ndarray:
@@ -278,10 +288,19 @@ def worker(spec: dict) -> None:
     threading.Timer(spec["cap"], give_up, ("time",)).start()
     w0, c0 = time.perf_counter(), time.process_time()
 
+    first: list[tuple[float, int]] = []
+
     def projected(done: int, total: int | None) -> None:
-        elapsed = time.perf_counter() - w0
-        if total and done and elapsed > 5 and elapsed * total / done > 1.5 * spec["cap"]:
-            give_up("time", projected_s=elapsed * total / done)
+        """Stop when the rate since the first finished block projects the call past 1.5x the time cap."""
+        now = time.perf_counter()
+        if not first:
+            first.append((now, done))
+            return
+        (t1, d1), elapsed = first[0], now - w0
+        if total and done > d1 and now - t1 > 10:
+            estimate = elapsed + (total - done) * (now - t1) / (done - d1)
+            if estimate > 1.5 * spec["cap"]:
+                give_up("time", projected_s=estimate)
 
     if spec["method"] == "omnipos":
         out = random_walk_pe(edge_index, n, spec["steps"], progress=projected)

@@ -99,7 +99,8 @@ def test_sparse_path_bits_do_not_depend_on_blocks_or_dense_continuation(walk_ref
         results = []
         for fill in (0.0, 0.05, math.inf):
             monkeypatch.setattr(rw, "_DENSE_FILL", fill)
-            for block in (None, 1, 2, 7, 41):
+            for block, entries in ((None, 1 << 22), (1, 1 << 22), (2, 1 << 22), (41, 1 << 22), (None, 16), (7, 16)):
+                monkeypatch.setattr(rw, "_BLOCK_ENTRIES", entries)  # 16: blocks outgrow it and are split again
                 results.append(rw._sparse_return_probabilities(walks, list(range(1, 12)), block,
                                                                rw.progress_reporter(None)))
         assert all(np.array_equal(r, results[0]) for r in results)

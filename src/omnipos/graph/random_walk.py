@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from ..core import check_integer_tensor, check_positive_int, progress_reporter
-from ._input import GraphBatch, SizeGroup, check_graph, check_steps, size_groups
+from ._input import GraphBatch, SizeGroup, check_steps, size_groups
 
 __all__ = [
     "random_walk_pe",
@@ -121,19 +121,20 @@ def check_walk_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_we
         if batch.device != device:
             raise ValueError(f"batch is on {batch.device} but edge_index is on {device}")
         batch = batch.long()
-        negative = (batch < 0).nonzero()
-        if negative.numel():
-            i = int(negative[0])
-            raise ValueError(f"batch[{i}] = {int(batch[i])}: graph ids must be >= 0")
-        down = (batch[1:] < batch[:-1]).nonzero()
-        if down.numel():
-            i = int(down[0]) + 1
+        if num_nodes > 1 and bool((batch[0] < 0) | (batch[1:] < batch[:-1]).any()):
+            negative = (batch < 0).nonzero()
+            if negative.numel():
+                i = int(negative[0])
+                raise ValueError(f"batch[{i}] = {int(batch[i])}: graph ids must be >= 0")
+            i = int((batch[1:] < batch[:-1]).nonzero()[0]) + 1
             raise ValueError(f"batch must be non-decreasing (PyG's layout: the nodes of each graph together): node "
                              f"{i} has graph id {int(batch[i])} after graph id {int(batch[i - 1])}")
+        if num_nodes == 1 and int(batch[0]) < 0:
+            raise ValueError(f"batch[0] = {int(batch[0])}: graph ids must be >= 0")
     if edge_index.shape[1]:
-        outside = ((edge_index < 0) | (edge_index >= num_nodes)).any(0).nonzero()
-        if outside.numel():
-            e = int(outside[0])
+        low, high = torch.aminmax(edge_index)
+        if int(low) < 0 or int(high) >= num_nodes:
+            e = int(((edge_index < 0) | (edge_index >= num_nodes)).any(0).nonzero()[0])
             u, v = edge_index[:, e].tolist()
             wrong, other = (u, v) if not 0 <= u < num_nodes else (v, u)
             graph = _in_graph(batch, other) if 0 <= other < num_nodes else ""
@@ -141,13 +142,14 @@ def check_walk_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_we
                              f"0..{num_nodes - 1} (num_nodes={num_nodes})")
         if batch is not None:
             source, target = batch[edge_index[0]], batch[edge_index[1]]
-            crossing = (source != target).nonzero()
-            if crossing.numel():
-                e = int(crossing[0])
+            if not torch.equal(source, target):
+                e = int((source != target).nonzero()[0])
                 raise ValueError(f"edge_index[:, {e}] = ({int(edge_index[0, e])}, {int(edge_index[1, e])}) joins "
                                  f"graph {int(source[e])} to graph {int(target[e])}: batch is inconsistent with "
                                  "edge_index (every edge must stay inside one graph)")
-    if edge_weight is not None:
+    if edge_weight is None:
+        edge_weight = torch.ones(edge_index.shape[1], dtype=torch.float64, device=device)
+    else:
         edge_weight = _as_tensor(edge_weight, "edge_weight")
         if edge_weight.dtype == torch.bool or edge_weight.is_complex():
             raise TypeError(f"edge_weight must be real numbers, got dtype {edge_weight.dtype}")
@@ -159,22 +161,29 @@ def check_walk_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_we
         if edge_weight.device != device:
             raise ValueError(f"edge_weight is on {edge_weight.device} but edge_index is on {device}")
         edge_weight = edge_weight.to(torch.float64)
-        bad = (~torch.isfinite(edge_weight) | (edge_weight < 0)).nonzero()
-        if bad.numel():
-            e = int(bad[0])
+        if edge_weight.numel() and not bool((torch.isfinite(edge_weight) & (edge_weight >= 0)).all()):
+            e = int((~torch.isfinite(edge_weight) | (edge_weight < 0)).nonzero()[0])
             value = float(edge_weight[e])
             u, v = edge_index[:, e].tolist()
             must = "finite" if not math.isfinite(value) else ">= 0"
             raise ValueError(f"edge_weight[{e}] = {value} (edge {u} -> {v}{_in_graph(batch, u)}) must be {must}")
-    if batch is not None and num_nodes:
-        batch = torch.unique_consecutive(batch, return_inverse=True)[1]
-    return check_graph(edge_index, num_nodes, batch, edge_weight)
+    if batch is None or not num_nodes:
+        batch = torch.zeros(num_nodes, dtype=torch.long, device=device)
+        counts = torch.tensor([num_nodes], device=device)
+    else:
+        _, batch, counts = torch.unique_consecutive(batch, return_inverse=True, return_counts=True)
+    ptr = torch.zeros(counts.numel() + 1, dtype=torch.long, device=device)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return GraphBatch(edge_index, edge_weight, num_nodes, batch, counts, ptr)
 
 
-def transition_weights(g: GraphBatch) -> GraphBatch:
+def transition_weights(g: GraphBatch, weighted: bool = True) -> GraphBatch:
     """``g`` with its zero-weight edges dropped and each weight divided by the largest out-weight of its source
     node (values in ``(0, 1]``, so sums of them neither overflow nor underflow; ``P`` is unchanged). A ratio
-    below float64's smallest number (2**-1074) is a transition probability of 0 and drops out too."""
+    below float64's smallest number (2**-1074) is a transition probability of 0 and drops out too.
+    ``weighted=False`` (all weights 1, where the division is exact): ``g`` itself."""
+    if not weighted:
+        return g
     keep = g.edge_weight > 0
     row, col, weight = g.edge_index[0][keep], g.edge_index[1][keep], g.edge_weight[keep]
     peak = torch.zeros(g.num_nodes, dtype=torch.float64, device=g.device)
@@ -206,9 +215,13 @@ def dense_transitions(group: SizeGroup) -> Iterator[tuple[torch.Tensor, Any]]:
     the float64 ``[c, n, n]`` NumPy array on the CPU, else a ``[C, n, n]`` tensor padded with empty graphs."""
     n, count, device = group.n, group.graphs.numel(), group.graphs.device
     size = chunk_size(n, device)
-    order = torch.argsort(group.slot, stable=True)  # stable: duplicate edges add up in the given order
-    slot, row, col, weight = group.slot[order], group.row[order], group.col[order], group.weight[order]
-    bounds = torch.searchsorted(slot, torch.arange(0, count + size, size, device=device)).tolist()
+    if count == 1:  # one graph (a transform called graph by graph): nothing to sort
+        slot, row, col, weight = group.slot, group.row, group.col, group.weight
+        bounds = [0, int(slot.numel())]
+    else:
+        order = torch.argsort(group.slot, stable=True)  # stable: duplicate edges add up in the given order
+        slot, row, col, weight = group.slot[order], group.row[order], group.col[order], group.weight[order]
+        bounds = torch.searchsorted(slot, torch.arange(0, count + size, size, device=device)).tolist()
     for i, start in enumerate(range(0, count, size)):
         lo, hi = bounds[i], bounds[i + 1]
         graphs = group.graphs[start:start + size]
@@ -387,7 +400,7 @@ class _Rows:
         product = self.sparse @ matrix
         product.sort_indices()
         rows = product.shape[0]
-        if product.nnz > _DENSE_FILL * rows * (c1 - c0):
+        if _DENSE_FILL * rows * (c1 - c0) < product.nnz and rows * (c1 - c0) <= 4 * _BLOCK_ENTRIES:
             return _Rows(dense=np.ascontiguousarray(product[:, c0:c1].toarray().T))
         return _Rows(sparse=product)
 
@@ -414,6 +427,10 @@ def _block_of(matrix: Any, c0: int, c1: int) -> Any:
     return block
 
 
+class _TooWide(Exception):
+    """A block of rows would outgrow the memory bound at its next product: retry it in smaller blocks."""
+
+
 def _sparse_return_probabilities(t: SparseTransitions, steps: list[int], block: int | None,
                                  report: Any) -> np.ndarray:
     """``(P^s)_ii`` of every node of ``t`` for ``s`` in ``steps`` -> ``[n, len(steps)]`` float64."""
@@ -423,40 +440,60 @@ def _sparse_return_probabilities(t: SparseTransitions, steps: list[int], block: 
         columns.setdefault(s, []).append(c)
     for c in columns.get(1, ()):
         out[:, c] = t.diagonal
-    longest = max(steps)
     size = block or min(t.n, 256)
     r0 = 0
     while r0 < t.n:
         r1 = min(t.n, r0 + size)
-        c0, c1 = int(t.start[r0]), int(t.stop[r1 - 1])
-
-        def record(s: int, values: np.ndarray) -> None:
-            for c in columns.get(s, ()):
-                out[r0:r1, c] = values
-
-        forward = _Rows(sparse=t.matrix[r0:r1])  # rows of P^a (or S^a)
-        backward = forward if t.symmetric else _Rows(sparse=t.transpose[r0:r1])  # rows of (P^T)^b
-        forward_block = _cached(lambda: _block_of(t.transpose, c0, c1))
-        backward_block = _cached(lambda: _block_of(t.matrix, c0, c1))
-        widest = max(1, forward.entries, backward.entries)
-        a = 1
-        while 2 * a <= longest:
-            record(2 * a, forward.dot(backward, c0, c1))  # (P^2a)_ii = rows of P^a . columns of P^a
-            if 2 * a + 1 > longest:
-                break
-            forward = forward.times(t.matrix, forward_block, c0, c1)
-            record(2 * a + 1, forward.dot(backward, c0, c1))
-            if t.symmetric:
-                backward = forward
-            elif 2 * a + 2 <= longest:
-                backward = backward.times(t.transpose, backward_block, c0, c1)
-            widest = max(widest, forward.entries, backward.entries)
-            a += 1
+        try:
+            widest = _walk_block(t, r0, r1, max(steps), lambda s, values: _record(out, columns, s, r0, r1, values))
+        except _TooWide:  # (the rows written so far are written again: the result does not depend on blocks)
+            size = max(1, (r1 - r0) // 4)
+            continue
         report.update(r1 - r0)
         if block is None:  # the next block holds about _BLOCK_ENTRIES entries if its rows spread like these
             size = max(1, min(4 * size, _BLOCK_ENTRIES * (r1 - r0) // widest))
         r0 = r1
     return out
+
+
+def _record(out: np.ndarray, columns: dict[int, list[int]], s: int, r0: int, r1: int, values: np.ndarray) -> None:
+    for c in columns.get(s, ()):
+        out[r0:r1, c] = values
+
+
+def _walk_block(t: SparseTransitions, r0: int, r1: int, longest: int, record: Any) -> int:
+    """Propagate rows ``r0..r1-1`` and record their return probabilities; returns the most entries held.
+    Raises :class:`_TooWide` (for blocks of more than one row) when a product could exceed 4x the bound."""
+    c0, c1 = int(t.start[r0]), int(t.stop[r1 - 1])
+    forward = _Rows(sparse=t.matrix[r0:r1])  # rows of P^a (or S^a)
+    backward = forward if t.symmetric else _Rows(sparse=t.transpose[r0:r1])  # rows of (P^T)^b
+    forward_block = _cached(lambda: _block_of(t.transpose, c0, c1))
+    backward_block = _cached(lambda: _block_of(t.matrix, c0, c1))
+    row_sizes = (np.diff(t.matrix.indptr), np.diff(t.transpose.indptr))
+    widest = max(1, forward.entries, backward.entries)
+
+    def step(rows: _Rows, matrix: Any, block_transpose: Any, row_size: np.ndarray) -> _Rows:
+        # an upper bound of the product's entries, before it is formed
+        bound = rows.dense.size if rows.dense is not None else \
+            min(int(row_size[rows.sparse.indices].sum()), rows.sparse.shape[0] * (c1 - c0))
+        if bound > 4 * _BLOCK_ENTRIES and r1 - r0 > 1:
+            raise _TooWide
+        return rows.times(matrix, block_transpose, c0, c1)
+
+    a = 1
+    while 2 * a <= longest:
+        record(2 * a, forward.dot(backward, c0, c1))  # (P^2a)_ii = rows of P^a . columns of P^a
+        if 2 * a + 1 > longest:
+            break
+        forward = step(forward, t.matrix, forward_block, row_sizes[0])
+        record(2 * a + 1, forward.dot(backward, c0, c1))
+        if t.symmetric:
+            backward = forward
+        elif 2 * a + 2 <= longest:
+            backward = step(backward, t.transpose, backward_block, row_sizes[1])
+        widest = max(widest, forward.entries, backward.entries)
+        a += 1
+    return widest
 
 
 def _cached(make: Any) -> Any:
@@ -528,7 +565,7 @@ def random_walk_pe(
             walks = sparse_transitions(g, big)
             values = _sparse_return_probabilities(walks, steps, block, report)
             out[walks.nodes] = torch.from_numpy(values).to(device=g.device, dtype=torch.float32)
-        for group in size_groups(transition_weights(g)):
+        for group in size_groups(transition_weights(g, edge_weight is not None)):
             if group.n == 0 or group.n > dense_max_nodes:
                 continue
             for graphs, transition in dense_transitions(group):

@@ -140,7 +140,7 @@ def rrwp(
             i, j = nodes[torch.from_numpy(i).to(device)], nodes[torch.from_numpy(j).to(device)]
             graph = g.batch[i]
             parts.append((graph, i - g.ptr[graph], j - g.ptr[graph], torch.from_numpy(values).to(device)))
-        for group in size_groups(transition_weights(g)):
+        for group in size_groups(transition_weights(g, edge_weight is not None)):
             if group.n == 0 or group.n > dense_max_nodes:
                 continue
             for graphs, transition in dense_transitions(group):
