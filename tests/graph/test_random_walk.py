@@ -85,6 +85,10 @@ def test_both_paths_match_float64_numpy_on_random_batches(walk_refs, directed, z
     for dense_max_nodes in (256, 1, 30):
         ours = random_walk_pe(e, n, steps, batch=batch, edge_weight=w, dense_max_nodes=dense_max_nodes)
         np.testing.assert_allclose(ours.numpy(), expected.astype(np.float32), rtol=1e-6, atol=1e-7)
+    with pytest.MonkeyPatch.context() as patch:  # graphs of >= 20 nodes renumbered, one at a time
+        patch.setattr(rw, "_RELABEL_MIN_NODES", 20)
+        ours = random_walk_pe(e, n, steps, batch=batch, edge_weight=w, dense_max_nodes=5)
+        np.testing.assert_allclose(ours.numpy(), expected.astype(np.float32), rtol=1e-6, atol=1e-7)
 
 
 def test_sparse_path_bits_do_not_depend_on_blocks_or_dense_continuation(walk_refs, monkeypatch):
@@ -144,20 +148,23 @@ def batches(draw, max_graphs=5, max_nodes=40):
     return sizes, draw(st.integers(0, 2**31)), draw(st.booleans()), draw(st.booleans())
 
 
-@given(batches(), st.sampled_from([torch.float64, torch.float32]), st.sampled_from([256, 12]))
-def test_batch_invariant_to_the_bit(walk_refs, case, compute_dtype, dense_max_nodes):
+@given(batches(), st.sampled_from([torch.float64, torch.float32]), st.sampled_from([256, 12]), st.booleans())
+def test_batch_invariant_to_the_bit(walk_refs, case, compute_dtype, dense_max_nodes, relabel):
     """A graph gets the same bits alone and in any batch (issue 14: float32 compute differed in ~1/3 of rows by
-    up to 2.4e-7), on the dense path (NumPy, one BLAS call per matrix) and the sparse one (graphs above 12)."""
+    up to 2.4e-7), on the dense path (NumPy, one BLAS call per matrix) and the sparse one (graphs above 12;
+    ``relabel``: graphs above 20 walked one by one in reverse Cuthill-McKee order, as huge graphs are)."""
     sizes, seed, directed, zero_weights = case
     e, n, batch, w, graphs = walk_refs.batch(seed, sizes, directed=directed, zero_weights=zero_weights)
-    together = random_walk_pe(e, n, [1, 2, 3, 6, 11], batch=batch, edge_weight=w, compute_dtype=compute_dtype,
-                              dense_max_nodes=dense_max_nodes)
-    start = 0
-    for ge, gn, gw in graphs:
-        alone = random_walk_pe(ge, gn, [1, 2, 3, 6, 11], edge_weight=gw, compute_dtype=compute_dtype,
-                               dense_max_nodes=dense_max_nodes)
-        assert torch.equal(alone, together[start:start + gn])
-        start += gn
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rw, "_RELABEL_MIN_NODES", 20 if relabel else 1 << 30)
+        together = random_walk_pe(e, n, [1, 2, 3, 6, 11], batch=batch, edge_weight=w, compute_dtype=compute_dtype,
+                                  dense_max_nodes=dense_max_nodes)
+        start = 0
+        for ge, gn, gw in graphs:
+            alone = random_walk_pe(ge, gn, [1, 2, 3, 6, 11], edge_weight=gw, compute_dtype=compute_dtype,
+                                   dense_max_nodes=dense_max_nodes)
+            assert torch.equal(alone, together[start:start + gn])
+            start += gn
 
 
 @given(batches(max_graphs=3, max_nodes=60))
