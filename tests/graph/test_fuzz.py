@@ -172,7 +172,7 @@ def test_transforms_fuzz(inputs, which, x_kind, collated):
     if collated:
         try:
             data = Batch.from_data_list([data, data])
-        except Exception:  # PyG itself refuses to collate this graph: not an input omnipos sees
+        except (RuntimeError, ValueError, TypeError, IndexError):  # PyG refuses to collate it: not omnipos's input
             return
     try:
         out = transform(data)

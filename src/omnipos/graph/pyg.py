@@ -21,6 +21,7 @@ Needs torch_geometric (``pip install "omnipos[graph]"``).
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -355,7 +356,7 @@ def _flatten(transform: Any) -> list[Any]:
 def _attach(copies: list[Data], encoded: Encoded, ptr: list[int], batch: torch.Tensor,
             home: torch.device) -> None:
     """Split batched outputs graph by graph (pair indices back to each graph's own node numbering)."""
-    sizes = [b - a for a, b in zip(ptr[:-1], ptr[1:])]
+    sizes = [b - a for a, b in itertools.pairwise(ptr)]
     pair_sizes, pair_graph = None, None
     for value, level in encoded.values():
         if level == "pair_index":

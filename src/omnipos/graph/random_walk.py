@@ -467,7 +467,7 @@ def _sparse_return_probabilities(t: SparseTransitions, steps: list[int], block: 
         r1 = min(t.n, r0 + size)
         try:
             widest = _walk_block(t, r0, r1, max(steps), blocks,
-                                 lambda s, values: _record(out, columns, s, r0, r1, values))
+                                 lambda s, values, r0=r0, r1=r1: _record(out, columns, s, r0, r1, values))
         except _TooWide:  # (the rows written so far are written again: the result does not depend on blocks)
             size = max(1, (r1 - r0) // 4)
             continue

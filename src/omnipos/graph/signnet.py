@@ -16,6 +16,7 @@ variant) is the same construction without the eigenvalue and the graph mean.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -61,7 +62,7 @@ class SignNet(nn.Module):
                                   for i in range(phi_layers)])
         self.context = nn.Linear(hidden, hidden, bias=False, **factory) if self.graph_context else None
         widths = [self.k * hidden] + [hidden] * (rho_layers - 1) + [self.dim]
-        self.rho = nn.ModuleList([nn.Linear(a, b, **factory) for a, b in zip(widths[:-1], widths[1:])])
+        self.rho = nn.ModuleList([nn.Linear(a, b, **factory) for a, b in itertools.pairwise(widths)])
 
     def reset_parameters(self) -> None:
         """Re-draw every weight as ``__init__`` does (``nn.Linear``'s initialisation), e.g. after meta-device
