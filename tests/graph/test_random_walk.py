@@ -204,6 +204,12 @@ def test_huge_step_count_by_squaring():
         np.testing.assert_allclose(out[:, column].numpy(), np.diag(np.linalg.matrix_power(p, s)), rtol=1e-6)
     with pytest.raises(ValueError, match=r"steps: 5000 steps on graph 0 .* RW_SPARSE_MAX_STEPS"):
         random_walk_pe(e, 3, [2, 5000], dense_max_nodes=2)
+    # sixty squarings would square a row sum of 1 + 1e-7 into inf (found by the fuzz test): the limit is the
+    # stationary distribution of 0 -> 0 (1/8), 0 -> 1 (7/8), 1 -> 0: [8/15, 7/15]
+    e = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 0, 1], [0, 1, 1, 1, 1, 1, 1, 1, 0]])
+    for compute_dtype in (torch.float32, torch.float64):
+        out = random_walk_pe(e, 2, [2**62], compute_dtype=compute_dtype)
+        torch.testing.assert_close(out[:, 0], torch.tensor([8 / 15, 7 / 15]), rtol=1e-5, atol=1e-6)
 
 
 def test_huge_batch_ids_cost_nothing():
