@@ -242,25 +242,35 @@ def dense_transitions(group: SizeGroup) -> Iterator[tuple[torch.Tensor, Any]]:
         yield graphs, adjacency / degree
 
 
-def _substochastic(matrix: Any) -> Any:
-    """Rows whose sum rounding pushed above 1 scaled back to 1. The rows of a power of ``P`` sum to at most 1
-    (less where walks fall into nodes without out-edges); without this, repeated squaring would square a sum of
-    1 + 1e-16 sixty times and overflow (``steps=[2**62]``)."""
+def _stochastic(matrix: Any) -> Any:
+    """Each row divided by its sum (all rows sum to 1 in exact arithmetic, see :func:`_power`)."""
     sums = matrix.sum(-1, keepdims=True) if isinstance(matrix, np.ndarray) else matrix.sum(-1, keepdim=True)
-    sums[sums < 1] = 1
     return matrix / sums
 
 
 def _power(transition: Any, s: int) -> Any:
-    """``P^s`` by repeated squaring (``~2 log2(s)`` products), kept substochastic."""
-    result, base = None, transition
+    """``P^s`` by repeated squaring (``~2 log2(s)`` products). Rounding would make a row sum ``1 +- 1e-16``, and
+    sixty squarings raise that to the power 2**60 (inf or 0 at ``steps=[2**62]``); so ``P`` is first made exactly
+    stochastic by an absorbing extra node that takes the mass of nodes without out-edges (a walk that enters it
+    never returns, so no return probability changes), and every product's rows are scaled back to sum 1."""
+    n = transition.shape[-1]
+    if isinstance(transition, np.ndarray):
+        padded = np.zeros((*transition.shape[:-2], n + 1, n + 1), dtype=transition.dtype)
+        deficit = np.clip(1 - transition.sum(-1), 0, 1)
+    else:
+        padded = transition.new_zeros((*transition.shape[:-2], n + 1, n + 1))
+        deficit = (1 - transition.sum(-1)).clamp(0, 1)
+    padded[..., :n, :n] = transition
+    padded[..., :n, n] = deficit
+    padded[..., n, n] = 1
+    result, base = None, _stochastic(padded)
     while True:
         if s & 1:
-            result = base if result is None else _substochastic(result @ base)
+            result = base if result is None else _stochastic(result @ base)
         s >>= 1
         if not s:
-            return result
-        base = _substochastic(base @ base)
+            return result[..., :n, :n]
+        base = _stochastic(base @ base)
 
 
 def return_probabilities(transition: Any, steps: list[int]) -> Any:
