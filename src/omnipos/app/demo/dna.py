@@ -8,13 +8,18 @@ from pathlib import Path
 
 import torch
 
-from .alphabet import decode, encode, one_hot
-from .enformer import relative_basis
-from .equivariant import RCEquivariant
-from .kmers import kmer_tokens
-from .positional import rc_symmetric_encoding
-from .reads import read_fastx
-from .reverse_complement import flip_within_lengths, reverse_complement
+from omnipos.dna import (
+    RCEquivariant,
+    decode,
+    encode,
+    flip_within_lengths,
+    kmer_tokens,
+    one_hot,
+    rc_symmetric_encoding,
+    read_fastx,
+    relative_basis,
+    reverse_complement,
+)
 
 __all__ = ["demo_section", "write_demo_fastq"]
 

@@ -3,7 +3,7 @@
 import torch
 
 from omnipos.vision import sincos_2d
-from omnipos.vision.demo import demo_section, similarity_mosaic
+from omnipos.app.demo.vision import demo_section, similarity_mosaic
 
 
 def test_demo_section(tmp_path, capsys):

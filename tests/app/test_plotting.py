@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from omnipos.plotting import cosine_similarity_matrix, plot_heatmap
+from omnipos.app.plotting import cosine_similarity_matrix, plot_heatmap
 
 
 def test_cosine_similarity_matrix_matches_numpy():

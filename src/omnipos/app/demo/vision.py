@@ -8,8 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .grid import patch_grid
-from .sincos import sincos_2d
+from omnipos.vision import patch_grid, sincos_2d
 
 __all__ = ["demo_section", "similarity_mosaic"]
 
@@ -34,7 +33,7 @@ def _ms(fn) -> float:
 def demo_section(out_dir: Path | None) -> None:
     import timm
 
-    from .timm import adapt_vit
+    from omnipos.vision import adapt_vit
 
     print("== vision: a timm ViT at any image size (omnipos.vision.timm.adapt_vit) ==")
     torch.manual_seed(0)

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from .events import require_pandas
 
 __all__ = ["synthetic_cohort"]
 
@@ -24,7 +23,10 @@ def synthetic_cohort(n_patients: int = 100, *, seed: int = 0, start: str = "2020
                      min_visits: int = 5, max_visits: int = 40) -> tuple[Any, Any]:
     """Return ``(events, labels)``: a MEDS-style DataFrame (``subject_id, time, code, numeric_value``, rows
     shuffled) and a Series ``shift_worker`` (bool) indexed by ``subject_id``. Same seed, same cohort."""
-    pd = require_pandas()
+    try:
+        import pandas as pd
+    except ImportError as exc:
+        raise ImportError("the synthetic cohort is a pandas DataFrame: pip install 'omnipos[clinical]'") from exc
     rng = np.random.default_rng(seed)
     shift = rng.random(n_patients) < 0.3
     visits = rng.integers(min_visits, max_visits + 1, n_patients)

@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from omnipos.cli import main
+from omnipos.app.cli import main
 
 
 def test_demo_prints_seed_table_and_draws(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """The graph demo section prints the seeds' cycle claim and the karate-club split, and draws its picture."""
 
-from omnipos.graph.demo import demo_section
+from omnipos.app.demo.graph import demo_section
 
 
 def test_demo_section(tmp_path, capsys):

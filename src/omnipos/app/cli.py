@@ -17,7 +17,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _dna_featurize(args: argparse.Namespace) -> int:
-    from .dna.featurize import featurize_file
+    from .featurize import featurize_file
 
     result = featurize_file(args.reads, args.output, dim=args.dim, strand_aware=args.strand_aware,
                             batch_size=args.batch_size, ambiguity=args.ambiguity, lowercase=args.lowercase,
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="omnipos",
         description="Positional encodings for transformers: time series, vision, graphs and DNA on one core.",
     )
-    from . import __version__
+    from omnipos import __version__
 
     parser.add_argument("--version", action="version", version=f"omnipos {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

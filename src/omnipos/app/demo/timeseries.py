@@ -8,12 +8,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .encoder import TimelineEncoder
-from .events import EventBatch
-from .gaps import GapBucketEmbedding, time_gaps
-from .periodic import periodic_encoding
-from .synthetic import synthetic_cohort
-from .units import batch_timelines
+from omnipos.timeseries import (
+    EventBatch,
+    GapBucketEmbedding,
+    TimelineEncoder,
+    batch_timelines,
+    periodic_encoding,
+    time_gaps,
+)
+
+from ..synthetic import synthetic_cohort
 
 __all__ = ["demo_section"]
 

@@ -1,6 +1,6 @@
 import re
 
-from omnipos.cli import main
+from omnipos.app.cli import main
 
 
 def test_timeseries_demo_section(tmp_path, capsys):
@@ -16,7 +16,7 @@ def test_timeseries_demo_section(tmp_path, capsys):
 
 
 def test_synthetic_cohort_is_fixed_by_its_seed():
-    from omnipos.timeseries.synthetic import synthetic_cohort
+    from omnipos.app.synthetic import synthetic_cohort
 
     a, labels_a = synthetic_cohort(20, seed=3)
     b, labels_b = synthetic_cohort(20, seed=3)

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .laplacian import laplacian_pe
-from .networkx import networkx_laplacian_pe, networkx_to_edge_index
-from .random_walk import random_walk_pe
+from omnipos.graph import laplacian_pe, networkx_laplacian_pe, networkx_to_edge_index, random_walk_pe
 
 __all__ = ["demo_section"]
 

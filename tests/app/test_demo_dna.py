@@ -1,6 +1,6 @@
 """The DNA demo section prints its symmetry numbers (exact zeros) and draws its picture."""
 
-from omnipos.cli import main
+from omnipos.app.cli import main
 
 
 def test_dna_demo_section(tmp_path, capsys):

@@ -4,7 +4,7 @@ import gzip
 
 import torch
 
-from omnipos.cli import main
+from omnipos.app.cli import main
 from omnipos.dna import PAD, decode, rc_symmetric_encoding
 
 
@@ -46,7 +46,7 @@ def test_featurize_progress_bar(tmp_path, capsys):
 
 
 def test_featurize_refuses_a_huge_positional_tensor(tmp_path, capsys, monkeypatch):
-    import omnipos.dna.featurize as featurize
+    import omnipos.app.featurize as featurize
 
     monkeypatch.setattr(featurize, "MAX_POSITIONAL_BYTES", 100)
     reads = tmp_path / "r.fa"

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import torch
 
-from .core import sinusoidal
-from .dna.demo import demo_section as dna_demo_section
-from .graph.demo import demo_section as graph_demo_section
-from .timeseries.demo import demo_section as timeseries_demo_section
-from .vision.demo import demo_section as vision_demo_section
+from omnipos.core import sinusoidal
+
+from .dna import demo_section as dna_demo_section
+from .graph import demo_section as graph_demo_section
+from .timeseries import demo_section as timeseries_demo_section
+from .vision import demo_section as vision_demo_section
 
 __all__ = ["run_demo", "SECTIONS"]
 
@@ -41,7 +42,7 @@ def core_section(out_dir: Path | None) -> None:
     drift = max((gram.diagonal(k) - gram.diagonal(k).mean()).abs().max().item() for k in range(1, 10))
     print(f"  PE(i).PE(j) depends only on i - j: largest spread along a diagonal = {drift:.1e}")
     if out_dir is not None:
-        from .plotting import plot_heatmap, plot_similarity
+        from ..plotting import plot_heatmap, plot_similarity
 
         heat = plot_heatmap(table, out_dir / "sinusoid_heatmap.png",
                             title="Sinusoidal positional encoding, 50 positions x 128 channels")
@@ -70,7 +71,7 @@ def run_demo(out_dir: str | Path | None = "omnipos-demo", *, plot: bool = True,
     target: Path | None = None
     if plot:
         try:
-            from .plotting import require_matplotlib
+            from ..plotting import require_matplotlib
 
             require_matplotlib()
         except ImportError:

@@ -1,6 +1,5 @@
 """``omnipos dna featurize``: a FASTA/FASTQ file -> one ``.pt`` file of tokens, masks, qualities and the
-RC-symmetric positional encoding. The tqdm integration (optional progress bar) lives here.
-"""
+RC-symmetric positional encoding."""
 
 from __future__ import annotations
 
@@ -10,25 +9,14 @@ from typing import Any
 
 import torch
 
-from ..core import check_positive_int, lengths_to_mask, pad_packed
-from .alphabet import PAD
-from .positional import rc_symmetric_encoding
-from .reads import read_fastx
+from omnipos.core import check_positive_int, lengths_to_mask, pad_packed, progress_reporter
+from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
 
-__all__ = ["featurize_file", "progress_bar", "MAX_POSITIONAL_BYTES"]
+from .progress import tqdm_progress
+
+__all__ = ["featurize_file", "MAX_POSITIONAL_BYTES"]
 
 MAX_POSITIONAL_BYTES = 2 << 30  # the positional tensor is N * L * dim * 4 bytes: refuse to build more than 2 GiB
-
-
-def progress_bar(enabled: bool, **kwargs: Any):
-    """A tqdm bar when ``enabled`` and tqdm is installed (extra ``[bench]``); None otherwise (no bar)."""
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(**kwargs)
 
 
 def featurize_file(
@@ -41,13 +29,15 @@ def featurize_file(
     ambiguity: str = "keep",
     lowercase: str = "soft_mask",
     parser: str = "auto",
-    progress: bool = True,
+    progress: Any = True,
 ) -> dict[str, Any]:
     """Read every record of ``path`` and save (``torch.save``) a dict to ``out``; returns the dict.
 
     Keys: ``names`` (N strings), ``tokens [N, L]`` int64 (``PAD`` past each read), ``mask [N, L]``,
     ``lengths [N]``, ``qualities [N, L]`` uint8 (None for FASTA), ``positional [N, L, dim]`` float32
     (:func:`rc_symmetric_encoding`; omitted when ``dim == 0``) and ``config``. Everything is held in memory.
+    ``progress``: True draws a tqdm bar (a plain line without tqdm), False nothing, or a ``(done, total)``
+    callable.
     """
     dim = check_positive_int(dim, "dim", minimum=0)
     if dim:
@@ -55,8 +45,9 @@ def featurize_file(
     names: list[str] = []
     flat_tokens, flat_qualities, lengths = [], [], []
     has_quality = None
-    bar = progress_bar(progress, unit=" reads", desc=Path(path).name)
-    try:
+    bar = progress_reporter(tqdm_progress(progress, unit=" reads", desc=Path(path).name) if progress is True
+                            else progress, desc=Path(path).name)
+    with bar:
         for batch in read_fastx(path, batch_size=batch_size, ambiguity=ambiguity, lowercase=lowercase,
                                 parser=parser):
             names += batch.names
@@ -65,11 +56,7 @@ def featurize_file(
             has_quality = batch.qualities is not None
             if has_quality:
                 flat_qualities.append(batch.qualities[batch.mask])
-            if bar is not None:
-                bar.update(len(batch))
-    finally:
-        if bar is not None:
-            bar.close()
+            bar.update(len(batch))
     all_lengths = torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.long)
     mask = lengths_to_mask(all_lengths)
     tokens = pad_packed(torch.cat(flat_tokens) if flat_tokens else torch.zeros(0, dtype=torch.long), mask, PAD)
