@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from omnipos.core import RopeScaling, rope_frequencies
-from omnipos.core.frequencies import yarn_correction_range
+from omnipos.core.rope_scaling import yarn_correction_range
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402

@@ -469,14 +469,14 @@ def test_bad_calls():
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_cache_sized_slabs_give_the_same_numbers(monkeypatch, dtype, layout):
     """Large tensors are rotated slab by slab; force tiny slabs and compare with the unsliced result."""
-    from omnipos.core import rotary
+    from omnipos.core import rope_kernels
 
     rope = RotaryEmbedding(24, layout=layout, rotary_dim=16)
     q = randn(3, 4, 33, 24, seed=24, dtype=torch.float64).to(dtype)
     positions = torch.stack([torch.arange(33), torch.arange(33) + 500, torch.arange(33) * 2])
     whole = rope.rotate(q, positions)
     flash = rope.rotate(q.transpose(1, 2), positions, seq_dim=1)
-    monkeypatch.setattr(rotary, "_SLAB", 16)
+    monkeypatch.setattr(rope_kernels, "_SLAB", 16)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     torch.testing.assert_close(rope.rotate(q, positions), whole, rtol=0, atol=0)
     torch.testing.assert_close(rope.rotate(q.transpose(1, 2), positions, seq_dim=1), flash, rtol=0, atol=0)

@@ -184,19 +184,20 @@ class _TritonRope(torch.autograd.Function):
         return back[0], (back[1] if ctx.has_k else None), None, None, None
 
 
-def maybe_rotate(rope: Any, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor,
-                 seq_axis: int) -> tuple[torch.Tensor, ...] | None:
-    """Rotate with the kernel when it applies to these tensors; ``None`` sends the caller to the eager path."""
-    if not HAS_TRITON or os.environ.get("OMNIPOS_DISABLE_TRITON") == "1" or rope.xpos:
+def maybe_rotate(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inv_freq: torch.Tensor, *,
+                 seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float = 1.0,
+                 n_axes: int | None = None) -> tuple[torch.Tensor, ...] | None:
+    """Rotate q (and k) with the kernel when it applies to these tensors; ``None`` sends the caller to the eager
+    path. ``inv_freq`` are the float64 frequencies of one axis (``RotaryEmbedding.frequencies(positions)``)."""
+    if not HAS_TRITON or os.environ.get("OMNIPOS_DISABLE_TRITON") == "1":
         return None
     tensors = [q] if k is None else [q, k]
     if any(t.dtype not in _SUPPORTED or t.device != q.device for t in tensors) or q.numel() == 0:
         return None
     if k is not None and k.dtype != q.dtype:
         return None
-    inv_freq = rope._frequencies(positions).to(q.device)
-    options = dict(seq_axis=seq_axis, rotary_dim=rope.rotary_dim, interleaved=rope.layout == "interleaved",
-                   attention_factor=rope.attention_factor, n_axes=rope.n_axes)
+    options = dict(seq_axis=seq_axis, rotary_dim=rotary_dim, interleaved=interleaved,
+                   attention_factor=attention_factor, n_axes=n_axes)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return _TritonRope.apply(q, k, positions, inv_freq, options)
     return rotate_qk(q, k, positions, inv_freq, **options)
