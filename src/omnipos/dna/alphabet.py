@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..core import check_choice, check_float_dtype, check_integer_tensor, lengths_to_mask, pad_packed
-from ._take import take_rows
+from .rows import take_rows
 
 __all__ = [
     "TOKENS",
@@ -47,6 +47,7 @@ __all__ = [
     "one_hot",
     "soft_mask",
     "complement_tokens",
+    "check_tokens",
 ]
 
 TOKENS = "ACGTNRYSWKMBDHV"
@@ -187,7 +188,8 @@ def encode(
                          device=device)
 
 
-def _check_tokens(tokens: Any, name: str = "tokens") -> torch.Tensor:
+def check_tokens(tokens: Any, name: str = "tokens") -> torch.Tensor:
+    """Refuse anything but an integer tensor of token ids (TypeError naming ``name``); return it unchanged."""
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} must be an integer tensor of token ids, got {type(tokens).__name__}")
     check_integer_tensor(tokens, name, "an integer tensor of token ids")
@@ -203,7 +205,7 @@ def decode(tokens: torch.Tensor, mask: torch.Tensor | None = None) -> list[str]:
 
     Lowercase comes back for soft-masked tokens, so ``decode(*encode(s)) == s`` for any valid ``s``.
     """
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     if tokens.ndim == 1:
         tokens = tokens.unsqueeze(0)
     if tokens.ndim != 2:
@@ -217,13 +219,13 @@ def decode(tokens: torch.Tensor, mask: torch.Tensor | None = None) -> list[str]:
 
 def soft_mask(tokens: torch.Tensor) -> torch.Tensor:
     """The soft-mask channel: True where a token is a lowercase (soft-masked) base. ``[...]`` -> ``[...]`` bool."""
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     return tokens >= SOFT_MASK
 
 
 def complement_tokens(tokens: torch.Tensor) -> torch.Tensor:
     """IUPAC complement of each token id (case and pads kept), same shape and device."""
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     return _lookup(_COMPLEMENT_TABLE.to(tokens.device), tokens)
 
 
@@ -264,7 +266,7 @@ def one_hot(
 
     Pads are zero rows (zero in the soft-mask channel too).
     """
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     check_choice(ambiguity, "ambiguity", ONE_HOT_POLICIES)
     check_float_dtype(dtype)
     return _lookup(_one_hot_table(ambiguity, dtype, tokens.device, bool(soft_mask_channel)), tokens)

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
+from .fastx import RawRecords, python_records
+
 __all__ = ["require_dnaio", "dnaio_records"]
 
 
@@ -25,9 +27,7 @@ def require_dnaio():
 
 
 def dnaio_records(path: Path, fmt: str, batch_size: int) -> Iterator:
-    """Batches of raw records (``omnipos.dna.reads.RawRecords``) parsed by dnaio."""
-    from .reads import RawRecords, python_records
-
+    """Batches of raw records (:class:`omnipos.dna.fastx.RawRecords`) parsed by dnaio."""
     dnaio = require_dnaio()
     first = 0
     try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..core import check_positive_int
-from .alphabet import PAD, SOFT_MASK, _check_tokens
+from .alphabet import PAD, SOFT_MASK, check_tokens
 from .reverse_complement import check_mask
 
 __all__ = ["kmer_tokens", "MAX_K"]
@@ -43,7 +43,7 @@ def kmer_tokens(
         ``(kmers [B, W] int64, kmer_mask [B, W] bool)`` with ``W = (L - k) // stride + 1`` (0 when ``L < k``);
         windows containing N, an ambiguity code or a pad have mask False and id ``4**k``.
     """
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [B, L], got shape {tuple(tokens.shape)}")
     k = check_positive_int(k, "k")

@@ -14,8 +14,8 @@ from typing import Any, overload
 import torch
 
 from ..core import mask_to_lengths
-from ._take import take_rows
-from .alphabet import IUPAC_COMPLEMENT, PAD, _check_tokens, complement_tokens
+from .rows import take_rows
+from .alphabet import IUPAC_COMPLEMENT, PAD, check_tokens, complement_tokens
 
 __all__ = ["reverse_complement", "flip_within_lengths", "check_mask"]
 
@@ -134,7 +134,7 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
             order = torch.tensor([3, 2, 1, 0, 4], device=x.device)
             out = flip_within_lengths(batch.index_select(-1, order), mask)
         return out[0] if single else out
-    tokens = _check_tokens(x, "x")
+    tokens = check_tokens(x, "x")
     if tokens.ndim not in (1, 2):
         raise ValueError(f"token x must be [B, L] or [L], got shape {tuple(tokens.shape)}")
     single = tokens.ndim == 1

@@ -20,7 +20,10 @@ __all__ = ["networkx_to_edge_index", "networkx_laplacian_pe", "networkx_random_w
 
 def networkx_to_edge_index(graph: Any, weight: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None, list]:
     """``(edge_index [2, E], edge_weight [E] float64 or None, nodes)`` of a networkx graph."""
-    import networkx as nx
+    try:
+        import networkx as nx
+    except ImportError as exc:
+        raise ImportError('networkx input needs networkx: pip install "omnipos[graph]"') from exc
 
     if not isinstance(graph, nx.Graph):
         raise TypeError(f"graph must be a networkx graph, got {type(graph).__name__}")

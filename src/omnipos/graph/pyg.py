@@ -19,12 +19,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch_geometric.data import Batch, Data
-from torch_geometric.transforms import BaseTransform
 
-from ..core import check_choice, check_positive_int
+try:
+    from torch_geometric.data import Batch, Data
+    from torch_geometric.transforms import BaseTransform
+except ImportError as exc:
+    raise ImportError('the PyG transforms need torch_geometric: pip install "omnipos[graph]"') from exc
+
+from ..core import check_choice, check_positive_int, progress_reporter
 from .eigenvalues import eigenvalue_encoding
-from .laplacian import DENSE_MAX_NODES, _check_normalization, laplacian_pe
+from .laplacian import DENSE_MAX_NODES, check_normalization, laplacian_pe
 from .random_walk import random_walk_pe
 from .sign import SIGNS, random_sign_flip
 
@@ -124,7 +128,7 @@ class AddLaplacianPE(_PETransform):
                  dense_max_nodes: int = DENSE_MAX_NODES, generator: torch.Generator | None = None) -> None:
         self.k = check_positive_int(k, "k")
         self.attr_name = attr_name
-        self.normalization = _check_normalization(normalization)
+        self.normalization = check_normalization(normalization)
         self.drop_trivial = bool(drop_trivial)
         self.sign = check_choice(sign, "sign", SIGNS)
         self.per_component = bool(per_component)
@@ -223,7 +227,7 @@ class RandomSignFlip(BaseTransform):
 
 
 def precompute(dataset: Sequence[Data], transform: BaseTransform, *, batch_size: int = 1024,
-               device: torch.device | str | None = None, progress: bool = True) -> list[Data]:
+               device: torch.device | str | None = None, progress: Any = True) -> list[Data]:
     """Run ``transform`` over a whole dataset, ``batch_size`` graphs per batched solve.
 
     Args:
@@ -233,7 +237,8 @@ def precompute(dataset: Sequence[Data], transform: BaseTransform, *, batch_size:
             Batch, which is then split back with ``Batch.to_data_list``.
         batch_size: graphs per batch.
         device: where to compute (e.g. ``"cuda"``); results come back to each graph's own device.
-        progress: show a tqdm progress bar (needs tqdm: ``pip install 'omnipos[bench]'``).
+        progress: ``True`` prints progress on stderr, or a callable ``(done, total)`` (see
+            :mod:`omnipos.core.progress`; the CLI passes a tqdm bar), or False for silence.
 
     Returns:
         A list of new ``Data`` objects (shallow copies carrying the new attributes; ``dataset`` is unchanged),
@@ -247,14 +252,7 @@ def precompute(dataset: Sequence[Data], transform: BaseTransform, *, batch_size:
     parts = list(transform.transforms) if isinstance(transform, Compose) else [transform]
     ours = all(isinstance(t, _PETransform) for t in parts)
     total = len(dataset)
-    bar = None
-    if progress:
-        try:
-            from tqdm.auto import tqdm
-        except ImportError as exc:  # pragma: no cover - exercised only without the extra
-            raise ImportError("precompute(progress=True) needs tqdm: pip install 'omnipos[bench]' "
-                              "(or pass progress=False)") from exc
-        bar = tqdm(total=total, desc=f"precompute {type(transform).__name__}", unit="graph")
+    bar = progress_reporter(progress, total=total, desc=f"precompute {type(transform).__name__}")
     out: list[Data] = []
     for start in range(0, total, batch_size):
         graphs = [dataset[i] for i in range(start, min(start + batch_size, total))]
@@ -276,8 +274,6 @@ def precompute(dataset: Sequence[Data], transform: BaseTransform, *, batch_size:
             if device is not None:
                 batch = batch.to(device)
             out.extend(g.to(home) for g in transform(batch).to_data_list())
-        if bar is not None:
-            bar.update(len(graphs))
-    if bar is not None:
-        bar.close()
+        bar.update(len(graphs))
+    bar.close()
     return out

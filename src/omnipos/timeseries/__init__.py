@@ -11,7 +11,8 @@ from .events import EventBatch
 from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_encoding, time_gaps
 from .periodic import periodic_encoding
 from .time2vec import Time2Vec
-from .units import UNITS, batch_timelines, parse_duration, to_offsets
+from .calendar import batch_timelines, to_offsets
+from .durations import UNITS, parse_duration
 
 __all__ = [
     "UNITS",

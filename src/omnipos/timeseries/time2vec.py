@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..core import check_positive_int
-from .units import check_times, encode_valid
+from .timelines import check_times, encode_valid
 
 __all__ = ["Time2Vec"]
 
@@ -41,15 +41,16 @@ class Time2Vec(nn.Module):
     def forward(self, times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.in_features == 1:
             times, mask = check_times(times, mask)
-            return encode_valid(times, mask, lambda t: self._features(t.unsqueeze(-1)))
+            return encode_valid(times, mask, lambda t: self.encode_events(t.unsqueeze(-1)))
         if not isinstance(times, torch.Tensor) or times.ndim < 2 or times.shape[-1] != self.in_features:
             raise ValueError(f"times must be [..., L, in_features={self.in_features}], got "
                              f"{tuple(getattr(times, 'shape', ()))}")
         features, mask = check_times(times, None if mask is None else mask.unsqueeze(-1).expand_as(times),
                                      check_sorted=False)
-        return encode_valid(features, None if mask is None else mask[..., 0], self._features)
+        return encode_valid(features, None if mask is None else mask[..., 0], self.encode_events)
 
-    def _features(self, t: torch.Tensor) -> torch.Tensor:
+    def encode_events(self, t: torch.Tensor) -> torch.Tensor:
+        """Real events only, no mask or checks: ``[N, in_features]`` -> ``[N, out_features]``."""
         t = t.to(self.linear.weight.dtype)
         linear = self.linear(t)
         if self.periodic is None:

@@ -34,7 +34,7 @@ def _vision_transformer_class():
     try:
         from timm.models.vision_transformer import VisionTransformer
     except ImportError as exc:  # pragma: no cover - timm is a dependency
-        raise ImportError("omnipos.vision.timm needs timm: pip install timm") from exc
+        raise ImportError('omnipos.vision.timm needs timm: pip install "omnipos[vision]"') from exc
     return VisionTransformer
 
 

@@ -1,9 +1,4 @@
-"""Time units, durations, origins, and the checks every time-series function shares.
-
-One rule everywhere in :mod:`omnipos.timeseries`: plain float times are read in hours unless the function's
-``unit=`` argument names another unit, and periods or boundaries given as plain floats are in that same unit.
-Durations may also be strings with a unit (``"24h"``, ``"7d"``, ``"30min"``, ``"1.5w"``), ``datetime.timedelta``
-or ``numpy.timedelta64``.
+"""Calendar and raw times -> float64 offsets from a named origin, and padded batches of timelines.
 
 Calendar times (``numpy.datetime64``, ``datetime.datetime``, pandas timestamps) are converted once, in integer
 nanoseconds, to float64 offsets in ``unit`` from an ``origin`` chosen by name:
@@ -18,8 +13,6 @@ Times before the origin become negative offsets; that is allowed.
 from __future__ import annotations
 
 import datetime as _dt
-import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,96 +20,20 @@ import numpy as np
 import torch
 
 from ..core import pad_ragged
+from .durations import NS_PER_S, check_unit, nanoseconds_to_unit, parse_duration
 
-__all__ = [
-    "UNITS",
-    "ORIGINS",
-    "check_unit",
-    "parse_duration",
-    "to_offsets",
-    "batch_timelines",
-    "check_times",
-    "encode_valid",
-    "scatter_valid",
-]
+__all__ = ["ORIGINS", "as_time_array", "is_missing", "offsets_from_origin", "to_offsets", "batch_timelines"]
 
-#: Seconds per unit. Integers, so unit-to-unit factors are exact ("1d" is exactly 1440 min).
-UNITS: dict[str, int] = {"s": 1, "min": 60, "h": 3600, "d": 86400, "w": 604800}
 ORIGINS = ("first", "epoch")
-_NS_PER_S = 1_000_000_000
-_DURATION = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([a-zA-Z]+)\s*$")
-
-
-def check_unit(unit: Any, name: str = "unit") -> str:
-    """Return ``unit`` when it is a known time unit, else raise a ValueError listing the known ones."""
-    if not isinstance(unit, str) or unit not in UNITS:
-        raise ValueError(f"{name}: unknown time unit {unit!r}; known units: {', '.join(UNITS)}")
-    return unit
-
-
-def parse_duration(value: Any, unit: str = "h", *, name: str = "duration") -> float:
-    """A duration -> float in ``unit``.
-
-    ``value`` is a string with a unit (``"24h"``, ``"7d"``, ``"30min"``, ``"1w"``, ``"90s"``), a plain number
-    (already in ``unit``), a ``datetime.timedelta`` or a ``numpy.timedelta64``.
-
-    >>> parse_duration("7d"), parse_duration("30min"), parse_duration("1d", "min")
-    (168.0, 0.5, 1440.0)
-    """
-    unit = check_unit(unit)
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match is None:
-            raise ValueError(
-                f"{name}: cannot read {value!r} as a duration; expected a number and a unit such as '24h', '7d', "
-                f"'30min' (known units: {', '.join(UNITS)})"
-            )
-        number, given = match.groups()
-        check_unit(given, name)
-        return float(number) * UNITS[given] / UNITS[unit]
-    if isinstance(value, _dt.timedelta):
-        return _ns_to_unit(np.timedelta64(value, "ns").astype(np.int64), unit)
-    if isinstance(value, np.timedelta64):
-        return _ns_to_unit(value.astype("timedelta64[ns]").astype(np.int64), unit)
-    if hasattr(value, "to_timedelta64"):  # pandas.Timedelta
-        return _ns_to_unit(value.to_timedelta64().astype("timedelta64[ns]").astype(np.int64), unit)
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError(f"{name} must be finite, got {value!r}")
-        return number
-    raise TypeError(f"{name} must be a string like '24h', a number in {unit!r} or a timedelta, got {value!r}")
-
-
-def parse_durations(values: Any, unit: str, name: str) -> tuple[float, ...]:
-    """A sequence of positive durations (see :func:`parse_duration`) -> floats in ``unit``."""
-    if isinstance(values, (str, int, float)) or not isinstance(values, Sequence):
-        raise TypeError(f"{name} must be a sequence of durations such as ('24h', '7d'), got {values!r}")
-    out = tuple(parse_duration(v, unit, name=f"{name}[{i}]") for i, v in enumerate(values))
-    if not out:
-        raise ValueError(f"{name} must not be empty")
-    for i, v in enumerate(out):
-        if not v > 0:
-            raise ValueError(f"{name}[{i}] must be a positive duration, got {values[i]!r}")
-    return out
-
-
-def _ns_to_unit(ns: Any, unit: str) -> Any:
-    """Integer nanoseconds (scalar or array) -> float64 in ``unit`` (one correctly rounded division)."""
-    out = np.asarray(ns, dtype=np.float64) / float(UNITS[unit] * _NS_PER_S)
-    return float(out) if out.ndim == 0 else out
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Converting raw times to float64 offsets
 
 
 def _naive_utc(value: _dt.datetime) -> _dt.datetime:
     return value.astimezone(_dt.timezone.utc).replace(tzinfo=None) if value.tzinfo is not None else value
 
 
-def _as_time_array(times: Any, name: str) -> np.ndarray:
-    """Any supported time input -> a 1-D NumPy array: float64, datetime64[ns] or timedelta64[ns]."""
+def as_time_array(times: Any, name: str) -> np.ndarray:
+    """Any supported time input (one timeline) -> a 1-D NumPy array: float64, datetime64[ns] or timedelta64[ns];
+    ``name`` is used in error messages."""
     if getattr(times, "ndim", 1) > 1:
         raise ValueError(f"{name} must be one timeline (1-D), got shape {tuple(times.shape)}")
     if isinstance(times, torch.Tensor):
@@ -169,7 +86,7 @@ def _origin_value(origin: Any, kind: str, unit: str) -> Any:
                         f"got {origin!r}")
     if kind == "m":
         try:
-            return np.timedelta64(int(round(parse_duration(origin, "s") * _NS_PER_S)), "ns")
+            return np.timedelta64(int(round(parse_duration(origin, "s") * NS_PER_S)), "ns")
         except (TypeError, ValueError):
             raise TypeError(f"origin for timedelta times must be 'first', 'epoch' or a duration, got {origin!r}"
                             ) from None
@@ -188,7 +105,7 @@ def _origin_value(origin: Any, kind: str, unit: str) -> Any:
     return value
 
 
-def _missing(array: np.ndarray) -> np.ndarray:
+def is_missing(array: np.ndarray) -> np.ndarray:
     return np.isnat(array) if array.dtype.kind in "Mm" else ~np.isfinite(array)
 
 
@@ -228,7 +145,7 @@ def batch_timelines(
     if isinstance(timelines, (str, torch.Tensor, np.ndarray)) or not isinstance(timelines, Sequence):
         raise TypeError(f"{name} must be a list of timelines (one array / list / Series per row), "
                         f"got {type(timelines).__name__}")
-    arrays = [_as_time_array(t, f"{name}[{i}]") for i, t in enumerate(timelines)]
+    arrays = [as_time_array(t, f"{name}[{i}]") for i, t in enumerate(timelines)]
     if not arrays:
         raise ValueError(f"{name} is empty; pass at least one (possibly empty) timeline")
     kinds = {a.dtype.kind for a in arrays if a.size}
@@ -239,7 +156,7 @@ def batch_timelines(
     lengths = np.array([a.size for a in arrays], dtype=np.int64)
     flat = np.concatenate([a.astype(dtype, copy=False) for a in arrays])
     row = np.repeat(np.arange(len(arrays)), lengths)
-    missing = _missing(flat)
+    missing = is_missing(flat)
     if missing.any():
         if not drop_missing:
             i = int(np.flatnonzero(missing)[0])
@@ -282,7 +199,7 @@ def offsets_from_origin(flat: np.ndarray, lengths: np.ndarray, *, origin: Any, u
         ns = ns - np.repeat(first, lengths)
     else:
         ns = ns - np.asarray(fixed).astype(np.int64)
-    return _ns_to_unit(ns, unit)
+    return nanoseconds_to_unit(ns, unit)
 
 
 def _check_sorted_flat(flat: np.ndarray, row: np.ndarray, lengths: np.ndarray, name: str) -> None:
@@ -295,90 +212,3 @@ def _check_sorted_flat(flat: np.ndarray, row: np.ndarray, lengths: np.ndarray, n
         start = int(lengths[: row[i]].sum())
         raise ValueError(f"{name}[{row[i]}] is not sorted: position {i - start} ({flat[i]}) comes before "
                          f"position {i - start - 1} ({flat[i - 1]}); pass sort=True to sort timelines")
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Checks for ready-made time tensors
-
-
-def check_times(
-    times: Any, mask: Any = None, *, name: str = "times", check_sorted: bool = True
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Validate ready-made times ``[..., L]`` (real tensor) and an optional boolean ``mask`` of the same shape.
-
-    Real (masked-in) times must be finite and, with ``check_sorted``, non-decreasing along the last axis
-    (masked-out slots are ignored, wherever they are). Returns ``(times, mask)`` with mask on times' device.
-    """
-    if not isinstance(times, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor [..., L] of times (build one with batch_timelines or "
-                        f"EventBatch), got {type(times).__name__}")
-    if times.dtype == torch.bool or times.is_complex():
-        raise TypeError(f"{name} must be a real tensor, got {times.dtype}")
-    if times.ndim < 1:
-        raise ValueError(f"{name} must have a time axis [..., L], got a scalar")
-    if mask is not None:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a boolean tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
-        if mask.shape != times.shape:
-            raise ValueError(f"mask {tuple(mask.shape)} must have the shape of {name} {tuple(times.shape)}")
-        mask = mask.to(times.device)
-    if times.is_floating_point() and times.numel():
-        finite = torch.isfinite(times)
-        bad = ~finite if mask is None else mask & ~finite
-        if bool(bad.any()):
-            index = tuple(bad.nonzero()[0].tolist())
-            raise ValueError(f"{name} must be finite at real events; found {times[index].item()} at {index}")
-    if check_sorted:
-        checked_gaps(times, mask, name=name)
-    return times, mask
-
-
-def checked_gaps(times: torch.Tensor, mask: torch.Tensor | None, *, name: str = "times") -> torch.Tensor:
-    """Gap to the previous real event (0 for the first, for duplicates and at padded slots), raising a
-    ValueError when a real time is earlier than the one before it. ``times``/``mask`` already validated."""
-    prev = previous_event_times(times, mask)
-    gaps = times - prev
-    if mask is not None:
-        gaps = gaps.masked_fill(~mask, 0)
-    bad = gaps < 0
-    if bool(bad.any()):
-        index = tuple(bad.nonzero()[0].tolist())
-        raise ValueError(
-            f"{name} must be sorted (non-decreasing) along each timeline; at index {index} the time "
-            f"{times[index].item()} is earlier than the previous event's {prev[index].item()}; sort them "
-            f"first (batch_timelines(..., sort=True) and EventBatch.from_frame do)"
-        )
-    return gaps
-
-
-def previous_event_times(times: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """For each slot, the time of the previous real event in its row (itself where there is none).
-
-    Masked-out slots may sit anywhere: the index of the last real event so far is a running maximum. When the
-    padding is all at the end (what :func:`omnipos.core.pad_ragged` makes), that is simply the slot before.
-    """
-    shifted = torch.cat([times[..., :1], times[..., :-1]], dim=-1)
-    if mask is None or not bool((mask[..., 1:] & ~mask[..., :-1]).any()):
-        return shifted
-    idx = torch.arange(times.shape[-1], device=times.device).expand(times.shape)
-    last_real = torch.where(mask, idx, torch.full_like(idx, -1)).cummax(-1).values
-    prev_idx = torch.cat([last_real.new_full((*times.shape[:-1], 1), -1), last_real[..., :-1]], dim=-1)
-    return times.gather(-1, torch.where(prev_idx < 0, idx, prev_idx))
-
-
-def encode_valid(values: torch.Tensor, mask: torch.Tensor | None, encode: Any) -> torch.Tensor:
-    """Apply ``encode`` (``[N, ...] -> [N, D]``, any leading shape) to the real events only.
-
-    ``mask`` is ``[..., L]`` over the leading axes of ``values``; padded slots of the result are exactly 0.
-    Encoding just the real events spends nothing on padding and cannot leak a padded slot's (arbitrary) time
-    into the output; one scatter puts the rows back where the mask says.
-    """
-    return encode(values) if mask is None else scatter_valid(encode(values[mask]), mask)
-
-
-def scatter_valid(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Rows ``[N, D]`` of the real events -> ``[*mask.shape, D]`` with zeros at padded slots."""
-    out = flat.new_zeros(*mask.shape, flat.shape[-1])
-    # index_copy_ on flat row numbers: markedly faster on CPU than boolean-mask assignment
-    out.view(-1, flat.shape[-1]).index_copy_(0, mask.reshape(-1).nonzero().squeeze(1), flat)
-    return out
