@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-
 __all__ = ["synthetic_cohort"]
 
 _CODES = ("VISIT", "LAB//GLUCOSE", "LAB//HBA1C", "RX//METFORMIN")

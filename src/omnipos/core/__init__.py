@@ -22,6 +22,7 @@ from .checks import (
     check_float_dtype,
     check_integer_tensor,
     check_positive_int,
+    renamed_argument,
 )
 from .frequencies import frequency_bands, geometric_frequencies
 from .learned import LearnedPositionalEmbedding
@@ -35,9 +36,9 @@ from .relative import (
     t5_relative_bucket,
 )
 from .rope_functional import apply_rotary, rope_cos_sin
-from .rope_scaling import RopeScaling, rope_frequencies
 from .rope_kernels import ROPE_LAYOUTS
 from .rope_layout import convert_rope_layout
+from .rope_scaling import RopeScaling, rope_frequencies
 from .rotary import RotaryEmbedding
 from .sinusoid import LAYOUTS as SINUSOID_LAYOUTS
 from .sinusoid import SinusoidalEncoding, add_positional, layout_frequencies, sinusoid_of_turns, sinusoidal
@@ -87,6 +88,7 @@ __all__ = [
     "check_float_dtype",
     "check_integer_tensor",
     "check_positive_int",
+    "renamed_argument",
     # progress reporting for long-running functions
     "ProgressCallback",
     "ProgressReporter",

@@ -95,6 +95,7 @@ def sinusoid_of_turns(
     for this call and no longer needs (it is then used as scratch space: one copy of N x h float64 saved).
     """
     check_choice(layout, "layout", LAYOUTS)
+    check_float_dtype(dtype)
     if inplace and turns.dtype != torch.float64:
         raise TypeError(f"turns must be float64 for inplace=True, got {turns.dtype}")
     return _sincos_from_turns(turns.to(torch.float64), layout, dtype, consume=inplace or turns.dtype != torch.float64)

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from ..core import check_float_dtype, check_positive_int
+from ..core import check_float_dtype, check_positive_int, renamed_argument
 
 __all__ = ["relative_basis", "BASIS_KINDS"]
 
@@ -55,28 +55,29 @@ _FUNCTIONS = {"exponential": _exponential, "central_mask": _central_mask, "gamma
 
 def relative_basis(
     seq_len: int,
-    num_features: int,
+    dim: int | None = None,
     *,
     kinds: tuple[str, ...] | list[str] = BASIS_KINDS,
     symmetric: bool = True,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
+    num_features: int | None = None,
 ) -> torch.Tensor:
     """Enformer's relative positional features for every distance between two positions of a length-T window.
 
     Args:
         seq_len: T, the number of positions (distances run from ``-(T-1)`` to ``T-1``).
-        num_features: total features; divisible by ``len(kinds)`` (by ``2 * len(kinds)`` when not symmetric).
+        dim: total features (Enformer's ``feature_size``; ``num_features`` is accepted too); divisible by ``len(kinds)`` (by ``2 * len(kinds)`` when not symmetric).
         kinds: basis functions, a non-empty selection of ``"exponential"``, ``"central_mask"``, ``"gamma"``
             without repeats, in the order wanted.
         symmetric: True: features of ``|r|`` only. False: ``concat([e, sign(r) * e])`` as in Enformer.
         device, dtype: of the result.
 
     Returns:
-        ``[2 * seq_len - 1, num_features]``; row ``i`` is distance ``r = i - (seq_len - 1)``.
+        ``[2 * seq_len - 1, dim]``; row ``i`` is distance ``r = i - (seq_len - 1)``.
     """
     seq_len = check_positive_int(seq_len, "seq_len")
-    num_features = check_positive_int(num_features, "num_features")
+    dim = check_positive_int(renamed_argument(dim, num_features, "dim", "num_features"), "dim (num_features)")
     if isinstance(kinds, str) or not isinstance(kinds, (tuple, list)) or not kinds:
         raise ValueError(f"kinds must be a non-empty tuple of {BASIS_KINDS}, got {kinds!r}")
     for kind in kinds:
@@ -85,11 +86,11 @@ def relative_basis(
     if len(set(kinds)) != len(kinds):
         raise ValueError(f"kinds repeats a basis: {tuple(kinds)}")
     components = len(kinds) * (1 if symmetric else 2)
-    if num_features % components:
-        raise ValueError(f"num_features must be divisible by {components} ({len(kinds)} kinds"
-                         f"{'' if symmetric else ' x 2 for the signed copy'}), got {num_features}")
+    if dim % components:
+        raise ValueError(f"dim (num_features) must be divisible by {components} ({len(kinds)} kinds"
+                         f"{'' if symmetric else ' x 2 for the signed copy'}), got {dim}")
     check_float_dtype(dtype)
-    per_kind = num_features // components
+    per_kind = dim // components
     r = torch.arange(-(seq_len - 1), seq_len, dtype=torch.float64, device=device)
     distance = r.abs()
     features = torch.cat([_FUNCTIONS[kind](distance, per_kind, seq_len) for kind in kinds], dim=-1)

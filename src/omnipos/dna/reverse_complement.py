@@ -14,8 +14,8 @@ from typing import Any, overload
 import torch
 
 from ..core import mask_to_lengths
-from .rows import take_rows
 from .alphabet import IUPAC_COMPLEMENT, PAD, check_tokens, complement_tokens
+from .rows import take_rows
 
 __all__ = ["reverse_complement", "flip_within_lengths", "check_mask"]
 

@@ -11,7 +11,14 @@ from typing import Any
 
 import torch
 
-from ..core import SINUSOID_LAYOUTS, check_choice, check_even_dim, geometric_frequencies, sinusoid_of_turns
+from ..core import (
+    SINUSOID_LAYOUTS,
+    check_choice,
+    check_even_dim,
+    check_float_dtype,
+    geometric_frequencies,
+    sinusoid_of_turns,
+)
 from .durations import check_unit, parse_duration
 from .timelines import check_times, encode_valid
 
@@ -62,6 +69,7 @@ def absolute_time_encoding(
     Returns:
         ``[..., L, dim]``.
     """
+    check_float_dtype(dtype)
     check_choice(layout, "layout", SINUSOID_LAYOUTS[:2])
     times, mask = check_times(times, mask)
     cycles = absolute_cycles(dim, min_period, max_period, unit, device=times.device)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import check_choice, check_positive_int
+from ..core import check_choice, check_float_dtype, check_positive_int
 from .absolute import absolute_cycles, absolute_features
 from .durations import UNITS, check_unit, positive_duration
 from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_cycles, log_gap_features
@@ -83,7 +83,7 @@ class TimelineEncoder(nn.Module):
         if len(set(components)) != len(components):
             raise ValueError(f"components must not repeat, got {components!r}")
         self.components = tuple(components)
-        self.dtype = dtype
+        self.dtype = check_float_dtype(dtype)
         self.sizes = self._sizes(periodic_dim(periods, harmonics))
         self.harmonics = harmonics
         self.period_labels = tuple(periods)

@@ -15,7 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import SINUSOID_LAYOUTS, check_choice, check_positive_int, layout_frequencies, sinusoid_of_turns
+from ..core import (
+    SINUSOID_LAYOUTS,
+    check_choice,
+    check_float_dtype,
+    check_positive_int,
+    layout_frequencies,
+    sinusoid_of_turns,
+)
 from .durations import check_unit, parse_durations, positive_duration
 from .timelines import check_times, checked_gaps, encode_valid
 
@@ -69,6 +76,7 @@ def log_gap_encoding(
         base, layout: as in :func:`omnipos.core.sinusoidal`.
     """
     check_choice(layout, "layout", SINUSOID_LAYOUTS)
+    check_float_dtype(dtype)
     gaps, mask = _check_gaps(gaps, mask)
     scale_value = positive_duration(scale, check_unit(unit), "scale")
     cycles = log_gap_cycles(dim, base, layout, gaps.device)

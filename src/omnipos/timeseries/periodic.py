@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..core import check_positive_int, sinusoid_of_turns
+from ..core import check_float_dtype, check_positive_int, sinusoid_of_turns
 from .durations import check_unit, parse_durations
 from .timelines import check_times, encode_valid
 
@@ -48,6 +48,7 @@ def periodic_encoding(
         unit: unit of ``times`` and of plain-float periods.
         dtype: result dtype.
     """
+    check_float_dtype(dtype)
     times, mask = check_times(times, mask)
     period_values = periods_tensor(periods, unit, times.device)
     harmonics = check_positive_int(harmonics, "harmonics")

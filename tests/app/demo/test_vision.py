@@ -2,8 +2,8 @@
 
 import torch
 
-from omnipos.vision import sincos_2d
 from omnipos.app.demo.vision import demo_section, similarity_mosaic
+from omnipos.vision import sincos_2d
 
 
 def test_demo_section(tmp_path, capsys):

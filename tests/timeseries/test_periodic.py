@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.timeseries import absolute_time_encoding, batch_timelines, periodic_encoding
+from omnipos.timeseries import batch_timelines, periodic_encoding
 
 
 def absolute_reference(t, dim, lo, hi):
@@ -34,54 +34,6 @@ def random_timelines(seed, batch=3, length=9, scale=5000.0):
     lengths = rng.integers(0, length + 1, size=batch)
     lengths[0] = length
     return batch_timelines([np.sort(rng.uniform(-scale, scale, n)) for n in lengths], origin="epoch")
-
-
-@pytest.mark.parametrize("dim", [2, 8, 64])
-def test_absolute_matches_formula(dim):
-    times, mask = random_timelines(dim)
-    out = absolute_time_encoding(times, dim, min_period="1h", max_period="365d", mask=mask)
-    assert out.shape == (*times.shape, dim) and out.dtype == torch.float32
-    ref = absolute_reference(times.numpy(), dim, 1.0, 365 * 24.0)
-    np.testing.assert_allclose(out[mask].numpy(), ref[mask.numpy()], atol=1e-6)
-    assert (out[~mask] == 0).all()
-
-
-def test_absolute_periods_in_unit_and_layout():
-    times = torch.tensor([[0.0, 30.0, 90.0]], dtype=torch.float64)  # minutes
-    out = absolute_time_encoding(times, 4, min_period=60.0, max_period="2h", unit="min", dtype=torch.float64)
-    np.testing.assert_allclose(out[0].numpy(), absolute_reference(times[0].numpy() / 60, 4, 1.0, 2.0), atol=1e-12)
-    split = absolute_time_encoding(times, 4, min_period=60.0, max_period="2h", unit="min", layout="split",
-                                   dtype=torch.float64)
-    assert torch.equal(split[..., :2], out[..., 0::2]) and torch.equal(split[..., 2:], out[..., 1::2])
-
-
-def test_absolute_independent_of_batch():
-    rng = np.random.default_rng(0)
-    timeline = np.sort(rng.uniform(0, 1e5, 7))
-    alone = absolute_time_encoding(*batch_timelines([timeline], origin="epoch")[:1], 32, min_period="1h",
-                                   max_period="3650d")
-    others = [np.sort(rng.uniform(0, 1e6, n)) for n in (20, 3)]
-    times, mask = batch_timelines([others[0], timeline, others[1]], origin="epoch")
-    together = absolute_time_encoding(times, 32, min_period="1h", max_period="3650d", mask=mask)
-    torch.testing.assert_close(together[1, :7], alone[0], rtol=0, atol=0)
-
-
-def test_absolute_large_times_stay_accurate():
-    times = torch.tensor([[4.5e5, 4.5e5 + 0.25]], dtype=torch.float64)  # hours since 1970
-    out = absolute_time_encoding(times, 16, min_period="1h", max_period="3650d")
-    np.testing.assert_allclose(out[0].numpy(), absolute_reference(times[0].numpy(), 16, 1.0, 87600.0), atol=1e-6)
-
-
-def test_absolute_bad_arguments():
-    times = torch.tensor([[0.0, 1.0]])
-    with pytest.raises(ValueError, match="longer than min_period"):
-        absolute_time_encoding(times, 8, min_period="7d", max_period="1d")
-    with pytest.raises(ValueError, match="even"):
-        absolute_time_encoding(times, 7, min_period="1h", max_period="1d")
-    with pytest.raises(ValueError, match="positive"):
-        absolute_time_encoding(times, 8, min_period=0.0, max_period="1d")
-    with pytest.raises(TypeError):
-        absolute_time_encoding(times, 8, min_period=None, max_period="1d")
 
 
 @pytest.mark.parametrize("harmonics", [1, 3])
@@ -136,23 +88,3 @@ def test_periodic_bad_arguments():
         periodic_encoding(times, "24h")
     with pytest.raises(ValueError, match=">= 1"):
         periodic_encoding(times, harmonics=0)
-
-
-@pytest.mark.parametrize("encode", [
-    lambda t, m: absolute_time_encoding(t, 8, min_period="1h", max_period="1d", mask=m),
-    lambda t, m: periodic_encoding(t, mask=m),
-])
-def test_unsorted_and_non_finite_times_raise(encode):
-    with pytest.raises(ValueError, match="sorted"):
-        encode(torch.tensor([[0.0, 2.0, 1.0]]), None)
-    # padded slots may hold anything, even NaN, and may sit anywhere
-    times = torch.tensor([[0.0, float("nan"), 1.0, -5.0]])
-    mask = torch.tensor([[True, False, True, False]])
-    out = encode(times, mask)
-    assert (out[~mask] == 0).all() and torch.isfinite(out).all()
-    with pytest.raises(ValueError, match="finite"):
-        encode(times, None)
-    with pytest.raises(TypeError, match="tensor"):
-        encode([[0.0, 1.0]], None)
-    with pytest.raises(ValueError, match="shape"):
-        encode(torch.zeros(2, 3), torch.ones(2, 2, dtype=torch.bool))

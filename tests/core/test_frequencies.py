@@ -1,0 +1,46 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from omnipos.core import frequency_bands
+
+
+def reference(positions, dim, base=10000.0, layout="interleaved"):
+    """The conventions' formulas, written out in float64 NumPy, independent of omnipos."""
+    p = np.asarray(positions, dtype=np.float64)[..., None]
+    half = dim // 2
+    i = np.arange(half, dtype=np.float64)
+    if layout == "fairseq":
+        w = np.exp(-math.log(base) * i / (half - 1))
+    else:
+        w = 1.0 / base ** (2 * i / dim)
+    s, c = np.sin(p * w), np.cos(p * w)
+    if layout == "interleaved":
+        out = np.empty(p.shape[:-1] + (dim,))
+        out[..., 0::2], out[..., 1::2] = s, c
+        return out
+    return np.concatenate([s, c], axis=-1)
+
+
+def test_frequency_bands_formula():
+    w = frequency_bands(64, base=500.0)
+    assert w.dtype == torch.float64 and w.shape == (32,)
+    np.testing.assert_allclose(w.numpy(), 500.0 ** (-2 * np.arange(32) / 64), rtol=1e-14)
+
+
+def test_layout_and_geometric_frequencies():
+    from omnipos.core.frequencies import geometric_frequencies
+    from omnipos.core.sinusoid import layout_frequencies
+
+    np.testing.assert_allclose(layout_frequencies(12, base=50.0, layout="fairseq").numpy(),
+                               np.exp(-np.log(50.0) * np.arange(6) / 5), rtol=1e-14)
+    np.testing.assert_allclose(layout_frequencies(12, layout="split").numpy(),
+                               10000.0 ** (-np.arange(0, 12, 2) / 12), rtol=1e-14)
+    np.testing.assert_allclose(geometric_frequencies(5, base=7.0, denominator=2.5).numpy(),
+                               7.0 ** (-np.arange(5) / 2.5), rtol=1e-14)
+    with pytest.raises(ValueError, match="base"):
+        geometric_frequencies(5, base=0.5, denominator=2.5)
+    with pytest.raises(ValueError, match="layout"):
+        layout_frequencies(12, layout="mae")
