@@ -24,6 +24,7 @@ from .checks import (
     check_positive_int,
     renamed_argument,
 )
+from .constants import ConstantBuffers
 from .frequencies import frequency_bands, geometric_frequencies
 from .learned import LearnedPositionalEmbedding
 from .progress import ProgressCallback, ProgressReporter, progress_reporter
@@ -89,6 +90,8 @@ __all__ = [
     "check_integer_tensor",
     "check_positive_int",
     "renamed_argument",
+    # modules whose derived constants keep their precision
+    "ConstantBuffers",
     # progress reporting for long-running functions
     "ProgressCallback",
     "ProgressReporter",

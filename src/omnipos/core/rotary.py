@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
 
 from .checks import as_position_tensor, check_choice, check_even_dim, check_finite, check_positive_int
+from .constants import ConstantBuffers
 from .phase import cos_sin_of_angles
 from .rope_kernels import ROPE_LAYOUTS, rotate_pairs, work_dtype
 from .rope_scaling import RopeScaling, as_rope_scaling, rope_frequencies
@@ -39,7 +39,7 @@ __all__ = ["RotaryEmbedding"]
 _LENGTH_DEPENDENT = ("dynamic", "longrope")
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(ConstantBuffers):
     """Rotary position embedding for q and k, any layout, HF scaling, partial rotary, xPos and N-D axial.
 
     Args:
@@ -118,16 +118,12 @@ class RotaryEmbedding(nn.Module):
                 f"({self.scaling.rope_type!r}): whose length would it be?"
             )
         self.axis_dim = self.rotary_dim // axes
-        inv_freq, attention_factor = rope_frequencies(self.axis_dim, base=self.base, scaling=self.scaling)
-        self.attention_factor = float(attention_factor)
-        # float64, and kept float64 by _apply: module.half() must not round the frequencies
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.attention_factor = float(rope_frequencies(self.axis_dim, base=self.base, scaling=self.scaling)[1])
+        # float64, kept float64 by module.half() and rebuilt after meta-device init (ConstantBuffers)
+        self.register_constants()
 
-    def _apply(self, fn: Any, recurse: bool = True) -> RotaryEmbedding:
-        exact = self.inv_freq
-        super()._apply(fn, recurse)
-        self.inv_freq = exact.to(self.inv_freq.device)
-        return self
+    def compute_constants(self, device: torch.device | None) -> dict[str, torch.Tensor]:
+        return {"inv_freq": rope_frequencies(self.axis_dim, base=self.base, scaling=self.scaling, device=device)[0]}
 
     def extra_repr(self) -> str:
         parts = [f"dim={self.dim}", f"base={self.base:g}", f"layout={self.layout!r}"]
