@@ -30,15 +30,6 @@ def randn(*shape, seed=0, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
-def grid_positions(h, w):
-    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-    return torch.stack([rows, cols], -1).reshape(h * w, 2)
-
-
-def _attention(q, k, v):
-    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ v
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_apply_rotary_interleaved_and_odd_offsets_agree_with_module(dtype):
     rope = RotaryEmbedding(20, layout="interleaved", rotary_dim=12)
