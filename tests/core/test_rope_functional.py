@@ -1,6 +1,5 @@
 """RotaryEmbedding / apply_rotary / convert_rope_layout vs HF transformers, rotary-embedding-torch, timm and float64."""
 
-import math
 
 import numpy as np
 import pytest

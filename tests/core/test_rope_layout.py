@@ -1,8 +1,6 @@
 """RotaryEmbedding / apply_rotary / convert_rope_layout vs HF transformers, rotary-embedding-torch, timm and float64."""
 
-import math
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given

@@ -1,11 +1,10 @@
 """absolute_time_encoding and periodic_encoding against the formulas in float64 NumPy."""
 
 
-import numpy as np
 import pytest
 import torch
 
-from omnipos.timeseries import absolute_time_encoding, batch_timelines, periodic_encoding
+from omnipos.timeseries import absolute_time_encoding, periodic_encoding
 
 
 @pytest.mark.parametrize("encode", [
