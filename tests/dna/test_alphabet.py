@@ -47,7 +47,7 @@ def reference_tokens(seq, ambiguity, lowercase):
 def test_encode_matches_per_character_reference(seqs, ambiguity, lowercase):
     tokens, mask = encode(seqs, ambiguity=ambiguity, lowercase=lowercase)
     assert tokens.shape == (len(seqs), max(map(len, seqs)))
-    assert tokens.dtype == torch.long and mask.dtype == torch.bool
+    assert tokens.dtype == torch.uint8 and mask.dtype == torch.bool  # one byte per base unless asked
     for row, seq in enumerate(seqs):
         assert tokens[row, : len(seq)].tolist() == reference_tokens(seq, ambiguity, lowercase)
         assert (tokens[row, len(seq):] == PAD).all()

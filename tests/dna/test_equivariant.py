@@ -78,11 +78,14 @@ def test_per_position_outputs(seqs, seed, mode):
     assert torch.equal(out_rc, expected)
 
 
-def test_token_input_default_mask():
+@pytest.mark.parametrize("token_dtype", [torch.int64, torch.int32])
+def test_token_input_default_mask(token_dtype):
     torch.manual_seed(0)
-    tokens, mask = encode(["ACGTTGA", "ACG"])
+    tokens, mask = encode(["ACGTTGA", "ACG"], token_dtype=token_dtype)  # nn.Embedding takes int32/int64
     model = RCEquivariant(TokenModel(), per_position=True)
-    assert torch.equal(model(reverse_complement(tokens)), flip_within_lengths(model(tokens), mask))
+    rc = reverse_complement(tokens)
+    assert rc.dtype == token_dtype
+    assert torch.equal(model(rc), flip_within_lengths(model(tokens), mask))
     assert "mode='invariant'" in repr(model)
 
 

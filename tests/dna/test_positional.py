@@ -114,7 +114,7 @@ def test_odd_dim_allowed_for_cosines_only_and_other_errors():
     assert rc_symmetric_encoding(torch.tensor([3]), 5).shape == (1, 3, 5)
     with pytest.raises(ValueError, match="even"):
         rc_symmetric_encoding(torch.tensor([3]), 5, strand_aware=True)
-    with pytest.raises(ValueError, match="lengths must be >= 0"):
+    with pytest.raises(ValueError, match="lengths_or_positions must be >= 0"):
         rc_symmetric_encoding(torch.tensor([3, -1]), 4)
     with pytest.raises(ValueError, match="1-D"):
         rc_symmetric_encoding(torch.tensor([[3]]), 4)

@@ -104,7 +104,11 @@ MALFORMED = {
     "truncated after sequence": (b"@r1\nACGT\n+\nIIII\n@r2\nACG\n", r"record 2 \('r2'\): truncated record"),
     "truncated after header": (b"@r1\nACGT\n+\nIIII\n@r2\n", r"record 2 \('r2'\): truncated record"),
     "truncated before quality": (b"@r1\nAC\n+\nII\n@r2\n\n+\n", r"record 2 \('r2'\): truncated record"),
-    "missing plus": (b"@r1\nACGT\nIIII\nIIII\n", r"record 1 \('r1'\), line 3: expected the '\+' separator"),
+    # without a '+' line, the lines after the header read as a (wrapped) sequence up to the end of the file
+    "missing plus": (b"@r1\nACGT\nIIII\nIIII\n", r"record 1 \('r1'\): truncated record: the file ends before its "
+                     r"'\+' separator line \(after 3 sequence lines\)"),
+    "missing plus, next header": (b"@r1\nACGT\nIIII\n@r2\nA\n+\nI\n", r"record 1 \('r1'\), line 4: expected the "
+                                  r"'\+' separator, found '@r2'"),
     "plus names another read": (b"@r1\nACGT\n+r9\nIIII\n", r"record 1 \('r1'\), line 3: the '\+' line names"),
     "missing at": (b"@r1\nA\n+\nI\nr2\nA\n+\nI\n", r"record 2, line 5: expected a header starting with '@'"),
     "crlf mismatch": (b"@r1\r\nACGT\r\n+\r\nIII\r\n", r"record 1 \('r1'\): the sequence has 4 letters but the "

@@ -7,6 +7,9 @@ False. Soft-masked (lowercase) bases count as bases.
 
 Canonical k-mers take the smaller of a k-mer and its reverse complement, so a read and its RC give the same
 multiset of canonical k-mers.
+
+Tokens of any integer dtype are accepted (uint8 by default); k-mer ids are int64 (``4^31`` needs 62 bits). Under
+``torch.compile`` it traces without graph breaks (the value checks of tokens and mask run in eager mode only).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def kmer_tokens(
     """k-mer ids of every window of ``k`` tokens, every ``stride`` positions.
 
     Args:
-        tokens: ``[B, L]`` ids from :func:`omnipos.dna.encode`.
+        tokens: ``[B, L]`` ids from :func:`omnipos.dna.encode` (any integer dtype).
         k: k-mer length, 1..31.
         mask: ``[B, L]`` bool padding mask (default ``tokens != PAD``).
         stride: step between window starts.
@@ -50,10 +53,12 @@ def kmer_tokens(
     if k > MAX_K:
         raise ValueError(f"k must be <= {MAX_K} (k-mer ids are int64), got {k}")
     stride = check_positive_int(stride, "stride")
+    if not isinstance(canonical, bool):
+        raise TypeError(f"canonical must be a bool, got {type(canonical).__name__}")
     if mask is None:
         mask = tokens != PAD
     else:
-        mask = check_mask(mask.to(tokens.device), tokens.shape)
+        mask = check_mask(mask, tokens.shape).to(tokens.device)
     batch, length = tokens.shape
     windows = max(0, (length - k) // stride + 1)
     invalid_id = 4**k
