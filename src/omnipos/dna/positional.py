@@ -38,8 +38,9 @@ from ..core import (
     check_integer_tensor,
     check_lengths,
     check_positive_int,
+    layout_frequencies,
     lengths_to_mask,
-    sinusoidal,
+    sinusoid_of_turns,
 )
 from .limits import check_batch_bytes
 
@@ -60,9 +61,15 @@ def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor
 
 
 def _channels(c: torch.Tensor, dim: int, base: float, strand_aware: bool, dtype: torch.dtype) -> torch.Tensor:
-    if strand_aware:
-        return sinusoidal(c, dim, base=base, layout="split", dtype=dtype)
-    return sinusoidal(c, 2 * dim, base=base, layout="split", dtype=dtype)[..., dim:].contiguous()
+    """``core.sinusoidal(c, dim, layout="split")`` (strand-aware) or the cosine half of
+    ``core.sinusoidal(c, 2 * dim, layout="split")``, built from the same float64 turns with the core's
+    range-reduced ``sinusoid_of_turns`` (the same numbers, bit for bit); ``c`` is float64 and already checked
+    finite by the caller (in eager mode), so nothing here syncs with the host under ``torch.compile``."""
+    width = dim if strand_aware else 2 * dim
+    turns = c.unsqueeze(-1) * (layout_frequencies(width, base=base, layout="split", device=c.device)
+                               / (2.0 * math.pi))
+    out = sinusoid_of_turns(turns, layout="split", dtype=dtype, inplace=not turns.requires_grad)
+    return out if strand_aware else out[..., dim:].contiguous()
 
 
 @functools.lru_cache(maxsize=32)
