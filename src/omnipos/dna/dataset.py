@@ -1,9 +1,10 @@
 """A torch ``IterableDataset`` of reads from FASTA/FASTQ files, and the collate that batches them again.
 
 Files are parsed in chunks by :func:`read_fastx` (fast) and handed out one read at a time, so a ``DataLoader``
-with ``collate_fn=collate_reads`` can batch and pad them; or, with ``batch_size=``, as ready batches of reads of
-similar length (length-bucketed: each bucket of ``bucket_size`` reads is sorted by length and cut into batches),
-so one long read pads only the batch of long reads it lands in. With several workers each worker takes every
+with ``collate_fn=collate_reads`` can batch and pad them; or, with ``batch_size=`` and/or ``max_tokens=``, as ready
+batches of reads of similar length (length-bucketed: each bucket of ``bucket_size`` reads is sorted by length and
+cut into batches of at most ``batch_size`` reads and ``max_tokens`` padded positions), so short reads are padded
+only to their neighbours' length and one long read pads a batch of its own size, not a whole batch. With several workers each worker takes every
 ``num_workers``-th chunk of each file, so every read is seen once per epoch. A damaged gzip stream or malformed
 record stops the epoch with the ValueError of :func:`read_fastx`, naming the file and the record.
 """
@@ -32,11 +33,13 @@ class FastxDataset(IterableDataset):
     Args:
         paths: a file or a list of files, read in order.
         chunk_size: records parsed and encoded at a time.
-        batch_size: None (default): items are single reads, for a ``DataLoader(..., collate_fn=collate_reads)``.
-            An int: items are :class:`ReadBatch` es of up to ``batch_size`` reads of similar length (use
-            ``DataLoader(dataset, batch_size=None)``).
-        bucket_size: with ``batch_size``, how many reads are sorted by length at a time (default
-            ``64 * batch_size``); larger buckets pad less, and hold more reads in memory.
+        batch_size: None (default, and no ``max_tokens``): items are single reads, for a
+            ``DataLoader(..., collate_fn=collate_reads)``. An int: items are :class:`ReadBatch` es of up to
+            ``batch_size`` reads of similar length (use ``DataLoader(dataset, batch_size=None)``).
+        max_tokens: cap on a batch's padded size, reads x longest read (fairseq's ``max_tokens``): a batch of
+            long reads holds fewer of them; a read longer than ``max_tokens`` is a batch of its own.
+        bucket_size: with batches, how many reads are sorted by length at a time (default ``64 * batch_size``,
+            or 4096 with ``max_tokens`` alone); larger buckets pad less, and hold more reads in memory.
         ambiguity, lowercase, parser, quality_offset, quality_encoding, rna, max_len, truncation, token_dtype:
             as in :func:`omnipos.dna.read_fastx`.
 
@@ -46,7 +49,8 @@ class FastxDataset(IterableDataset):
     """
 
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, chunk_size: int = 4096,
-                 batch_size: int | None = None, bucket_size: int | None = None, ambiguity: str = "keep",
+                 batch_size: int | None = None, max_tokens: int | None = None, bucket_size: int | None = None,
+                 ambiguity: str = "keep",
                  lowercase: str = "soft_mask", parser: str = "auto", quality_offset: int | str | None = None,
                  quality_encoding: str = "phred", rna: str = "error", max_len: int | None = None,
                  truncation: str = "error", token_dtype: torch.dtype = torch.uint8) -> None:
@@ -60,10 +64,12 @@ class FastxDataset(IterableDataset):
             raise ValueError("paths is empty: give at least one FASTA/FASTQ file")
         self.chunk_size = check_positive_int(chunk_size, "chunk_size")
         self.batch_size = None if batch_size is None else check_positive_int(batch_size, "batch_size")
-        if bucket_size is not None and self.batch_size is None:
-            raise ValueError("bucket_size applies to batches: pass batch_size= too")
+        self.max_tokens = None if max_tokens is None else check_positive_int(max_tokens, "max_tokens")
+        self.batched = self.batch_size is not None or self.max_tokens is not None
+        if bucket_size is not None and not self.batched:
+            raise ValueError("bucket_size applies to batches: pass batch_size= or max_tokens= too")
         self.bucket_size = (check_positive_int(bucket_size, "bucket_size") if bucket_size is not None
-                            else 64 * self.batch_size if self.batch_size is not None else None)
+                            else None if not self.batched else 64 * self.batch_size if self.batch_size else 4096)
         self.options = {"ambiguity": ambiguity, "lowercase": lowercase, "parser": parser,
                         "quality_offset": quality_offset, "quality_encoding": quality_encoding, "rna": rna,
                         "max_len": max_len, "truncation": truncation, "token_dtype": token_dtype}
@@ -90,7 +96,7 @@ class FastxDataset(IterableDataset):
                            "quality_encoding": batch.quality_encoding}
 
     def __iter__(self) -> Iterator[dict[str, Any]] | Iterator[ReadBatch]:
-        if self.batch_size is None:
+        if not self.batched:
             yield from self._reads()
             return
         bucket: list[dict[str, Any]] = []
@@ -103,12 +109,21 @@ class FastxDataset(IterableDataset):
             yield from self._batches(bucket)
 
     def _batches(self, bucket: list[dict[str, Any]]) -> Iterator[ReadBatch]:
-        order = np.argsort([len(item["tokens"]) for item in bucket], kind="stable")
-        for start in range(0, len(order), self.batch_size):
-            yield collate_reads([bucket[i] for i in order[start:start + self.batch_size]])
+        lengths = np.fromiter((len(item["tokens"]) for item in bucket), dtype=np.int64, count=len(bucket))
+        rows = self.batch_size or len(bucket)
+        tokens = self.max_tokens
+        group: list[int] = []
+        for i in np.argsort(lengths, kind="stable").tolist():  # ascending: the newest read is the longest
+            if group and (len(group) == rows or (tokens is not None and (len(group) + 1) * lengths[i] > tokens)):
+                yield collate_reads([bucket[j] for j in group])
+                group = []
+            group.append(i)
+        if group:
+            yield collate_reads([bucket[j] for j in group])
 
     def __repr__(self) -> str:
-        batching = f", batch_size={self.batch_size}, bucket_size={self.bucket_size}" if self.batch_size else ""
+        batching = (f", batch_size={self.batch_size}, max_tokens={self.max_tokens}, bucket_size={self.bucket_size}"
+                    if self.batched else "")
         return f"FastxDataset({self.paths}, chunk_size={self.chunk_size}{batching}, " + \
             ", ".join(f"{k}={v!r}" for k, v in self.options.items()) + ")"
 
