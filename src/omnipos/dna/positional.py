@@ -47,6 +47,14 @@ from .limits import check_batch_bytes
 __all__ = ["centered_positions", "rc_symmetric_encoding", "RCSymmetricEncoding"]
 
 
+def _check_width(lengths: torch.Tensor, max_len: int | None, bytes_per_position: int) -> None:
+    """Refuse a padded result over the size limit before anything is allocated (eager, real devices)."""
+    longest = int(lengths.max()) if lengths.numel() else 0
+    wide = max_len is not None and max_len > longest
+    check_batch_bytes(lengths.numel(), max_len if wide else longest, bytes_per_position,
+                      f"max_len={max_len}" if wide else f"the longest read ({longest:,})")
+
+
 def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor:
     """``lengths [B]`` -> centered coordinates ``[B, max_len]`` float64: ``c = p - (L_b - 1) / 2`` for
     ``p < L_b``, 0.0 at padded positions (use ``lengths_to_mask`` to tell them apart).
@@ -54,6 +62,9 @@ def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor
     ``max_len`` defaults to the longest length and must not be shorter than it.
     """
     lengths = check_lengths(lengths)
+    if max_len is not None:
+        max_len = check_positive_int(max_len, "max_len", minimum=0)
+    _check_width(lengths, max_len, 8)
     mask = lengths_to_mask(lengths, max_len)
     p = torch.arange(mask.shape[1], device=lengths.device, dtype=torch.float64)
     c = p - (lengths.to(torch.float64).unsqueeze(1) - 1.0) / 2.0
@@ -103,10 +114,9 @@ def _from_lengths(lengths: torch.Tensor, dim: int, base: float, strand_aware: bo
         c = p - (lengths.to(torch.float64).unsqueeze(1) - 1.0) / 2.0
         return _channels(c, dim, base, strand_aware, dtype).masked_fill(~real.unsqueeze(-1), 0.0)
     lengths = check_lengths(lengths, "lengths_or_positions")
+    _check_width(lengths, max_len, dim * dtype.itemsize)
     real = lengths_to_mask(lengths, max_len)
     batch, width = real.shape
-    check_batch_bytes(batch, width, dim * dtype.itemsize,
-                      f"max_len={max_len}" if max_len is not None else f"the longest read ({width:,})")
     # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in
     # [-(width-1)/2, (width-1)/2]: encode those 2*width-1 values once (plus a zero row for pads) and gather.
     table = _half_integer_table(width, dim, base, strand_aware, dtype, lengths.device)
