@@ -128,7 +128,7 @@ def test_odd_dim_allowed_for_cosines_only_and_other_errors():
         rc_symmetric_encoding(torch.tensor([True]), 4)
     with pytest.raises(ValueError, match="base"):
         rc_symmetric_encoding(torch.tensor([5]), 4, base=0.5)
-    with pytest.raises(TypeError, match="lengths must be an integer tensor"):
+    with pytest.raises(TypeError, match="lengths must be integer lengths"):
         centered_positions(torch.tensor([2.0]))
     assert rc_symmetric_encoding(torch.tensor([3]), 4, max_len=6)[0, 3:].eq(0).all()
 

@@ -47,12 +47,31 @@ from .limits import check_batch_bytes
 __all__ = ["centered_positions", "rc_symmetric_encoding", "RCSymmetricEncoding"]
 
 
-def _check_width(lengths: torch.Tensor, max_len: int | None, bytes_per_position: int) -> None:
-    """Refuse a padded result over the size limit before anything is allocated (eager, real devices)."""
+def _padding(lengths: Any, max_len: Any, bytes_per_position: int,
+             name: str = "lengths") -> tuple[torch.Tensor, torch.Tensor]:
+    """Validated int64 ``lengths [B]`` and their padding mask ``[B, width]``. The value checks (negative lengths,
+    ``max_len`` shorter than a read, a result over the size limit) run in eager mode on real devices; under
+    ``torch.compile`` and on the meta device only shapes and types are checked (and meta needs ``max_len``)."""
+    if not isinstance(lengths, torch.Tensor):
+        lengths = as_position_tensor(lengths, name)
+    check_integer_tensor(lengths, name, "integer lengths [B]")
+    if lengths.ndim != 1:
+        raise ValueError(f"{name}: integer lengths must be 1-D [B], got shape {tuple(lengths.shape)}")
+    if max_len is not None:
+        max_len = check_positive_int(max_len, "max_len", minimum=0)
+    if torch.compiler.is_compiling() or lengths.is_meta:
+        if max_len is None and lengths.is_meta:
+            raise ValueError(f"{name}: lengths on the meta device have no values; pass max_len= to set the "
+                             "output width")
+        width = int(lengths.max()) if max_len is None else max_len
+        lengths = lengths.long()
+        return lengths, torch.arange(width, device=lengths.device) < lengths.unsqueeze(1)
+    lengths = check_lengths(lengths, name)
     longest = int(lengths.max()) if lengths.numel() else 0
     wide = max_len is not None and max_len > longest
-    check_batch_bytes(lengths.numel(), max_len if wide else longest, bytes_per_position,
+    check_batch_bytes(max(lengths.numel(), 1), max(max_len if wide else longest, 1), bytes_per_position,
                       f"max_len={max_len}" if wide else f"the longest read ({longest:,})")
+    return lengths, lengths_to_mask(lengths, max_len)
 
 
 def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor:
@@ -61,14 +80,10 @@ def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor
 
     ``max_len`` defaults to the longest length and must not be shorter than it.
     """
-    lengths = check_lengths(lengths)
-    if max_len is not None:
-        max_len = check_positive_int(max_len, "max_len", minimum=0)
-    _check_width(lengths, max_len, 8)
-    mask = lengths_to_mask(lengths, max_len)
+    lengths, mask = _padding(lengths, max_len, 8)
     p = torch.arange(mask.shape[1], device=lengths.device, dtype=torch.float64)
     c = p - (lengths.to(torch.float64).unsqueeze(1) - 1.0) / 2.0
-    return c.masked_fill_(~mask, 0.0)
+    return c.masked_fill(~mask, 0.0)
 
 
 def _channels(c: torch.Tensor, dim: int, base: float, strand_aware: bool, dtype: torch.dtype) -> torch.Tensor:
@@ -103,19 +118,12 @@ def _check_base(base: Any) -> float:
 
 def _from_lengths(lengths: torch.Tensor, dim: int, base: float, strand_aware: bool, max_len: int | None,
                   dtype: torch.dtype) -> torch.Tensor:
+    lengths, real = _padding(lengths, max_len, dim * dtype.itemsize, "lengths_or_positions")
     if torch.compiler.is_compiling() or lengths.is_meta:
         # The direct formula: traceable (no cache, no data-dependent unique) and meta-friendly.
-        if max_len is None and lengths.is_meta:
-            raise ValueError("lengths_or_positions: lengths on the meta device have no values; pass max_len= to "
-                             "set the output width")
-        width = int(lengths.max()) if max_len is None else max_len
-        p = torch.arange(width, device=lengths.device, dtype=torch.float64)
-        real = p < lengths.unsqueeze(1)
+        p = torch.arange(real.shape[1], device=lengths.device, dtype=torch.float64)
         c = p - (lengths.to(torch.float64).unsqueeze(1) - 1.0) / 2.0
         return _channels(c, dim, base, strand_aware, dtype).masked_fill(~real.unsqueeze(-1), 0.0)
-    lengths = check_lengths(lengths, "lengths_or_positions")
-    _check_width(lengths, max_len, dim * dtype.itemsize)
-    real = lengths_to_mask(lengths, max_len)
     batch, width = real.shape
     # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in
     # [-(width-1)/2, (width-1)/2]: encode those 2*width-1 values once (plus a zero row for pads) and gather.
@@ -159,15 +167,17 @@ def rc_symmetric_encoding(
     Returns:
         ``[B, max_len, dim]`` (from lengths; padded positions exactly zero) or ``[..., dim]`` (from positions).
     """
+    if not isinstance(strand_aware, bool):
+        raise TypeError(f"strand_aware must be a bool, got {type(strand_aware).__name__}")
     dim = check_even_dim(dim) if strand_aware else check_positive_int(dim, "dim")
     check_float_dtype(dtype)
     base = _check_base(base)
-    if not isinstance(strand_aware, bool):
-        raise TypeError(f"strand_aware must be a bool, got {type(strand_aware).__name__}")
     values = as_position_tensor(lengths_or_positions, "lengths_or_positions")
     if values.is_floating_point():
         if max_len is not None:
             raise ValueError("max_len applies to lengths; centered positions already have their shape")
+        check_batch_bytes(max(values.numel(), 1), dim, 8 + dtype.itemsize,
+                          f"dim={dim} for {values.numel():,} positions")
         if not torch.compiler.is_compiling() and not values.is_meta:
             check_finite(values, "lengths_or_positions")
         out = _channels(values.to(torch.float64), dim, base, strand_aware, dtype)
@@ -178,11 +188,6 @@ def rc_symmetric_encoding(
         return out
     if mask is not None:
         raise ValueError("mask applies to positions; with lengths the padding follows from the lengths")
-    check_integer_tensor(values, "lengths_or_positions", "integer lengths [B] or floating positions")
-    if values.ndim != 1:
-        raise ValueError(f"lengths_or_positions: integer lengths must be 1-D [B], got shape {tuple(values.shape)}")
-    if max_len is not None:
-        max_len = check_positive_int(max_len, "max_len", minimum=0)
     return _from_lengths(values, dim, base, strand_aware, max_len, dtype)
 
 
@@ -202,10 +207,10 @@ class RCSymmetricEncoding(nn.Module):
     def __init__(self, dim: int, *, base: float = 10000.0, strand_aware: bool = False,
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
-        self.dim = check_even_dim(dim) if strand_aware else check_positive_int(dim, "dim")
-        self.base = _check_base(base)
         if not isinstance(strand_aware, bool):
             raise TypeError(f"strand_aware must be a bool, got {type(strand_aware).__name__}")
+        self.dim = check_even_dim(dim) if strand_aware else check_positive_int(dim, "dim")
+        self.base = _check_base(base)
         self.strand_aware = strand_aware
         check_float_dtype(dtype)
         # An empty floating buffer: module.half() / .double() / .to(dtype) convert it, and the output follows its

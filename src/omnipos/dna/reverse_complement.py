@@ -61,7 +61,7 @@ def flip_within_lengths(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if x.ndim < 2:
         raise ValueError(f"x must be [B, L, ...], got shape {tuple(x.shape)}")
     mask = check_mask(mask, x.shape[:2]).to(x.device)
-    if _all_real(mask):
+    if x.shape[1] == 0 or _all_real(mask):
         return x.flip(1)  # no padding: a plain flip (the common case of equal-length reads)
     lengths = mask_to_lengths(mask).unsqueeze(1)
     position = torch.arange(x.shape[1], device=x.device)
