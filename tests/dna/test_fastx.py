@@ -407,3 +407,12 @@ def test_example_gzip_and_bgzip_of_biopython_read_like_the_plain_file():
     for name in ("example.fastq.gz", "example.fastq.bgz"):
         for parser in ("dnaio", "python"):
             assert _names_and_seqs(BIO / name, parser=parser) == plain
+
+
+def test_fastq_names_lose_trailing_whitespace_like_biopython(tmp_path):
+    path = tmp_path / "x.fq"
+    path.write_bytes(b"@r1 x \t\nACGT\n+\nIIII\n@r2\x1c\nAC\n+r2\x1c\nII\n")
+    expected = [r.description for r in SeqIO.parse(path, "fastq")]
+    assert expected == ["r1 x", "r2"]
+    for parser in ("dnaio", "python"):
+        assert [n for n, _, _ in _names_and_seqs(path, parser=parser)] == expected
