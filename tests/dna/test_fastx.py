@@ -416,3 +416,25 @@ def test_fastq_names_lose_trailing_whitespace_like_biopython(tmp_path):
     assert expected == ["r1 x", "r2"]
     for parser in ("dnaio", "python"):
         assert [n for n, _, _ in _names_and_seqs(path, parser=parser)] == expected
+
+
+@pytest.mark.parametrize("kind", ["truncated", "bad crc", "trailing garbage"])
+def test_damaged_gzip_message_is_the_same_from_both_parsers(tmp_path, kind):
+    path = tmp_path / "reads.fastq.gz"
+    path.write_bytes(damaged(kind, many_reads()))
+    assert outcome(path, "dnaio", batch_size=50) == outcome(path, "python", batch_size=50)
+
+
+@pytest.mark.parametrize("tail", [b"\n\n", b"@late\nAC\nGT\n+\nII\nII\n", b"@bad\nACGT\n+\nII\n"])
+def test_dnaio_stopping_late_hands_over_to_the_reference_at_the_same_record(tmp_path, tail):
+    """dnaio reads the first 400 records, then meets what it refuses (a trailing blank line, a wrapped record, a
+    short quality): the reference takes over at the first record not handed over, skipping the 4-line records
+    dnaio read, and the whole result equals the reference's own reading of the file."""
+    path = tmp_path / "late.fastq"
+    path.write_bytes(many_reads() + tail)
+    fast, reference = outcome(path, "dnaio", batch_size=64), outcome(path, "python", batch_size=64)
+    assert fast == reference
+    if tail.startswith(b"@bad"):
+        assert fast[0] == "refused" and "record 401 ('bad')" in fast[1]
+    else:
+        assert sum(len(b[0]) for b in fast[1]) == 400 + tail.count(b"@late")

@@ -27,8 +27,10 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import IO
 
@@ -147,15 +149,29 @@ def _shown(line: bytes) -> str:
     return repr(line[:30].decode("latin-1"))
 
 
-def _python_fastq(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, bytes]]:
+def _skip_four_line_records(path: Path, lines: Iterator[bytes], count: int) -> str | None:
+    """Consume ``count`` records known to be plain 4-line records (dnaio read them) at C speed; return the name
+    of the last one (for messages)."""
+    deque(islice(lines, 4 * (count - 1)), maxlen=0)
+    last = list(islice(lines, 4))
+    if len(last) < 4 or last[0][:1] != b"@":
+        raise ValueError(f"{path}: the file changed while it was read (record {count} is not where it was)")
+    return _strip_eol(last[0])[1:].decode("ascii", errors="replace").rstrip()
+
+
+def _python_fastq(path: Path, handle: IO[bytes], skip_four_line: int = 0) -> Iterator[tuple[str, bytes, bytes]]:
     """Records of a FASTQ stream: (name, sequence, quality), Biopython's reading of the format (see the module
-    docstring); the common 4-line record takes the shortest path through the loop."""
+    docstring); the common 4-line record takes the shortest path through the loop. The first
+    ``skip_four_line`` records, known to be plain 4-line records, are skipped unparsed."""
     lines = iter(handle)
     number = 0  # records read in full
     last_name: str | None = None
     line_no = 0
     pending: bytes | None = None  # one line of push-back (a header met while reading a short quality)
     try:
+        if skip_four_line:
+            last_name = _skip_four_line_records(path, lines, skip_four_line)
+            number, line_no = skip_four_line, 4 * skip_four_line
         while True:
             # -- the header, after any blank lines
             if pending is not None:
@@ -272,15 +288,22 @@ def _python_fasta(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, N
         raise damaged_stream_error(path, number if name is not None else 0, last_name, exc) from None
 
 
-def python_records(path: Path, fmt: str, batch_size: int, *, skip: int = 0) -> Iterator[RawRecords]:
+def python_records(path: Path, fmt: str, batch_size: int, *, skip: int = 0,
+                   four_line_prefix: bool = False) -> Iterator[RawRecords]:
     """The pure-Python parser: batches of raw records of a FASTA/FASTQ file (plain or gzip), from record ``skip``
-    on (the records before it are parsed and checked, not handed over)."""
+    on. The records before it are parsed and checked, not handed over; with ``four_line_prefix`` (FASTQ whose
+    first ``skip`` records dnaio read: plain 4-line records) they are skipped line by line, unparsed."""
     with open_binary(path) as handle:
-        parse = _python_fastq if fmt == "fastq" else _python_fasta
+        if fmt == "fastq" and four_line_prefix and skip:
+            records = _python_fastq(path, handle, skip_four_line=skip)
+            skip_parsed = 0
+        else:
+            records = (_python_fastq if fmt == "fastq" else _python_fasta)(path, handle)
+            skip_parsed = skip
         batch: list[tuple[str, bytes, bytes | None]] = []
         first = skip
-        for index, item in enumerate(parse(path, handle)):
-            if index < skip:
+        for index, item in enumerate(records):
+            if index < skip_parsed:
                 continue
             batch.append(item)
             if len(batch) == batch_size:

@@ -454,7 +454,7 @@ def _read(path: Path, options: _Options, engine: str) -> Iterator[ReadBatch]:
             pass  # the reference parser re-reads from the first record not yet handed over, and has the last word
         if done == 0:  # nothing handed over: the reference decides everything afresh ("auto" included)
             quality = _initial_quality(fmt, options)
-    for batch, _ in _assembled(path, fmt, python_records(path, fmt, options.batch_size, skip=done), options,
-                               quality):
+    source = python_records(path, fmt, options.batch_size, skip=done, four_line_prefix=engine == "dnaio")
+    for batch, _ in _assembled(path, fmt, source, options, quality):
         yield batch
 
