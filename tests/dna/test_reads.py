@@ -317,3 +317,17 @@ def test_read_batch_repr_and_to(tmp_path):
     moved = batch.to("cpu")
     assert moved.quality_offset == 64 and torch.equal(moved.records, batch.records)
     assert moved.qualities.tolist() == [[40, 40]]
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("truncation", ["head", "tail", "split"])
+def test_truncation_still_validates_the_whole_read(tmp_path, parser, truncation):
+    """A bad letter or quality in the part a policy drops is still an error, named by record and by its position
+    in the read (not in the window)."""
+    path = tmp_path / "r.fq"
+    path.write_bytes(b"@ok\nACGTACGTACGT\n+\nIIIIIIIIIIII\n@bad\nACGTACGTACXT\n+\nIIIIIIIIIIII\n")
+    with pytest.raises(ValueError, match=r"record 2 \('bad'\): 'X' at position 10"):
+        list(read_fastx(path, parser=parser, max_len=4, truncation=truncation))
+    path.write_bytes(b"@ok\nACGTACGTACGT\n+\nIIIIIIIIIIII\n@bad\nACGTACGTACGT\n+\nIIIIIIIIII I\n")
+    with pytest.raises(ValueError, match=r"record 2 \('bad'\): quality character ' ' at position 10"):
+        list(read_fastx(path, parser=parser, max_len=4, truncation=truncation))

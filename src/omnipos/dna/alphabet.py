@@ -62,6 +62,8 @@ __all__ = [
     "vocab_size",
     "encode",
     "encode_joined",
+    "letter_codes",
+    "pad_codes",
     "decode",
     "one_hot",
     "soft_mask",
@@ -163,6 +165,41 @@ def _as_byte_sequences(seqs: Any) -> list[bytes]:
     return out
 
 
+def letter_codes(data: np.ndarray, lengths: np.ndarray, *, ambiguity: str = "keep", lowercase: str = "soft_mask",
+                 rna: str = "error") -> np.ndarray:
+    """Token ids (uint8) of letters joined into one byte array ``data [sum L]`` (one lookup table, no Python per
+    character); ``lengths [B]`` only locate an invalid letter. Raises :class:`InvalidLetterError` (a ValueError)
+    naming the first one."""
+    check_choice(ambiguity, "ambiguity", AMBIGUITY_POLICIES)
+    check_choice(lowercase, "lowercase", LOWERCASE_POLICIES)
+    check_choice(rna, "rna", RNA_POLICIES)
+    codes = np.take(_ENCODE_TABLES[ambiguity, lowercase, rna == "to_t"], data)  # ~10x faster than lut[data]
+    if codes.size and codes.max() == _INVALID:
+        flat = int(np.flatnonzero(codes == _INVALID)[0])
+        ends = np.cumsum(lengths)
+        index = int(np.searchsorted(ends, flat, side="right"))
+        raise InvalidLetterError(index, flat - int(ends[index] - lengths[index]), chr(data[flat]))
+    return codes
+
+
+def pad_codes(codes: np.ndarray, lengths: np.ndarray, *, max_len: int | None = None,
+              device: torch.device | str | None = None,
+              token_dtype: torch.dtype = torch.uint8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Joined token ids ``[sum L]`` and ``lengths [B]`` -> ``(tokens [B, L] token_dtype, mask [B, L])``, pads
+    ``PAD``; a batch over :data:`omnipos.dna.limits.MAX_BATCH_BYTES` is refused before it is allocated."""
+    check_token_dtype(token_dtype)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    longest = int(lengths.max()) if lengths.size else 0
+    check_batch_bytes(lengths.size, longest if max_len is None else max(longest, int(max_len)),
+                      token_dtype.itemsize + 1, f"max_len={max_len}" if max_len is not None and max_len > longest
+                      else f"the longest sequence ({longest:,} letters)")
+    mask = lengths_to_mask(torch.from_numpy(lengths), max_len)
+    tokens = pad_packed(torch.from_numpy(codes).to(token_dtype), mask, PAD)
+    if device is not None:
+        tokens, mask = tokens.to(device), mask.to(device)
+    return tokens, mask
+
+
 def encode_joined(
     joined: bytes | np.ndarray, lengths: np.ndarray, *, ambiguity: str = "keep", lowercase: str = "soft_mask",
     rna: str = "error", max_len: int | None = None, device: torch.device | str | None = None,
@@ -172,27 +209,11 @@ def encode_joined(
 
     Raises :class:`InvalidLetterError` (a ValueError) locating the first invalid character.
     """
-    check_choice(ambiguity, "ambiguity", AMBIGUITY_POLICIES)
-    check_choice(lowercase, "lowercase", LOWERCASE_POLICIES)
-    check_choice(rna, "rna", RNA_POLICIES)
     check_token_dtype(token_dtype)
     data = np.frombuffer(joined, dtype=np.uint8) if not isinstance(joined, np.ndarray) else joined
     lengths = np.asarray(lengths, dtype=np.int64)
-    longest = int(lengths.max()) if lengths.size else 0
-    check_batch_bytes(lengths.size, longest if max_len is None else max(longest, int(max_len)),
-                      token_dtype.itemsize + 1, f"max_len={max_len}" if max_len is not None and max_len > longest
-                      else f"the longest sequence ({longest:,} letters)")
-    codes = np.take(_ENCODE_TABLES[ambiguity, lowercase, rna == "to_t"], data)  # ~10x faster than lut[data]
-    if codes.size and codes.max() == _INVALID:
-        flat = int(np.flatnonzero(codes == _INVALID)[0])
-        ends = np.cumsum(lengths)
-        index = int(np.searchsorted(ends, flat, side="right"))
-        raise InvalidLetterError(index, flat - int(ends[index] - lengths[index]), chr(data[flat]))
-    mask = lengths_to_mask(torch.from_numpy(lengths), max_len)
-    tokens = pad_packed(torch.from_numpy(codes).to(token_dtype), mask, PAD)
-    if device is not None:
-        tokens, mask = tokens.to(device), mask.to(device)
-    return tokens, mask
+    codes = letter_codes(data, lengths, ambiguity=ambiguity, lowercase=lowercase, rna=rna)
+    return pad_codes(codes, lengths, max_len=max_len, device=device, token_dtype=token_dtype)
 
 
 def encode(

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ..core import check_choice, check_positive_int, pad_packed
-from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, encode_joined
+from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, letter_codes, pad_codes
 from .fastx import RawRecords, detect_format, python_records, record_label
 from .limits import check_token_dtype
 
@@ -165,44 +165,30 @@ class _Quality:
     detected_from: int | None = None  # records examined when "auto" decided
 
 
-def _windows(path: Path, raw: RawRecords, options: _Options) -> tuple[RawRecords, np.ndarray, np.ndarray]:
-    """Apply ``max_len`` / ``truncation``: the rows to encode, their record numbers and start offsets."""
-    count = len(raw.names)
-    records = np.arange(raw.first, raw.first + count, dtype=np.int64)
-    offsets = np.zeros(count, dtype=np.int64)
+def _windows(lengths: np.ndarray, options: _Options) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The rows ``max_len`` / ``truncation`` make of reads of ``lengths``: (read index, start, length) per row;
+    None when every read fits. (``truncation="error"`` is checked by the caller.)"""
     limit = options.max_len
-    if limit is None:
-        return raw, records, offsets
-    lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=count)
-    long = np.flatnonzero(lengths > limit)
-    if long.size == 0:
-        return raw, records, offsets
-    if options.truncation == "error":
-        i = int(long[0])
-        raise ValueError(f"{record_label(path, raw.first + i, raw.names[i])}: {int(lengths[i]):,} letters, more than "
-                         f"max_len={limit:,}; pass truncation='head', 'tail' or 'split' to cut it by name")
-    names, sequences, rows, starts = [], [], [], []
-    qualities = [] if raw.qualities is not None else None
-    for i, (name, seq) in enumerate(zip(raw.names, raw.sequences)):
-        n = len(seq)
-        if n <= limit:
-            spans = [(0, n)]
-        elif options.truncation == "head":
-            spans = [(0, limit)]
-        elif options.truncation == "tail":
-            spans = [(n - limit, n)]
-        else:
-            spans = [(s, min(s + limit, n)) for s in range(0, n, limit)]
-        for a, b in spans:
-            names.append(name)
-            sequences.append(seq if (a, b) == (0, n) else seq[a:b])
-            if qualities is not None:
-                q = raw.qualities[i]
-                qualities.append(q if (a, b) == (0, n) else q[a:b])
-            rows.append(raw.first + i)
-            starts.append(a)
-    return (RawRecords(raw.first, names, sequences, qualities), np.asarray(rows, dtype=np.int64),
-            np.asarray(starts, dtype=np.int64))
+    if limit is None or not lengths.size or int(lengths.max()) <= limit:
+        return None
+    if options.truncation in ("head", "tail"):
+        index = np.arange(lengths.size)
+        starts = np.maximum(lengths - limit, 0) if options.truncation == "tail" else np.zeros_like(lengths)
+        return index, starts, np.minimum(lengths, limit)
+    pieces = np.maximum(-(-lengths // limit), 1)  # ceil(L / max_len) windows, one (empty) row for an empty read
+    index = np.repeat(np.arange(lengths.size), pieces)
+    first_row = np.cumsum(pieces) - pieces
+    starts = (np.arange(index.size) - first_row[index]) * limit
+    return index, starts, np.minimum(lengths[index] - starts, limit)
+
+
+def _gather(values: np.ndarray, lengths: np.ndarray, window: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The letters (or qualities) of each window, joined: ``values [sum lengths]`` -> ``[sum window lengths]``."""
+    index, starts, sizes = window
+    read_starts = np.cumsum(lengths) - lengths
+    row_starts = read_starts[index] + starts
+    offsets = np.repeat(row_starts - (np.cumsum(sizes) - sizes), sizes)
+    return values[np.arange(int(sizes.sum())) + offsets]
 
 
 def _rna_flags(path: Path, raw: RawRecords, data: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -246,40 +232,51 @@ def _quality_error(path: Path, raw: RawRecords, lengths: np.ndarray, scores: np.
 
 
 def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) -> ReadBatch:
-    """Raw records -> ReadBatch (shared by both parsers, so both validate and encode alike). Of several bad records
-    in a batch, the first one in the file is reported."""
-    raw, records, offsets = _windows(path, raw, options)
+    """Raw records -> ReadBatch (shared by both parsers, so both validate and encode alike). Whole reads are
+    validated, also where ``truncation`` then drops a part; of several bad records in a batch, the first one in the
+    file is reported."""
     lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
     joined = _join(raw.sequences)
+    data = np.frombuffer(joined, dtype=np.uint8)
     errors: list[tuple[int, str]] = []
-    tokens = mask = None
+    codes = scores = phred = None
     try:
-        tokens, mask = encode_joined(joined, lengths, ambiguity=options.ambiguity, lowercase=options.lowercase,
-                                     rna="error" if options.rna == "error" else "to_t",
-                                     token_dtype=options.token_dtype)
+        codes = letter_codes(data, lengths, ambiguity=options.ambiguity, lowercase=options.lowercase,
+                             rna="error" if options.rna == "error" else "to_t")
     except InvalidLetterError as exc:
         errors.append((exc.index, f"{record_label(path, raw.first + exc.index, raw.names[exc.index])}: {exc.detail}"))
-    scores = bad = None
     if raw.qualities is not None:
         scores = np.frombuffer(_join(raw.qualities), dtype=np.uint8)
         if options.quality_encoding == "solexa":
-            converted = np.take(_SOLEXA_TABLE, scores)
-            bad = converted == 255
+            phred = np.take(_SOLEXA_TABLE, scores)
+            bad = phred == 255
         else:
             bad = (scores < quality.offset) | (scores > 126)
+            phred = scores - np.uint8(quality.offset)
         if scores.size and bad.any():
             errors.append(_quality_error(path, raw, lengths, scores, bad, options, quality))
+    if options.max_len is not None and options.truncation == "error" and lengths.size \
+            and int(lengths.max()) > options.max_len:
+        i = int(np.flatnonzero(lengths > options.max_len)[0])
+        errors.append((i, f"{record_label(path, raw.first + i, raw.names[i])}: {int(lengths[i]):,} letters, more "
+                          f"than max_len={options.max_len:,}; pass truncation='head', 'tail' or 'split' to cut it "
+                          "by name"))
     if errors:
         raise ValueError(min(errors)[1])
-    rna = None
-    if options.rna == "keep":
-        rna = torch.from_numpy(_rna_flags(path, raw, np.frombuffer(joined, dtype=np.uint8), lengths))
-    qualities = None
-    if scores is not None:
-        phred = converted if options.quality_encoding == "solexa" else scores - np.uint8(quality.offset)
-        qualities = pad_packed(torch.from_numpy(phred), mask, 0)
-    return ReadBatch(raw.names, tokens, mask, torch.from_numpy(lengths), qualities, torch.from_numpy(records),
-                     torch.from_numpy(offsets), rna, quality.offset,
+    rna = _rna_flags(path, raw, data, lengths) if options.rna == "keep" else None
+    names, records, offsets = raw.names, np.arange(raw.first, raw.first + lengths.size, dtype=np.int64), None
+    window = _windows(lengths, options)
+    if window is not None:
+        index, offsets, sizes = window
+        codes = _gather(codes, lengths, window)
+        phred = None if phred is None else _gather(phred, lengths, window)
+        names, records, lengths = [raw.names[i] for i in index.tolist()], records[index], sizes
+        rna = None if rna is None else rna[index]
+    tokens, mask = pad_codes(codes, lengths, token_dtype=options.token_dtype)
+    qualities = None if phred is None else pad_packed(torch.from_numpy(phred), mask, 0)
+    return ReadBatch(names, tokens, mask, torch.from_numpy(lengths), qualities, torch.from_numpy(records),
+                     torch.zeros(lengths.size, dtype=torch.int64) if offsets is None else torch.from_numpy(offsets),
+                     None if rna is None else torch.from_numpy(rna), quality.offset,
                      options.quality_encoding if raw.qualities is not None else None)
 
 
