@@ -4,9 +4,10 @@ Files are parsed in chunks by :func:`read_fastx` (fast) and handed out one read 
 with ``collate_fn=collate_reads`` can batch and pad them; or, with ``batch_size=`` and/or ``max_tokens=``, as ready
 batches of reads of similar length (length-bucketed: each bucket of ``bucket_size`` reads is sorted by length and
 cut into batches of at most ``batch_size`` reads and ``max_tokens`` padded positions), so short reads are padded
-only to their neighbours' length and one long read pads a batch of its own size, not a whole batch. With several workers each worker takes every
-``num_workers``-th chunk of each file, so every read is seen once per epoch. A damaged gzip stream or malformed
-record stops the epoch with the ValueError of :func:`read_fastx`, naming the file and the record.
+only to their neighbours' length and one long read pads a batch of its own size, not a whole batch. With
+several workers each worker takes every ``num_workers``-th chunk of each file, so every read is seen once per
+epoch. A damaged gzip stream or malformed record stops the epoch with the ValueError of :func:`read_fastx`,
+naming the file and the record.
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def relative_basis(
 
     Args:
         seq_len: T, the number of positions (distances run from ``-(T-1)`` to ``T-1``).
-        dim: total features (Enformer's ``feature_size``; ``num_features`` is accepted too); divisible by ``len(kinds)`` (by ``2 * len(kinds)`` when not symmetric).
+        dim: total features (Enformer's ``feature_size``; ``num_features`` is accepted too); divisible by
+            ``len(kinds)`` (by ``2 * len(kinds)`` when not symmetric).
         kinds: basis functions, a non-empty selection of ``"exponential"``, ``"central_mask"``, ``"gamma"``
             without repeats, in the order wanted.
         symmetric: True: features of ``|r|`` only. False: ``concat([e, sign(r) * e])`` as in Enformer.

@@ -80,10 +80,13 @@ def record_label(path: Path, number: int, name: str | None) -> str:
 
 def damaged_stream_error(path: Path, done: int, last_name: str | None, exc: BaseException) -> ValueError:
     """The ValueError for a damaged compressed stream: the file, the last record read in full, the cause."""
-    where = (f"after record {done} ({last_name!r}), the last one read in full" if done
-             else "before the first record was read in full")
-    return ValueError(f"{path}: the compressed stream is damaged or truncated {where}: "
-                      f"{type(exc).__name__}: {exc}")
+    if done:
+        where = f"{record_label(path, done - 1, last_name)} is the last one read in full: the compressed stream is " \
+                "damaged or truncated after it"
+    else:
+        where = f"{record_label(path, 0, None)}: the compressed stream is damaged or truncated before it was read " \
+                "in full"
+    return ValueError(f"{where} ({type(exc).__name__}: {exc})")
 
 
 def has_bom(path: Path) -> bool:

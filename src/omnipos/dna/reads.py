@@ -409,8 +409,8 @@ def _decide_offset(path: Path, raw_batches: Iterable[RawRecords], quality: _Qual
         quality.offset = 64
     else:
         raise ValueError(
-            f"{path}: quality_offset='auto' cannot tell the offset from the first {seen:,} records: their quality characters "
-            f"span {chr(low)!r}..{chr(high)!r}, which read as Phred {low - 33}..{high - 33} at offset 33 or "
+            f"{path}: quality_offset='auto' cannot tell the offset from the first {seen:,} records: their quality "
+            f"characters span {chr(low)!r}..{chr(high)!r}, which read as Phred {low - 33}..{high - 33} at offset 33 or "
             f"{low - 64}..{high - 64} at offset 64"
             + (" (or Solexa scores: quality_encoding='solexa')" if low >= 59 else "")
             + "; pass quality_offset=33 or 64 by name")
