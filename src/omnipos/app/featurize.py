@@ -93,7 +93,8 @@ def featurize_file(
                    "strand_aware": strand_aware, "encoding": "omnipos.dna.rc_symmetric_encoding", "rna": rna,
                    "max_len": max_len, "truncation": truncation, "token_dtype": str(token_dtype).removeprefix("torch."),
                    "quality_offset": used_offset, "quality_encoding": quality_encoding if has_quality else None,
-                   "quality_format": used_format, "quality_offset_detected": bool(quality_offset == "auto" and has_quality)},
+                   "quality_format": used_format,
+                   "quality_offset_detected": bool(quality_offset == "auto" and has_quality)},
     }
     if rna == "keep":
         result["rna"] = torch.cat(rna_flags) if rna_flags else torch.zeros(0, dtype=torch.bool)
