@@ -1,0 +1,260 @@
+"""FASTA/FASTQ files to Parquet shards of encoded reads: :func:`precompute_reads`, :func:`load_reads`.
+
+Each input file is a unit of work: one worker parses it with :func:`omnipos.dna.read_fastx` (gzip or plain,
+dnaio when installed) and writes shards of ``shard_size`` reads, ``reads-UUUUU-PPPPP.parquet``, with the columns
+
+- ``name`` (string), ``length`` (int64),
+- ``tokens`` (binary: one byte per base, the :func:`omnipos.dna.encode` token ids),
+- ``qualities`` (binary: Phred scores, one byte per base; null for FASTA).
+
+The RC-symmetric positional encoding is a function of the lengths alone, so it is not stored (it would be
+``L * dim`` floats per read): :func:`load_reads` computes it with :func:`omnipos.dna.rc_symmetric_encoding` from
+the ``dim`` / ``strand_aware`` recorded in the manifest. pyarrow (extras ``[clinical]`` / ``[scale]``) is
+imported when a job runs or loads.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zlib
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from omnipos.core import check_positive_int, lengths_to_mask, pad_packed
+from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
+
+from .engine import make_engine
+from .job import PrecomputeResult, Unit, run_job
+from .manifest import Manifest, read_verified
+
+__all__ = ["precompute_reads", "load_reads", "require_pyarrow"]
+
+KIND = "reads"
+ENCODING = "omnipos.dna.rc_symmetric_encoding"
+
+
+def require_pyarrow():
+    """Return ``pyarrow`` (with ``pyarrow.parquet`` loaded), or raise ImportError naming the extra."""
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError('Parquet shards need pyarrow: pip install "omnipos[scale]"') from exc
+    return pyarrow
+
+
+def precompute_reads(
+    paths: Any,
+    out_dir: str | os.PathLike,
+    *,
+    dim: int = 16,
+    strand_aware: bool = False,
+    engine: str = "local",
+    address: str | None = None,
+    num_cpus: int | None = None,
+    shard_size: int = 100_000,
+    batch_size: int = 8192,
+    resume: bool = True,
+    overwrite: bool = False,
+    progress: Any = True,
+    **read_options: Any,
+) -> PrecomputeResult:
+    """Parse and encode FASTA/FASTQ files (plain or gzip) into Parquet shards in ``out_dir``.
+
+    Args:
+        paths: a file or a list of files; each is one unit of work (give many files to use many workers).
+        out_dir: output folder (``reads-*.parquet`` and ``manifest.jsonl``); on a cluster, a shared folder.
+        dim, strand_aware: the positional encoding :func:`load_reads` attaches (``dim=0``: none), see
+            :func:`omnipos.dna.rc_symmetric_encoding`.
+        engine, address, num_cpus: where the files run, see :func:`omnipos.scale.make_engine`.
+        shard_size: reads per output shard (>= 1). batch_size: reads parsed at a time (output unchanged).
+        resume, overwrite, progress: as in :func:`omnipos.scale.precompute_graphs`.
+        **read_options: passed to :func:`omnipos.dna.read_fastx` (``ambiguity``, ``lowercase``, ``parser``,
+            ``quality_offset``, ...).
+
+    Returns:
+        A :class:`omnipos.scale.PrecomputeResult`.
+
+    Raises:
+        FileNotFoundError: a path that is not a file. ValueError / TypeError: bad arguments (unknown read
+        options included), ``out_dir`` holding another job; :class:`omnipos.scale.PrecomputeError` after the
+        other files finished when some were malformed (the message names each file and record).
+    """
+    engine_ = make_engine(engine, address, num_cpus)
+    shard_size = check_positive_int(shard_size, "shard_size")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    dim = check_positive_int(dim, "dim", minimum=0)
+    if dim:
+        rc_symmetric_encoding(torch.tensor([1]), dim, strand_aware=strand_aware)  # refuse a bad dim now
+    files = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))]
+    if not files:
+        raise ValueError("paths: no input files given")
+    for path in files:
+        if not isinstance(path, Path) or not path.is_file():
+            raise FileNotFoundError(f"paths: no such file {str(path)!r}")
+    read_fastx(files[0], batch_size=batch_size, **read_options)  # refuses unknown or bad options before any work
+    require_pyarrow()
+    units = [Unit(i, str(path)) for i, path in enumerate(files)]
+    identities = [{"path": str(p.resolve()), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
+                  for p in files]
+    config = {"dim": dim, "strand_aware": bool(strand_aware), "encoding": ENCODING,
+              "read_options": {k: read_options[k] for k in sorted(read_options)}}
+    job = {"kind": KIND, "inputs": {"files": identities}, "shard_size": shard_size, "options": config}
+    work = partial(_reads_unit, out_dir=str(out_dir), files=[str(p) for p in files], shard_size=shard_size,
+                   batch_size=batch_size, read_options=read_options)
+    return run_job(KIND, out_dir, job, units, lambda meta: work, engine=engine_, resume=resume,
+                   overwrite=overwrite, progress=progress, prepare=lambda run: {"config": config})
+
+
+class _Pending:
+    """Reads parsed but not yet written: names, lengths, and the flat token / quality bytes."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.lengths: list[np.ndarray] = []
+        self.tokens: list[np.ndarray] = []
+        self.qualities: list[np.ndarray] | None = []
+        self.tokens_dtype: str | None = None
+
+    def add(self, batch: Any) -> None:
+        tokens = batch.tokens[batch.mask]
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) > 255):
+            raise ValueError(f"token ids outside 0..255 cannot be stored one byte per base (got "
+                             f"{int(tokens.min())}..{int(tokens.max())})")
+        self.tokens_dtype = str(batch.tokens.dtype).removeprefix("torch.")
+        self.names += batch.names
+        self.lengths.append(batch.lengths.numpy().astype(np.int64))
+        self.tokens.append(tokens.to(torch.uint8).numpy())
+        if batch.qualities is None:
+            self.qualities = None
+        elif self.qualities is not None:
+            self.qualities.append(batch.qualities[batch.mask].to(torch.uint8).numpy())
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def take(self, count: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray | None]:
+        """The first ``count`` reads, removed from the buffer."""
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        tokens = np.concatenate(self.tokens) if self.tokens else np.zeros(0, np.uint8)
+        qualities = None if self.qualities is None else (
+            np.concatenate(self.qualities) if self.qualities else np.zeros(0, np.uint8))
+        cut = int(lengths[:count].sum())
+        names, self.names = self.names[:count], self.names[count:]
+        self.lengths, self.tokens = [lengths[count:]], [tokens[cut:]]
+        if qualities is not None:
+            self.qualities = [qualities[cut:]]
+        return names, lengths[:count], tokens[:cut], None if qualities is None else qualities[:cut]
+
+
+def _binary(flat: np.ndarray, lengths: np.ndarray) -> Any:
+    pa = require_pyarrow()
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lengths),
+                                            [None, pa.py_buffer(offsets), pa.py_buffer(flat)])
+
+
+def _parquet(names: list[str], lengths: np.ndarray, tokens: np.ndarray, qualities: np.ndarray | None,
+             tokens_dtype: str) -> bytes:
+    pa = require_pyarrow()
+    quality_column = (_binary(qualities, lengths) if qualities is not None
+                      else pa.nulls(len(names), pa.large_binary()))
+    table = pa.table({"name": pa.array(names, pa.string()), "length": pa.array(lengths, pa.int64()),
+                      "tokens": _binary(tokens, lengths), "qualities": quality_column})
+    table = table.replace_schema_metadata({"omnipos.tokens_dtype": tokens_dtype,
+                                           "omnipos.format": "fastq" if qualities is not None else "fasta"})
+    buffer = io.BytesIO()
+    pa.parquet.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def _reads_unit(unit: int, payload: None, *, out_dir: str, files: list[str], shard_size: int, batch_size: int,
+                read_options: dict[str, Any]) -> dict[str, Any]:
+    """Parse one file and write its shards."""
+    from .shards import ShardWriter, run_unit
+
+    path = files[unit]
+
+    def write(writer: ShardWriter, pending: _Pending, count: int) -> None:
+        names, lengths, tokens, qualities = pending.take(count)
+        writer.write(_parquet(names, lengths, tokens, qualities, pending.tokens_dtype or "int64"), len(names))
+
+    def body(writer: ShardWriter) -> None:
+        pending = _Pending()
+        done = 0
+        try:
+            for batch in read_fastx(path, batch_size=batch_size, **read_options):
+                pending.add(batch)
+                done += len(batch)
+                while len(pending) >= shard_size:
+                    write(writer, pending, shard_size)
+        except (EOFError, zlib.error, OSError) as exc:  # a truncated or damaged gzip stream
+            raise ValueError(f"{path}: record {done + 1} or later: the file is damaged or truncated "
+                             f"({type(exc).__name__}: {exc})") from None
+        if len(pending):
+            write(writer, pending, len(pending))
+
+    return run_unit(ShardWriter(out_dir, KIND, unit, "parquet"), body)
+
+
+def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: bool = True) -> dict[str, Any]:
+    """Every read :func:`precompute_reads` wrote to ``out_dir``, in input order, as one padded batch.
+
+    Returns:
+        A dict with the keys of ``omnipos dna featurize``'s output: ``names`` (N strings), ``tokens [N, L]``
+        (the dtype :func:`omnipos.dna.read_fastx` gave, ``PAD`` past each read), ``mask [N, L]`` bool,
+        ``lengths [N]`` int64, ``qualities [N, L]`` uint8 (0 at pads; None for FASTA), ``positional
+        [N, L, dim]`` float32 (:func:`omnipos.dna.rc_symmetric_encoding`; only when the job's ``dim > 0`` and
+        ``positional=True``) and ``config``.
+    """
+    manifest = Manifest.read(out_dir, KIND)
+    pq = require_pyarrow().parquet
+    names: list[str] = []
+    lengths, tokens, qualities, formats, dtypes = [], [], [], {}, set()
+    for shard in manifest.shards():
+        table = pq.read_table(io.BytesIO(read_verified(manifest.out_dir, shard, verify)))
+        metadata = table.schema.metadata or {}
+        formats.setdefault(metadata.get(b"omnipos.format", b"?").decode(), shard["name"])
+        dtypes.add(metadata.get(b"omnipos.tokens_dtype", b"int64").decode())
+        names += table.column("name").to_pylist()
+        lengths.append(table.column("length").to_numpy())
+        tokens.append(_flat(table.column("tokens")))
+        if table.column("qualities").null_count < table.num_rows:
+            qualities.append(_flat(table.column("qualities")))
+    if len(formats) > 1:
+        raise ValueError(f"{out_dir} mixes FASTA and FASTQ shards ({formats.get('fasta')} and "
+                         f"{formats.get('fastq')}); precompute them into separate folders")
+    all_lengths = torch.from_numpy(np.concatenate(lengths)) if lengths else torch.zeros(0, dtype=torch.long)
+    mask = lengths_to_mask(all_lengths)
+    dtype = getattr(torch, dtypes.pop()) if dtypes else torch.int64
+    flat = torch.from_numpy(np.concatenate(tokens)) if tokens else torch.zeros(0, dtype=torch.uint8)
+    config = dict(manifest.meta["config"])
+    result: dict[str, Any] = {
+        "names": names,
+        "tokens": pad_packed(flat.to(dtype), mask, PAD),
+        "mask": mask,
+        "lengths": all_lengths,
+        "qualities": pad_packed(torch.from_numpy(np.concatenate(qualities)), mask, 0) if qualities else None,
+        "config": config,
+    }
+    if positional and config["dim"]:
+        result["positional"] = rc_symmetric_encoding(all_lengths, config["dim"],
+                                                     strand_aware=config["strand_aware"])
+    return result
+
+
+def _flat(column: Any) -> np.ndarray:
+    """The concatenated bytes of a (chunked) binary column, without a Python object per value."""
+    parts = []
+    for chunk in column.chunks:
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset:chunk.offset + len(chunk) + 1]
+        data = chunk.buffers()[2]
+        parts.append(np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None and len(offsets)
+                     else np.zeros(0, np.uint8))
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
