@@ -10,12 +10,15 @@ results back as tasks finish and retries a task whose worker process died (``MAX
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
 import os
 import pickle
 import socket
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,11 +27,14 @@ from typing import Any
 
 from omnipos.core import check_choice, check_positive_int
 
-__all__ = ["ENGINES", "CONNECT_TIMEOUT_S", "MAX_RETRIES", "Engine", "make_engine", "require_ray"]
+__all__ = ["ENGINES", "CONNECT_TIMEOUT_S", "MAX_RETRIES", "Engine", "make_engine", "require_ray", "check_address",
+           "check_reachable", "PROBE_TIMEOUT_S"]
 
 ENGINES = ("local", "ray")
 #: Seconds to wait for a cluster's address to answer before giving up (an unreachable address must not hang).
 CONNECT_TIMEOUT_S = 3.0
+#: Seconds a trial connection to a cluster address may take (in a child process, killed after that).
+PROBE_TIMEOUT_S = 20.0
 #: Times Ray retries a unit whose worker died (killed, out of memory); a unit that raises is not retried.
 MAX_RETRIES = 3
 
@@ -145,21 +151,41 @@ def _connect(engine: Engine) -> tuple[Any, bool]:
         ray.init(num_cpus=engine.num_cpus, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING)
         return ray, True
-    address = engine.address
-    if address == "auto" and os.environ.get("RAY_ADDRESS"):
-        check_reachable(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
-    elif address != "auto":
-        check_reachable(address, "address")
-    try:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    try:  # make_engine has checked the address (check_address): a cluster answered there
+        ray.init(address=engine.address, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as exc:
-        raise ConnectionError(f"address={address!r}: {exc}") from exc
-    except ValueError as exc:
-        if "ray[client]" in str(exc):
-            raise ImportError(f'address={address!r} uses Ray Client, which needs pip install "ray[client]"') \
-                from exc
-        raise
+        raise ConnectionError(f"address={engine.address!r}: {exc}") from exc
     return ray, True
+
+
+def check_address(address: str) -> None:
+    """Fail fast on a cluster address instead of letting ``ray.init`` retry for a minute or more.
+
+    1. A TCP connection to ``host:port`` (for ``"auto"``: to ``$RAY_ADDRESS`` when set) within
+       ``CONNECT_TIMEOUT_S``: nothing listening is a ConnectionError at once.
+    2. ``ray://`` without Ray Client installed: ImportError naming ``ray[client]``.
+    3. ``ray.init(address)`` in a child process, killed after ``PROBE_TIMEOUT_S``: something that accepts the
+       connection but is not a Ray cluster (another service, a proxy) is a ConnectionError, not a hang.
+    """
+    if address == "auto":
+        if os.environ.get("RAY_ADDRESS"):
+            check_reachable(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
+    else:
+        check_reachable(address, "address")
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise ImportError(f'address={address!r} uses Ray Client, which needs pip install "ray[client]"')
+    probe = ("import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR'); "
+             "ray.shutdown()")
+    try:
+        done = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ConnectionError(f"address={address!r}: no Ray cluster answered within {PROBE_TIMEOUT_S:g} s "
+                              "(something accepts connections there, but not as a Ray cluster's GCS)") from None
+    if done.returncode:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        raise ConnectionError(f"address={address!r}: cannot connect to a Ray cluster: "
+                              f"{lines[-1] if lines else f'exit status {done.returncode}'}")
 
 
 def check_reachable(address: str, name: str = "address", timeout: float = CONNECT_TIMEOUT_S) -> None:
@@ -213,4 +239,6 @@ def make_engine(engine: Any, address: Any = None, num_cpus: Any = None, num_gpus
                          "process")
     if engine == "ray":
         require_ray()
+        if address is not None:
+            check_address(address)
     return Engine(engine, address, num_cpus, float(num_gpus))
