@@ -169,10 +169,6 @@ def test_another_jobs_folder_is_refused_unless_overwrite(tmp_path, graphs, expec
         precompute_graphs(graphs[:-1], tmp_path, transform(), shard_size=10, progress=False)
     with pytest.raises(ValueError, match="another job .*different shard_size"):
         precompute_graphs(graphs, tmp_path, transform(), shard_size=11, progress=False)
-    changed = [g.clone() for g in graphs]
-    changed[30].x[0, 0] += 1.0  # same count, one value differs: a different input
-    with pytest.raises(ValueError, match="different inputs"):
-        precompute_graphs(changed, tmp_path, transform(), shard_size=10, progress=False)
     result = precompute_graphs(graphs[:20], tmp_path, Compose([AddLaplacianPE(2)]), shard_size=10,
                                overwrite=True, progress=False)
     assert result.shards == 2 and sorted(p.name for p in tmp_path.glob("graphs-*")) == [
@@ -186,20 +182,44 @@ def test_corrupt_input_file_fails_alone(tmp_path, graphs, expected, same_graphs)
     torch.save(graphs[30:], bad)
     bad.write_bytes(bad.read_bytes()[:200])  # truncated
     torch.save(graphs[:2] + ["not a graph"], worse)
+    odd = tmp_path / "odd.pt"
+    torch.save(graphs[:9] + [graphs[9].clone().update({"edge_attr": torch.ones(2)})], odd)
     with pytest.raises(PrecomputeError) as info:
-        precompute_graphs([good, bad, worse], tmp_path / "out", transform(), shard_size=7, progress=False)
+        precompute_graphs([good, bad, worse, odd], tmp_path / "out", transform(), shard_size=7, progress=False)
     message = str(info.value)
-    assert "2 of 3 units failed" in message and f"{bad}: cannot read the graph list" in message
+    assert "3 of 4 units failed" in message and f"{bad}: cannot read the graph list" in message
+    assert f"{odd}: records 7..9: the encoded graphs of a shard cannot be stored together: graph 2 has" in message
     assert f"{worse}: record 2: expected a torch_geometric Data, found a str" in message
     result = info.value.result
-    assert result.items == 30 and result.shards == 5 and [s for s, _ in result.failures] == [str(bad), str(worse)]
-    assert "FAILED 2 unit(s)" in result.summary() and str(bad) in result.summary()
+    assert result.items == 30 and result.shards == 5
+    assert [s for s, _ in result.failures] == [str(bad), str(worse), str(odd)]
+    assert "FAILED 3 unit(s)" in result.summary() and str(bad) in result.summary()
     assert sorted(p.name for p in (tmp_path / "out").glob("graphs-*")) == [
         f"graphs-00000-0000{i}.pt" for i in range(5)]  # nothing of the failed files is left behind
     torch.save(graphs[30:], bad)  # repaired: the rerun redoes only the failed files
     torch.save(graphs[:2], worse)
-    with pytest.raises(ValueError, match="another job .*different inputs"):  # the inputs changed on disk
-        precompute_graphs([good, bad, worse], tmp_path / "out", transform(), shard_size=7, progress=False)
+    torch.save(graphs[:3], odd)
+    again = precompute_graphs([good, bad, worse, odd], tmp_path / "out", transform(), shard_size=7, progress=False)
+    assert again.units_resumed == 1 and again.items == 30 + 23 + 2 + 3
+    same_graphs(load_graphs(tmp_path / "out"), expected[:30] + expected[30:] + expected[:2] + expected[:3])
+
+
+def test_a_changed_input_is_redone_on_resume(tmp_path, graphs, expected, same_graphs):
+    precompute_graphs(graphs, tmp_path, transform(), shard_size=10, progress=False)
+    changed = [g.clone() for g in graphs]
+    changed[31].x[0, 0] += 1.0  # one value of the fourth slice differs
+    changed[31].edge_index = changed[31].edge_index[:, 2:]
+    again = precompute_graphs(changed, tmp_path, transform(), shard_size=10, progress=False)
+    assert again.units_resumed == 5 and again.shards_computed == 1
+    same_graphs(load_graphs(tmp_path), precompute(changed, transform(), progress=False))
+    path = tmp_path / "list.pt"
+    torch.save(graphs[:20], path)
+    precompute_graphs(path, tmp_path / "file", transform(), shard_size=10, progress=False)
+    torch.save(graphs[20:40], path)  # the same file, new content (a new size or mtime)
+    os.utime(path, ns=(1, 1))
+    again = precompute_graphs(path, tmp_path / "file", transform(), shard_size=10, progress=False)
+    assert again.units_resumed == 0 and again.items_computed == 20
+    same_graphs(load_graphs(tmp_path / "file"), expected[20:40])
 
 
 def test_bad_arguments(tmp_path, graphs):
@@ -213,6 +233,10 @@ def test_bad_arguments(tmp_path, graphs):
         precompute_graphs(graphs, tmp_path, lambda g: g)
     with pytest.raises(TypeError, match=r"graphs\[1\] must be a torch_geometric Data, got int"):
         precompute_graphs([graphs[0], 3], tmp_path, transform())
+    odd = [g.clone() for g in graphs[:12]]
+    odd[11].edge_attr = torch.ones(odd[11].edge_index.shape[1])
+    with pytest.raises(ValueError, match=r"graphs\[10:12\] cannot be stored together: graph 11 has .*edge_attr"):
+        precompute_graphs(odd, tmp_path, transform(), shard_size=5)
     with pytest.raises(FileNotFoundError, match="no such file"):
         precompute_graphs(tmp_path / "missing.pt", tmp_path, transform())
     with pytest.raises(TypeError, match="graphs must be a sequence"):

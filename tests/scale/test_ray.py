@@ -144,20 +144,18 @@ def test_a_worker_killed_mid_shard_is_retried(tmp_path, graphs, same_graphs):
     same_graphs(load_graphs(tmp_path / "out"), clean)
 
 
-def test_resume_after_a_killed_ray_run(tmp_path, graphs, same_graphs, monkeypatch):
-    """A unit whose worker keeps dying exhausts its retries and the job stops; the units that finished are in the
-    manifest. Once the cause is gone, the resumed run redoes only the rest and equals a clean run."""
-    monkeypatch.setattr(engine_module, "MAX_RETRIES", 0)
-    marker, armed = tmp_path / "died", tmp_path / "armed"
-    armed.touch()
-    killer = Compose([DieOnce(str(marker), victim=55.0, armed=str(armed)), AddLaplacianPE(3), AddRandomWalkPE(4)])
-    with pytest.raises(Exception, match="(?i)worker died"):
-        precompute_graphs(graphs, tmp_path / "out", killer, engine="ray", shard_size=10, progress=False)
-    assert marker.exists()
-    armed.unlink()  # the cause is gone; the job (its transform) is the same
-    resumed = precompute_graphs(graphs, tmp_path / "out", killer, engine="ray", shard_size=10, progress=False)
-    assert resumed.units_resumed + resumed.shards_computed == 6 and resumed.shards_computed >= 1
-    same_graphs(load_graphs(tmp_path / "out"), precompute(graphs, killer, progress=False))
+def test_resume_after_an_interrupted_ray_run(tmp_path, graphs, expected, same_graphs):
+    """Ctrl-C in the driver as the first shard comes back: the job stops; the shards finished by then (recorded
+    by the driver, or left by their workers beside the shards) are kept, the resumed run does the rest."""
+
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        precompute_graphs(graphs, tmp_path, transform(), engine="ray", shard_size=6, progress=interrupt)
+    resumed = precompute_graphs(graphs, tmp_path, transform(), engine="ray", shard_size=6, progress=False)
+    assert resumed.units_resumed >= 1 and resumed.units_resumed + resumed.shards_computed == 10
+    same_graphs(load_graphs(tmp_path), expected)
 
 
 def test_bad_input_file_fails_alone_on_ray(tmp_path, fastx):
@@ -188,3 +186,17 @@ def test_cli_runs_on_a_cluster_by_address(tmp_path, fastx):
     assert run.returncode == 0, run.stderr
     assert "precompute reads: 40 items in 5 shards (5 computed, 0 of 2 units resumed)" in run.stdout
     assert load_reads(tmp_path / "out")["names"] == [f"a_{i}" for i in range(25)] + [f"b_{i}" for i in range(15)]
+
+
+def test_a_unit_that_always_kills_its_worker_stops_the_job(tmp_path, graphs, monkeypatch):
+    """Ray retries a dead worker's unit MAX_RETRIES times (here 0), then the job fails instead of retrying
+    forever (Ray Data's default). Last in this module: it leaves Ray respawning a worker."""
+    monkeypatch.setattr(engine_module, "MAX_RETRIES", 0)
+    marker, armed = tmp_path / "died", tmp_path / "armed"
+    armed.touch()
+    killer = Compose([DieOnce(str(marker), victim=55.0, armed=str(armed)), AddLaplacianPE(3), AddRandomWalkPE(4)])
+    with pytest.raises(Exception, match="(?i)worker died"):
+        precompute_graphs(graphs, tmp_path / "out", killer, engine="ray", shard_size=10, progress=False)
+    assert marker.exists()
+    with pytest.raises(ValueError, match="unfinished"):
+        load_graphs(tmp_path / "out")

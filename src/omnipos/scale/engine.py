@@ -121,15 +121,19 @@ def _retries() -> dict[str, Any]:
 
 @contextmanager
 def _quiet_ray_data(ray: Any) -> Iterator[None]:
-    """No Ray Data progress bars or execution banners while a job runs (the caller's ``progress=`` reports);
-    the DataContext and logger settings are restored afterwards."""
+    """Ray Data settings for a job, restored afterwards: no progress bars or execution banners (the caller's
+    ``progress=`` reports), and no per-operator resource reservation. The pipeline is one map, and Ray Data's
+    reservation (a share of the CPUs held back for other operators) ran the shards one at a time on 2 CPUs
+    (measured: 20 shards of 0.15 s took 3.3 s with it, 1.6 s without)."""
     context = ray.data.DataContext.get_current()
-    saved = {name: getattr(context, name) for name in ("enable_progress_bars", "print_on_execution_start")}
+    wanted = {"enable_progress_bars": False, "print_on_execution_start": False,
+              "op_resource_reservation_enabled": False}
+    saved = {name: getattr(context, name) for name in wanted}
     logger = logging.getLogger("ray.data")
     level = logger.level
     try:
-        context.enable_progress_bars = False
-        context.print_on_execution_start = False
+        for name, value in wanted.items():
+            setattr(context, name, value)
         logger.setLevel(logging.ERROR)
         yield
     finally:

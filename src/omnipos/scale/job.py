@@ -13,18 +13,31 @@ from omnipos.core import progress_reporter
 
 from .engine import Engine
 from .manifest import Manifest
+from .shards import ShardWriter, UnitRunner
 
-__all__ = ["Unit", "PrecomputeResult", "PrecomputeError", "run_job"]
+__all__ = ["Unit", "file_units", "PrecomputeResult", "PrecomputeError", "run_job"]
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One unit of work: its index, what it reads (for messages and the manifest), and its item count when known
-    in advance."""
+    """One unit of work: its index, what it reads (for messages and the manifest), its item count when known in
+    advance, and the identity of its input (a file's size and mtime, a slice's content hash): a finished unit
+    whose input identity has changed since is redone on resume."""
 
     index: int
     source: str
     items: int | None = None
+    identity: Any = None
+
+
+def file_units(files: Sequence[Path]) -> tuple[list[Unit], dict[str, Any]]:
+    """One unit per input file, and the job's ``inputs`` entry (the files' resolved paths; their sizes and
+    modification times are each unit's identity)."""
+    units = []
+    for i, path in enumerate(files):
+        stat = path.stat()
+        units.append(Unit(i, str(path), identity={"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}))
+    return units, {"files": [str(p.resolve()) for p in files]}
 
 
 @dataclass
@@ -79,49 +92,47 @@ def run_job(
     out_dir: str | Path,
     job: dict[str, Any],
     units: Sequence[Unit],
-    make_work: Callable[[dict[str, Any]], Callable[[int, Any], dict]],
+    body: Callable[[int, Any, ShardWriter], None],
+    ext: str,
     *,
     engine: Engine,
     resume: bool,
     overwrite: bool,
     progress: Any,
     payload: Callable[[int], Any] | None = None,
-    prepare: Callable[[Callable[..., None]], dict[str, Any]] | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> PrecomputeResult:
-    """Run ``units`` of ``job`` into ``out_dir``.
-
-    ``make_work(meta)`` builds the unit function ``work(unit, payload) -> record`` (see
-    :func:`omnipos.scale.shards.run_unit`) from the manifest's meta; ``payload(unit)`` gives what a unit reads
-    when it is not a file (an in-memory slice); ``prepare(run)`` computes the meta when the manifest has none yet
-    (e.g. a code vocabulary), with the same engine session.
-    """
+    """Run ``units`` of ``job`` into ``out_dir``: ``body(unit, payload, writer)`` writes a unit's shards (see
+    :class:`omnipos.scale.shards.UnitRunner`); ``payload(unit)`` gives what a unit reads when it is not a file (an
+    in-memory slice); ``meta`` is recorded in the manifest for the loaders (e.g. the options they need)."""
     started = time.perf_counter()
-    manifest = Manifest.open(out_dir, job, len(units), resume=resume, overwrite=overwrite)
+    manifest = Manifest.open(out_dir, job, [u.identity for u in units], resume=resume, overwrite=overwrite)
+    if meta and manifest.meta != meta:
+        manifest.set_meta(meta)
     result = PrecomputeResult(kind, manifest.out_dir, units=len(units))
     by_index = {u.index: u for u in units}
     pending = [u.index for u in units if u.index not in manifest.units]
     result.units_resumed = len(units) - len(pending)
     known = [u.items for u in units]
     total = sum(known) if all(n is not None for n in known) else None
+    work = UnitRunner(kind, str(manifest.out_dir), ext, [u.source for u in units], [u.identity for u in units],
+                      body)
     with progress_reporter(progress, total=total, desc=f"precompute {kind}") as bar:
         resumed_items = sum(r["items"] for r in manifest.units.values())
         if resumed_items:
             bar.update(resumed_items)
 
         def on_result(record: dict[str, Any]) -> None:
-            unit = int(record["unit"])
             if "error" in record:
-                result.failures.append((by_index[unit].source, record["error"]))
+                result.failures.append((by_index[int(record["unit"])].source, record["error"]))
                 return
-            done = manifest.record(unit, by_index[unit].source, record["shards"])
-            result.items_computed += done["items"]
-            result.shards_computed += len(done["shards"])
-            bar.update(done["items"])
+            manifest.record(record)
+            result.items_computed += record["items"]
+            result.shards_computed += len(record["shards"])
+            bar.update(record["items"])
 
         with engine.session() as run:
-            if prepare is not None and not manifest.meta and pending:
-                manifest.set_meta(prepare(run))
-            run(pending, make_work(manifest.meta), payload, on_result)
+            run(pending, work, payload, on_result)
     if not result.failures:
         manifest.finish()
     result.items = sum(r["items"] for r in manifest.units.values())

@@ -3,13 +3,17 @@
 One file per output folder, ``manifest.jsonl``, append-only JSON lines:
 
 - ``{"header": {...}}``: the job (kind, inputs, transform or options, shard size) and its fingerprint;
-- ``{"meta": {...}}``: what the job learned before its shards (e.g. the MEDS code vocabulary);
-- ``{"unit": i, "source": ..., "items": n, "shards": [{"name", "items", "bytes", "sha256"}, ...]}``: one line
-  per finished unit of work (an input file, or a slice of an in-memory list), written once all its shards are;
+- ``{"meta": {...}}``: what the loaders need to know of the job (e.g. the reads' positional encoding options);
+- ``{"unit": i, "source": ..., "items": n, "shards": [{"name", "items", "bytes", "sha256"}, ...], "seconds": t,
+  "input": ...}``: one line per finished unit of work (an input file, or a slice of an in-memory list), written
+  once all its shards are (``seconds``: the unit's wall time on its worker; ``input``: the identity of what it
+  read, a file's size and mtime or a slice's content hash, so that a changed input is redone on resume);
 - ``{"complete": {"items": n, "shards": m}}``: the job finished.
 
-Each line is flushed and fsync'd before the next unit is recorded, so a killed job loses at most the unit in
-flight; a torn last line (the process died mid-write) is ignored when the manifest is read again. Shard files are
+Each line is flushed and fsync'd before the next unit is recorded; a torn last line (the process died mid-write)
+is ignored when the manifest is read again. A worker also leaves each finished unit's record beside its shards
+(``.{kind}-{unit}.done.json``) until the driver has recorded it, so that a unit finished while the driver died (or
+Ray aborted the job) is adopted on resume, not redone. Shard files are
 written to a temporary name and renamed when complete (:func:`write_atomic`), so a shard file either is whole or
 does not exist under its name.
 """
@@ -20,15 +24,21 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT", "MANIFEST_NAME", "Manifest", "write_atomic", "sha256_bytes", "fingerprint", "read_verified"]
+__all__ = ["FORMAT", "MANIFEST_NAME", "Manifest", "write_atomic", "sha256_bytes", "fingerprint", "read_verified",
+           "done_name"]
 
 FORMAT = "omnipos.scale/1"
 MANIFEST_NAME = "manifest.jsonl"
 _TEMP_MARK = ".tmp-"
+
+
+def done_name(kind: str, unit: int) -> str:
+    """The file a worker leaves beside a finished unit's shards: that unit's manifest record."""
+    return f".{kind}-{unit:05d}.done.json"
 
 
 def sha256_bytes(payload: bytes) -> str:
@@ -141,14 +151,17 @@ class Manifest:
 
     # -- a job starting -----------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, out_dir: str | os.PathLike, job: dict[str, Any], units: int, *, resume: bool,
+    def open(cls, out_dir: str | os.PathLike, job: dict[str, Any], identities: Sequence[Any], *, resume: bool,
              overwrite: bool) -> Manifest:
-        """Start (or resume) the job ``job`` in ``out_dir``.
+        """Start (or resume) the job ``job``, of ``len(identities)`` units, in ``out_dir``.
 
-        An existing manifest of the same job is resumed (``resume=True``: finished units whose shard files are
-        all present, with their recorded sizes, are kept) or started over (``resume=False``). A manifest of a
-        different job is refused unless ``overwrite=True``; then its shard files are deleted first.
+        An existing manifest of the same job is resumed (``resume=True``: finished units whose input identity is
+        still ``identities[unit]`` and whose shard files are all present, with their recorded sizes, are kept) or
+        started over (``resume=False``). A manifest of a different job (another kind, transform or options,
+        other input files, another shard size) is refused unless ``overwrite=True``; then its shard files are
+        deleted first.
         """
+        units = len(identities)
         out_dir = Path(out_dir)
         if out_dir.exists() and not out_dir.is_dir():
             raise ValueError(f"out_dir: {str(out_dir)!r} exists and is not a folder")
@@ -168,12 +181,25 @@ class Manifest:
                                  f"({_difference(old.header.get('job', {}), job)}); pass overwrite=True "
                                  "(--overwrite) to replace it, or choose another folder")
         manifest = cls(out_dir, header)
+        kind = job["kind"]
         if old is not None and old.header.get("fingerprint") == header["fingerprint"] and resume:
             manifest.meta = old.meta
-            manifest.units = {u: r for u, r in old.units.items() if manifest._present(r)}
-        else:
-            if old is not None:
-                old.remove_files()
+            found = dict(old.units)
+            for unit in range(units):  # units finished but not recorded (the driver died, Ray aborted the job)
+                done = out_dir / done_name(kind, unit)
+                if unit not in found and done.is_file():
+                    try:
+                        found[unit] = json.loads(done.read_bytes())
+                    except (json.JSONDecodeError, OSError):
+                        pass
+            manifest.units = {u: r for u, r in found.items()
+                              if u < units and r.get("input") == identities[u] and manifest._present(r)}
+            for unit, record in found.items():
+                if unit not in manifest.units:  # its input changed or a shard is gone: redone, old shards removed
+                    for shard in record.get("shards", []):
+                        (out_dir / shard["name"]).unlink(missing_ok=True)
+        elif old is not None:
+            old.remove_files()
         manifest._remove_temporaries()
         manifest._rewrite()
         return manifest
@@ -193,8 +219,12 @@ class Manifest:
         self.path.unlink(missing_ok=True)
 
     def _remove_temporaries(self) -> None:
+        """Half-written files of killed writers, and the workers' unit records (recorded or stale by now)."""
+        kind = self.kind
         for path in self.out_dir.iterdir():
-            if path.name.startswith(".") and _TEMP_MARK in path.name:
+            name = path.name
+            if name.startswith(".") and (_TEMP_MARK in name or name.startswith(f".{kind}-")
+                                         and name.endswith(".done.json")):
                 path.unlink(missing_ok=True)
 
     def _rewrite(self) -> None:
@@ -214,12 +244,13 @@ class Manifest:
         self.meta.update(meta)
         self._append({"meta": meta})
 
-    def record(self, unit: int, source: str, shards: Iterable[dict[str, Any]]) -> dict[str, Any]:
-        shards = list(shards)
-        record = {"unit": unit, "source": source, "items": sum(s["items"] for s in shards), "shards": shards}
+    def record(self, record: dict[str, Any]) -> None:
+        """Record a finished unit (``{"unit", "source", "items", "shards", "seconds", "input"}``, as a worker's
+        :class:`omnipos.scale.shards.UnitRunner` returns it), then drop the worker's copy of it."""
+        unit = int(record["unit"])
         self.units[unit] = record
         self._append(record)
-        return record
+        (self.out_dir / done_name(self.kind, unit)).unlink(missing_ok=True)
 
     def finish(self) -> None:
         self.complete = {"items": sum(r["items"] for r in self.units.values()), "shards": len(self.shards())}

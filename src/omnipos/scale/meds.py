@@ -29,10 +29,10 @@ from omnipos.core import check_choice, check_positive_int, lengths_to_mask
 from omnipos.timeseries import UNITS, EventBatch
 
 from .engine import make_engine
-from .job import PrecomputeResult, Unit, run_job
+from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, read_verified
 from .reads import require_pyarrow
-from .shards import ShardWriter, run_unit
+from .shards import ShardWriter
 
 __all__ = ["precompute_meds", "load_meds", "meds_data_files", "MAX_PADDED_EVENTS", "MEDS_COLUMNS"]
 
@@ -104,16 +104,13 @@ def precompute_meds(
         event_options["vocab"] = [str(code) for code in event_options["vocab"]]
     require_pyarrow()
     files = meds_data_files(meds_dir)
-    units = [Unit(i, str(path)) for i, path in enumerate(files)]
-    identities = [{"path": str(p.resolve()), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
-                  for p in files]
+    units, inputs = file_units(files)
     options = {k: event_options[k] for k in sorted(event_options)}
-    job = {"kind": KIND, "inputs": {"files": identities}, "shard_size": shard_size, "options": options}
-    work = partial(_meds_unit, out_dir=str(out_dir), files=[str(p) for p in files], shard_size=shard_size,
-                   options=event_options)
+    job = {"kind": KIND, "inputs": inputs, "shard_size": shard_size, "options": options}
+    body = partial(_meds_unit, files=[str(p) for p in files], shard_size=shard_size, options=event_options)
     meta = {"options": json.loads(json.dumps(options, default=str))}
-    return run_job(KIND, out_dir, job, units, lambda m: work, engine=engine_, resume=resume,
-                   overwrite=overwrite, progress=progress, prepare=lambda run: meta)
+    return run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
+                   overwrite=overwrite, progress=progress, meta=meta)
 
 
 def _padded_groups(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
@@ -157,29 +154,25 @@ def _read_events(path: str) -> Any:
     return table.to_pandas()
 
 
-def _meds_unit(unit: int, payload: None, *, out_dir: str, files: list[str], shard_size: int,
-               options: dict[str, Any]) -> dict[str, Any]:
+def _meds_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str], shard_size: int,
+               options: dict[str, Any]) -> None:
     """Read one MEDS data file and write its subjects' timelines, ``shard_size`` subjects per shard."""
     import pandas as pd
 
     path = files[unit]
-
-    def body(writer: ShardWriter) -> None:
-        frame = _read_events(path)
-        subject_ix, subjects = pd.factorize(frame["subject_id"], sort=True)
-        missing = int((subject_ix < 0).sum())
-        order = np.argsort(subject_ix, kind="stable")  # rows without a subject first, then subject by subject
-        if missing and not options.get("drop_missing", False):
-            _from_frame(path, frame.iloc[np.sort(order[:missing])], options)  # raises, naming the row
-        counts = np.bincount(subject_ix[subject_ix >= 0], minlength=len(subjects))
-        starts = missing + np.concatenate([[0], np.cumsum(counts)])
-        for first in range(0, len(subjects), shard_size):
-            last = min(first + shard_size, len(subjects))
-            batches = [_from_frame(path, frame.iloc[np.sort(order[starts[first + a]:starts[first + b]])], options)
-                       for a, b in _padded_groups(counts[first:last], MAX_PADDED_EVENTS)]
-            writer.write(_shard_parquet(batches), last - first)
-
-    return run_unit(ShardWriter(out_dir, KIND, unit, "parquet"), body)
+    frame = _read_events(path)
+    subject_ix, subjects = pd.factorize(frame["subject_id"], sort=True)
+    missing = int((subject_ix < 0).sum())
+    order = np.argsort(subject_ix, kind="stable")  # rows without a subject first, then subject by subject
+    if missing and not options.get("drop_missing", False):
+        _from_frame(path, frame.iloc[np.sort(order[:missing])], options)  # raises, naming the row
+    counts = np.bincount(subject_ix[subject_ix >= 0], minlength=len(subjects))
+    starts = missing + np.concatenate([[0], np.cumsum(counts)])
+    for first in range(0, len(subjects), shard_size):
+        last = min(first + shard_size, len(subjects))
+        batches = [_from_frame(path, frame.iloc[np.sort(order[starts[first + a]:starts[first + b]])], options)
+                   for a, b in _padded_groups(counts[first:last], MAX_PADDED_EVENTS)]
+        writer.write(_shard_parquet(batches), last - first)
 
 
 def _from_frame(path: str, frame: Any, options: dict[str, Any]) -> EventBatch:

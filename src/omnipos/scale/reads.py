@@ -29,8 +29,9 @@ from omnipos.core import check_positive_int, lengths_to_mask, pad_packed
 from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
 
 from .engine import make_engine
-from .job import PrecomputeResult, Unit, run_job
+from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, read_verified
+from .shards import ShardWriter
 
 __all__ = ["precompute_reads", "load_reads", "require_pyarrow"]
 
@@ -99,16 +100,14 @@ def precompute_reads(
             raise FileNotFoundError(f"paths: no such file {str(path)!r}")
     read_fastx(files[0], batch_size=batch_size, **read_options)  # refuses unknown or bad options before any work
     require_pyarrow()
-    units = [Unit(i, str(path)) for i, path in enumerate(files)]
-    identities = [{"path": str(p.resolve()), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
-                  for p in files]
+    units, inputs = file_units(files)
     config = {"dim": dim, "strand_aware": bool(strand_aware), "encoding": ENCODING,
               "read_options": {k: read_options[k] for k in sorted(read_options)}}
-    job = {"kind": KIND, "inputs": {"files": identities}, "shard_size": shard_size, "options": config}
-    work = partial(_reads_unit, out_dir=str(out_dir), files=[str(p) for p in files], shard_size=shard_size,
-                   batch_size=batch_size, read_options=read_options)
-    return run_job(KIND, out_dir, job, units, lambda meta: work, engine=engine_, resume=resume,
-                   overwrite=overwrite, progress=progress, prepare=lambda run: {"config": config})
+    job = {"kind": KIND, "inputs": inputs, "shard_size": shard_size, "options": config}
+    body = partial(_reads_unit, files=[str(p) for p in files], shard_size=shard_size, batch_size=batch_size,
+                   read_options=read_options)
+    return run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
+                   overwrite=overwrite, progress=progress, meta={"config": config})
 
 
 class _Pending:
@@ -122,18 +121,19 @@ class _Pending:
         self.tokens_dtype: str | None = None
 
     def add(self, batch: Any) -> None:
-        tokens = batch.tokens[batch.mask]
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) > 255):
+        # NumPy, not torch: boolean indexing of a [8192, 150] batch took 9 ms in NumPy, 78 ms in torch
+        tokens, mask = batch.tokens.cpu().numpy(), batch.mask.cpu().numpy()
+        if tokens.size and tokens.dtype != np.uint8 and (tokens.min() < 0 or tokens.max() > 255):
             raise ValueError(f"token ids outside 0..255 cannot be stored one byte per base (got "
-                             f"{int(tokens.min())}..{int(tokens.max())})")
+                             f"{tokens.min()}..{tokens.max()})")
         self.tokens_dtype = str(batch.tokens.dtype).removeprefix("torch.")
         self.names += batch.names
-        self.lengths.append(batch.lengths.numpy().astype(np.int64))
-        self.tokens.append(tokens.to(torch.uint8).numpy())
+        self.lengths.append(batch.lengths.cpu().numpy().astype(np.int64))
+        self.tokens.append(_unpad(tokens, mask))
         if batch.qualities is None:
             self.qualities = None
         elif self.qualities is not None:
-            self.qualities.append(batch.qualities[batch.mask].to(torch.uint8).numpy())
+            self.qualities.append(_unpad(batch.qualities.cpu().numpy(), mask))
 
     def __len__(self) -> int:
         return len(self.names)
@@ -150,6 +150,13 @@ class _Pending:
         if qualities is not None:
             self.qualities = [qualities[cut:]]
         return names, lengths[:count], tokens[:cut], None if qualities is None else qualities[:cut]
+
+
+def _unpad(padded: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The real values of a padded ``[B, L]`` batch, row after row, as uint8."""
+    if mask.all():  # reads of one length (the usual short-read run): no gather at all
+        return padded.astype(np.uint8, copy=False).reshape(-1)
+    return padded.astype(np.uint8, copy=False)[mask]
 
 
 def _binary(flat: np.ndarray, lengths: np.ndarray) -> Any:
@@ -174,33 +181,28 @@ def _parquet(names: list[str], lengths: np.ndarray, tokens: np.ndarray, qualitie
     return buffer.getvalue()
 
 
-def _reads_unit(unit: int, payload: None, *, out_dir: str, files: list[str], shard_size: int, batch_size: int,
-                read_options: dict[str, Any]) -> dict[str, Any]:
-    """Parse one file and write its shards."""
-    from .shards import ShardWriter, run_unit
-
+def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str], shard_size: int,
+                batch_size: int, read_options: dict[str, Any]) -> None:
+    """Parse one file and write its shards of ``shard_size`` reads."""
     path = files[unit]
+    pending = _Pending()
 
-    def write(writer: ShardWriter, pending: _Pending, count: int) -> None:
+    def write(count: int) -> None:
         names, lengths, tokens, qualities = pending.take(count)
         writer.write(_parquet(names, lengths, tokens, qualities, pending.tokens_dtype or "int64"), len(names))
 
-    def body(writer: ShardWriter) -> None:
-        pending = _Pending()
-        done = 0
-        try:
-            for batch in read_fastx(path, batch_size=batch_size, **read_options):
-                pending.add(batch)
-                done += len(batch)
-                while len(pending) >= shard_size:
-                    write(writer, pending, shard_size)
-        except (EOFError, zlib.error, OSError) as exc:  # a truncated or damaged gzip stream
-            raise ValueError(f"{path}: record {done + 1} or later: the file is damaged or truncated "
-                             f"({type(exc).__name__}: {exc})") from None
-        if len(pending):
-            write(writer, pending, len(pending))
-
-    return run_unit(ShardWriter(out_dir, KIND, unit, "parquet"), body)
+    done = 0
+    try:
+        for batch in read_fastx(path, batch_size=batch_size, **read_options):
+            pending.add(batch)
+            done += len(batch)
+            while len(pending) >= shard_size:
+                write(shard_size)
+    except (EOFError, zlib.error, OSError) as exc:  # a truncated or damaged gzip stream
+        raise ValueError(f"{path}: record {done + 1} or later: the file is damaged or truncated "
+                         f"({type(exc).__name__}: {exc})") from None
+    if len(pending):
+        write(len(pending))
 
 
 def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: bool = True) -> dict[str, Any]:

@@ -1,20 +1,26 @@
 """The worker side of a unit of work: write its shards atomically, report them, or report why it failed.
 
 A unit (an input file, or a slice of an in-memory list) writes one or more shards of at most ``shard_size`` items,
-named ``{kind}-{unit:05d}-{part:05d}.{ext}`` so that name order is output order. :func:`run_unit` turns the unit's
-outcome into the JSON-able record the driver puts in the manifest; a unit that raises reports its error (the other
-units go on) and leaves no shard behind.
+named ``{kind}-{unit:05d}-{part:05d}.{ext}`` so that name order is output order. :class:`UnitRunner` runs a
+kind's ``body(unit, payload, writer)`` and turns the outcome into the JSON-able record the driver puts in the
+manifest. The worker also leaves that record beside the shards (``.{kind}-{unit:05d}.done.json``, written
+atomically): if the driver dies, or Ray aborts the job, before it records a finished unit, the next run adopts
+the unit from it instead of redoing it. A unit that raises reports its error (the other units go on) and leaves
+no shard behind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .manifest import write_atomic
+from .manifest import done_name, write_atomic
 
-__all__ = ["ShardWriter", "run_unit"]
+__all__ = ["ShardWriter", "UnitRunner"]
 
 
 class ShardWriter:
@@ -37,13 +43,33 @@ class ShardWriter:
         self.records = []
 
 
-def run_unit(writer: ShardWriter, body: Callable[[ShardWriter], None]) -> dict[str, Any]:
-    """Run ``body(writer)``: ``{"unit", "shards"}`` when it finishes, ``{"unit", "error"}`` when it raises
-    (its shards deleted). Errors are reported, not raised, so that one bad input file does not stop the others."""
-    try:
-        body(writer)
-    except Exception as exc:  # noqa: BLE001 - reported to the driver, which raises after the other units finish
-        writer.discard()
-        message = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-        return {"unit": writer.unit, "error": message}
-    return {"unit": writer.unit, "shards": writer.records}
+@dataclass
+class UnitRunner:
+    """``work(unit, payload) -> record``, the function an engine runs for each unit (picklable: Ray ships it).
+
+    ``sources[unit]`` / ``identities[unit]`` name the unit's input and its identity (recorded with its shards);
+    ``body(unit, payload, writer)`` does the kind's work."""
+
+    kind: str
+    out_dir: str
+    ext: str
+    sources: Sequence[str]
+    identities: Sequence[Any]
+    body: Callable[[int, Any, ShardWriter], None]
+
+    def __call__(self, unit: int, payload: Any) -> dict[str, Any]:
+        """``{"unit", "source", "items", "shards", "seconds", "input"}`` when the unit finishes; ``{"unit",
+        "error"}`` when it raises (its shards deleted): one bad input file does not stop the others."""
+        writer = ShardWriter(self.out_dir, self.kind, unit, self.ext)
+        started = time.perf_counter()
+        try:
+            self.body(unit, payload, writer)
+        except Exception as exc:  # noqa: BLE001 - reported to the driver, which raises after the other units finish
+            writer.discard()
+            message = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            return {"unit": unit, "error": message}
+        record = {"unit": unit, "source": self.sources[unit], "items": sum(s["items"] for s in writer.records),
+                  "shards": writer.records, "seconds": round(time.perf_counter() - started, 6),
+                  "input": self.identities[unit]}
+        write_atomic(Path(self.out_dir) / done_name(self.kind, unit), json.dumps(record).encode())
+        return record
