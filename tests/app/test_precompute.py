@@ -1,4 +1,4 @@
-"""`omnipos precompute graphs|reads|meds` end to end (local engine; the Ray engine by address: tests/scale/test_ray.py)."""
+"""`omnipos precompute graphs|reads|meds` end to end (local engine; Ray by address: tests/scale/test_ray.py)."""
 
 import gzip
 import re

@@ -35,7 +35,7 @@ def assert_same_graphs(got: list, expected: list) -> None:
     assert len(got) == len(expected)
     for i, (a, b) in enumerate(zip(got, expected)):
         assert sorted(a.keys()) == sorted(b.keys()), i
-        for key in b.keys():
+        for key in b.keys():  # noqa: SIM118 - Data.keys() is a method, not a dict view
             if isinstance(b[key], torch.Tensor):
                 assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), (i, key)
             else:

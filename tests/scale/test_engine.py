@@ -8,9 +8,9 @@ import time
 import pytest
 from torch_geometric.transforms import Compose
 
+import omnipos.scale.engine as engine_module
 from omnipos.graph import AddLaplacianPE
 from omnipos.scale import CONNECT_TIMEOUT_S, Engine, PrecomputeResult, make_engine, precompute_graphs
-import omnipos.scale.engine as engine_module
 from omnipos.scale.engine import check_reachable
 
 

@@ -45,7 +45,7 @@ def require_ray():
     """Return the ``ray`` module with Ray Data, or raise ImportError naming the extra."""
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError as exc:
         raise ImportError('engine="ray" needs Ray Data: pip install "omnipos[scale]"') from exc
     return ray
@@ -128,12 +128,12 @@ def _quiet_ray_data(ray: Any) -> Iterator[None]:
     context = ray.data.DataContext.get_current()
     wanted = {"enable_progress_bars": False, "print_on_execution_start": False,
               "op_resource_reservation_enabled": False}
-    saved = {name: getattr(context, name) for name in wanted}
+    saved = {name: getattr(context, name) for name in wanted if hasattr(context, name)}  # (older Rays lack some)
     logger = logging.getLogger("ray.data")
     level = logger.level
     try:
-        for name, value in wanted.items():
-            setattr(context, name, value)
+        for name in saved:
+            setattr(context, name, wanted[name])
         logger.setLevel(logging.ERROR)
         yield
     finally:
@@ -182,7 +182,7 @@ def check_address(address: str) -> None:
              "ray.shutdown()")
     try:
         done = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S)
+                              timeout=PROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         raise ConnectionError(f"address={address!r}: no Ray cluster answered within {PROBE_TIMEOUT_S:g} s "
                               "(something accepts connections there, but not as a Ray cluster's GCS)") from None
@@ -205,7 +205,7 @@ def check_reachable(address: str, name: str = "address", timeout: float = CONNEC
 
 
 def _host_port(address: str, name: str) -> tuple[str, int]:
-    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    rest = address.removeprefix("ray://")
     host, sep, port = rest.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{name} must be 'auto', 'host:port' or 'ray://host:port'; got {address!r}")

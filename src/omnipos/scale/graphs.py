@@ -35,12 +35,12 @@ __all__ = ["precompute_graphs", "load_graphs", "ShardedGraphDataset"]
 KIND = "graphs"
 
 
-def _require_pyg():
+def _require_pyg() -> None:
+    """Raise ImportError naming the extra when torch_geometric is missing."""
     try:
-        import torch_geometric  # noqa: F401
+        import torch_geometric.data  # noqa: F401
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError('graph precompute needs torch_geometric: pip install "omnipos[graph]"') from exc
-    from torch_geometric.data import Data  # noqa: F401
 
 
 def precompute_graphs(

@@ -175,9 +175,8 @@ class Manifest:
                 if not overwrite:
                     raise ValueError(f"out_dir: {out_dir / MANIFEST_NAME} is unreadable; pass overwrite=True "
                                      "(--overwrite) to replace it, or choose another folder") from None
-        if old is not None and old.header.get("fingerprint") != header["fingerprint"]:
-            if not overwrite:
-                raise ValueError(f"out_dir: {str(out_dir)!r} holds the manifest of another job "
+        if old is not None and old.header.get("fingerprint") != header["fingerprint"] and not overwrite:
+            raise ValueError(f"out_dir: {str(out_dir)!r} holds the manifest of another job "
                                  f"({_difference(old.header.get('job', {}), job)}); pass overwrite=True "
                                  "(--overwrite) to replace it, or choose another folder")
         manifest = cls(out_dir, header)

@@ -43,7 +43,7 @@ def require_pyarrow():
     """Return ``pyarrow`` (with ``pyarrow.parquet`` loaded), or raise ImportError naming the extra."""
     try:
         import pyarrow
-        import pyarrow.parquet  # noqa: F401
+        import pyarrow.parquet
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError('Parquet shards need pyarrow: pip install "omnipos[scale]"') from exc
     return pyarrow
