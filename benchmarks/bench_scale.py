@@ -142,7 +142,22 @@ def run_case(args: argparse.Namespace) -> dict:
     if workload == "graphs":
         data = molecules(args.graphs)
         transform = Compose([AddLaplacianPE(8), AddRandomWalkPE(16)])
-        result["input_bytes_per_item"] = len(pickle.dumps(data[:1000], protocol=5)) / 1000
+        from omnipos.scale.graphs import _collate, _content_hash
+
+        result["input_bytes_per_item"] = len(pickle.dumps(_collate(data, 0, 1000), protocol=5)) / 1000
+        # what the driver does with every in-memory graph before Ray gets it: collate, hash, pickle
+        sample = data[:10_000]
+        t0 = time.process_time()
+        for start in range(0, len(sample), 1000):
+            stored = _collate(sample, start, min(start + 1000, len(sample)))
+            _content_hash(stored)
+            pickle.dumps(stored, protocol=5)
+        result["driver_cpu_per_item_s"] = (time.process_time() - t0) / len(sample)
+    elif workload == "dispatch":  # many one-read files: what the driver spends per unit, whatever its size
+        data = []
+        for i in range(args.dispatch_units):
+            data.append(Path(args.work) / f"tiny_{i}.fq")
+            data[-1].write_bytes(b"@t%d\nACGT\n+\nIIII\n" % i)
     else:
         data = sorted(Path(args.work).glob("reads_*.fq.gz"))
     started_ray = None
@@ -159,15 +174,17 @@ def run_case(args: argparse.Namespace) -> dict:
         else:
             tiny = Path(args.work) / "warm.fq"
             tiny.write_bytes(b"@w\nACGT\n+\nIIII\n")
-            precompute_reads([tiny] * args.num_cpus * 2, warm, engine="ray", progress=False)
+            precompute_reads([tiny] * args.num_cpus * 4, warm, engine="ray", progress=False)
     torch.set_num_threads(1)
     with PeakPss() as memory:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         if how == "single":
             if workload == "graphs":
                 items = len(precompute(data, transform, batch_size=1024, progress=False))
             else:
                 items = sum(len(batch) for path in data for batch in read_fastx(path, batch_size=8192))
+        elif workload == "dispatch":
+            items = precompute_reads(data, out, engine="ray", resume=False, overwrite=True, progress=False).items
         elif workload == "graphs":
             items = precompute_graphs(data, out, transform, engine=how, shard_size=args.graph_shard_size,
                                       num_cpus=args.num_cpus if how == "ray" else None, resume=False,
@@ -176,9 +193,9 @@ def run_case(args: argparse.Namespace) -> dict:
             items = precompute_reads(data, out, engine=how, shard_size=args.read_shard_size,
                                      num_cpus=args.num_cpus if how == "ray" else None, resume=False,
                                      overwrite=True, progress=False).items
-        seconds = time.perf_counter() - t0
+        seconds, driver_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     result.update(items=items, seconds=seconds, items_per_s=items / seconds, peak_pss_mib=memory.peak / 2**20,
-                  ray_start_s=started_ray)
+                  ray_start_s=started_ray, driver_cpu_s=driver_cpu)
     if how != "single":
         result.update(unit_stats(out))
     return result
@@ -186,36 +203,51 @@ def run_case(args: argparse.Namespace) -> dict:
 
 # -- the projection -----------------------------------------------------------------------------------------------
 def project(rows: dict, args: argparse.Namespace) -> list[str]:
-    """A 16-node cluster from the measured numbers. Per-CPU rate r = items per unit / median unit seconds (the
-    worker-side time of one shard, Ray's task overhead excluded); the driver's cost per shard d = (Ray job wall
-    - sum of unit seconds / CPUs) / shards, an upper bound of Ray Data's scheduling + the manifest append. The
-    cluster reaches min(CPUs x r, shards the driver can hand out per second x items per shard, what the network
-    and the output filesystem carry)."""
+    """A cluster of ``--nodes`` x ``--cpus-per-node`` from the measured numbers.
+
+    - r, items/s per CPU: items per unit / the median worker time of one unit with ``engine="local"`` (the
+      same shard function on one core; Ray's two workers share this machine's 2 cores with everything else);
+    - the driver, which does not spread over the cluster: d0 CPU seconds per unit whatever its size (Ray Data's
+      scheduling, the manifest; the driver's CPU time in the ``dispatch`` case, many one-read units, so also
+      Ray Data's polling while it waits: an upper bound) plus c per item (what the driver does with every
+      item: for in-memory graphs, collating, hashing and pickling them for the object store, timed apart; for
+      files nothing). It hands out at most n / (d0 + c n) items/s with units of n items;
+    - bytes per item written (the shards) and, for in-memory graphs, sent from the driver.
+
+    The cluster reaches the least of: CPUs x r, the driver's rate, filesystem bandwidth / output bytes per item,
+    NIC bandwidth / input bytes per item."""
     lines = []
     cpus = args.nodes * args.cpus_per_node
+    dispatch = rows.get("dispatch-ray")
+    if dispatch is None:
+        return lines
+    d0 = dispatch["driver_cpu_s"] / dispatch["units"]
+    lines.append(f"- driver: {d0 * 1e3:.1f} ms of CPU per unit ({dispatch['units']} one-read units: "
+                 f"{dispatch['units'] / dispatch['seconds']:,.0f} units/s wall on 2 CPUs).")
     for workload in ("graphs", "reads"):
         ray_row, local_row = rows.get(f"{workload}-ray"), rows.get(f"{workload}-local")
         if not ray_row or not local_row:
             continue
-        per_unit = ray_row["items_per_unit"] / ray_row["unit_seconds_median"]
-        driver = max((ray_row["seconds"] - ray_row["unit_seconds_sum"] / args.num_cpus) / ray_row["units"], 1e-3)
-        compute = cpus * per_unit
-        dispatch = ray_row["items_per_unit"] / driver
-        output = args.fs_gb_s * 1e9 / ray_row["output_bytes_per_item"]
-        limits = {"CPUs": compute, "driver dispatch at this shard size": dispatch, "output filesystem": output}
+        n = ray_row["items_per_unit"]
+        per_cpu = local_row["items_per_unit"] / local_row["unit_seconds_median"]
+        c = ray_row.get("driver_cpu_per_item_s", 0.0)  # files: the driver never touches an item
+        limits = {"CPUs": cpus * per_cpu, f"driver ({n:,.0f}-item units)": n / (d0 + c * n),
+                  f"output ({args.fs_gb_s:g} GB/s)": args.fs_gb_s * 1e9 / ray_row["output_bytes_per_item"]}
         if workload == "graphs":
-            limits["object store (in-memory input through the driver's NIC)"] = \
-                args.nic_gb_s * 1e9 / ray_row["input_bytes_per_item"]
-        reach = min(limits.values())
+            limits[f"input ({args.nic_gb_s:g} GB/s NIC)"] = args.nic_gb_s * 1e9 / ray_row["input_bytes_per_item"]
         bound = min(limits, key=limits.get)
-        shard_for_cpus = compute * driver  # items per shard at which dispatch stops being the limit
-        lines.append(f"- {workload}: per CPU {per_unit:,.0f} items/s (one shard of {ray_row['items_per_unit']:,.0f} "
-                     f"items took {ray_row['unit_seconds_median']:.2f} s on a worker), driver cost per shard "
-                     f"<= {driver * 1e3:.0f} ms, {ray_row['output_bytes_per_item']:.0f} output bytes per item.")
+        want = cpus * per_cpu
+        if c * want < 1:
+            enough = f"units of >= {d0 * want / (1 - c * want):,.0f} items keep the driver ahead of the CPUs"
+        else:
+            enough = (f"no unit size lets the driver feed {cpus} CPUs (it touches every item: "
+                      f"{1 / c:,.0f} items/s at most); give files, which the workers read themselves")
+        lines.append(f"- {workload}: r = {per_cpu:,.0f} items/s per CPU (a {local_row['items_per_unit']:,.0f}-item "
+                     f"unit in {local_row['unit_seconds_median']:.2f} s), driver c = {c * 1e6:.1f} us per item, "
+                     f"{ray_row['output_bytes_per_item']:.0f} output bytes per item.")
         lines.append(f"  {args.nodes} nodes x {args.cpus_per_node} CPUs: "
                      + ", ".join(f"{name} {value:,.0f}/s" for name, value in limits.items())
-                     + f" -> about {reach:,.0f} items/s, bound by {bound}; shards of >= {shard_for_cpus:,.0f} items "
-                     f"keep the driver off the critical path.")
+                     + f" -> about {limits[bound]:,.0f} items/s, bound by {bound}; {enough}.")
     return lines
 
 
@@ -228,7 +260,9 @@ def main() -> None:
     parser.add_argument("--graph-shard-size", type=int, default=None, help="default: graphs / 10")
     parser.add_argument("--read-shard-size", type=int, default=100_000)
     parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray")
-    parser.add_argument("--cases", default="graphs-single,graphs-local,graphs-ray,reads-single,reads-local,reads-ray")
+    parser.add_argument("--dispatch-units", type=int, default=256, help="one-read units of the dispatch case")
+    parser.add_argument("--cases", default="graphs-single,graphs-local,graphs-ray,reads-single,reads-local,reads-ray,"
+                                           "dispatch-ray")
     parser.add_argument("--nodes", type=int, default=16, help="projection: cluster nodes")
     parser.add_argument("--cpus-per-node", type=int, default=16, help="projection: CPUs per node")
     parser.add_argument("--nic-gb-s", type=float, default=1.25, help="projection: driver NIC, GB/s (10 GbE)")
@@ -271,7 +305,7 @@ def main() -> None:
         bench.row(case=case, items=row["items"], seconds=row["seconds"], items_per_s=row["items_per_s"],
                   vs_single=row["items_per_s"] / single["items_per_s"] if single else "",
                   peak_mib=row["peak_pss_mib"], shards=row.get("shards", ""),
-                  shard_s_median=row.get("unit_seconds_median", ""),
+                  unit_s_median=row.get("unit_seconds_median", ""), driver_cpu_s=row["driver_cpu_s"],
                   ray_start_s=row["ray_start_s"] if row["ray_start_s"] is not None else "")
     bench.finish(args.out)
     print("\nProjection:")

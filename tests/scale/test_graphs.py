@@ -270,3 +270,16 @@ def test_empty_dataset(tmp_path):
     result = precompute_graphs([], tmp_path, transform(), progress=False)
     assert result.items == 0 and result.shards == 0
     assert load_graphs(tmp_path) == [] and len(ShardedGraphDataset(tmp_path)) == 0
+
+
+@pytest.mark.gpu
+def test_num_gpus_computes_on_cuda(tmp_path, graphs):
+    """num_gpus > 0: the shards are encoded on CUDA and come back to the CPU; the random-walk encoding (no sign
+    or eigenspace choice) agrees with the CPU's within float32 rounding."""
+    walk = Compose([AddRandomWalkPE(6)])
+    result = precompute_graphs(graphs, tmp_path, walk, num_gpus=1, shard_size=20, progress=False)
+    assert result.items == 53
+    cpu = precompute(graphs, walk, progress=False)
+    for a, b in zip(load_graphs(tmp_path), cpu):
+        assert a.random_walk_pe.device.type == "cpu"
+        torch.testing.assert_close(a.random_walk_pe, b.random_walk_pe, rtol=1e-5, atol=1e-6)

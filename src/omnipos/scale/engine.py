@@ -91,7 +91,7 @@ class Engine:
         options: dict[str, Any] = {"num_cpus": 1}
         if self.num_gpus:
             options["num_gpus"] = self.num_gpus
-        if self.num_cpus is not None and self.address is not None:
+        if self.num_cpus is not None and not state["started"]:  # a Ray started here has num_cpus CPUs already
             options["concurrency"] = self.num_cpus
         with _quiet_ray_data(ray):
             with warnings.catch_warnings():
@@ -219,7 +219,8 @@ def make_engine(engine: Any, address: Any = None, num_cpus: Any = None, num_gpus
         engine: ``"local"`` (this process) or ``"ray"`` (Ray Data; ImportError naming ``[scale]`` without Ray).
         address: ``None`` (start a local Ray, or use the one this process already runs), ``"auto"`` (the
             running cluster Ray finds) or ``"host:port"`` / ``"ray://host:port"``. Only with ``engine="ray"``.
-        num_cpus: Ray: the CPUs of a local Ray started here, or at most this many shards at once on a cluster.
+        num_cpus: Ray: the CPUs of a local Ray started here; on a cluster (or a Ray this process already
+            runs), at most this many shards at once.
             ``"local"`` runs one shard at a time: ``None`` or 1 only.
         num_gpus: GPUs per shard (a fraction shares a GPU between shards, as Ray's ``num_gpus``); > 0 means the
             shards compute on CUDA.
