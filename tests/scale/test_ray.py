@@ -129,21 +129,6 @@ def test_meds_on_ray_equal_local_and_from_parquet(tmp_path, meds_root):
         assert torch.equal(got.values.nan_to_num(-9.0), expected.values.nan_to_num(-9.0))
 
 
-def test_a_worker_killed_mid_shard_is_retried(tmp_path, graphs, same_graphs):
-    """The worker dies while encoding the second shard of a file (the first is already written); Ray retries
-    the unit on a fresh worker and the output equals a clean run's."""
-    files = [tmp_path / "a.pt", tmp_path / "b.pt"]
-    torch.save(graphs[:30], files[0])
-    torch.save(graphs[30:], files[1])
-    marker = tmp_path / "died"
-    killer = Compose([DieOnce(str(marker), victim=12.0), AddLaplacianPE(3), AddRandomWalkPE(4)])
-    result = precompute_graphs(files, tmp_path / "out", killer, engine="ray", shard_size=10, progress=False)
-    assert marker.exists()  # the worker did die
-    assert result.items == 60 and result.shards == 6 and not result.failures
-    clean = precompute(graphs, killer, progress=False)  # marker present: DieOnce is the identity now
-    same_graphs(load_graphs(tmp_path / "out"), clean)
-
-
 def test_resume_after_an_interrupted_ray_run(tmp_path, graphs, expected, same_graphs):
     """Ctrl-C in the driver as the first shard comes back: the job stops; the shards finished by then (recorded
     by the driver, or left by their workers beside the shards) are kept, the resumed run does the rest."""
@@ -174,23 +159,24 @@ def test_an_address_while_ray_runs_here_is_refused(tmp_path, graphs):
         precompute_graphs(graphs[:3], tmp_path, transform(), engine="ray", address=address, progress=False)
 
 
-def test_cli_runs_on_a_cluster_by_address(tmp_path, fastx):
-    """`omnipos precompute reads --engine ray --address HOST:PORT` from another process joins this module's Ray
-    as it would a cluster's head node."""
-    files = [fastx(tmp_path / "a.fq", 25, 1), fastx(tmp_path / "b.fq", 15, 2)]
-    address = ray.get_runtime_context().gcs_address
-    run = subprocess.run([sys.executable, "-m", "omnipos", "precompute", "reads", *map(str, files),
-                          "--out", str(tmp_path / "out"), "--engine", "ray", "--address", address,
-                          "--num-cpus", "2", "--shard-size", "10", "--no-progress"],
-                         capture_output=True, text=True, timeout=180, env=os.environ.copy(), check=False)
-    assert run.returncode == 0, run.stderr
-    assert "precompute reads: 40 items in 5 shards (5 computed, 0 of 2 units resumed)" in run.stdout
-    assert load_reads(tmp_path / "out")["names"] == [f"a_{i}" for i in range(25)] + [f"b_{i}" for i in range(15)]
+def test_a_worker_killed_mid_shard_is_retried(tmp_path, graphs, same_graphs):
+    """The worker dies while encoding the second shard of a file (the first is already written); Ray retries
+    the unit on a fresh worker and the output equals a clean run's."""
+    files = [tmp_path / "a.pt", tmp_path / "b.pt"]
+    torch.save(graphs[:30], files[0])
+    torch.save(graphs[30:], files[1])
+    marker = tmp_path / "died"
+    killer = Compose([DieOnce(str(marker), victim=12.0), AddLaplacianPE(3), AddRandomWalkPE(4)])
+    result = precompute_graphs(files, tmp_path / "out", killer, engine="ray", shard_size=10, progress=False)
+    assert marker.exists()  # the worker did die
+    assert result.items == 60 and result.shards == 6 and not result.failures
+    clean = precompute(graphs, killer, progress=False)  # marker present: DieOnce is the identity now
+    same_graphs(load_graphs(tmp_path / "out"), clean)
 
 
 def test_a_unit_that_always_kills_its_worker_stops_the_job(tmp_path, graphs, monkeypatch):
     """Ray retries a dead worker's unit MAX_RETRIES times (here 0), then the job fails instead of retrying
-    forever (Ray Data's default). Last in this module: it leaves Ray respawning a worker."""
+    forever (Ray Data's default). Near the end of this module: it leaves Ray respawning a worker."""
     monkeypatch.setattr(engine_module, "MAX_RETRIES", 0)
     marker, armed = tmp_path / "died", tmp_path / "armed"
     armed.touch()
@@ -200,3 +186,18 @@ def test_a_unit_that_always_kills_its_worker_stops_the_job(tmp_path, graphs, mon
     assert marker.exists()
     with pytest.raises(ValueError, match="unfinished"):
         load_graphs(tmp_path / "out")
+
+
+def test_cli_runs_on_a_cluster_by_address(tmp_path, fastx):
+    """`omnipos precompute reads --engine ray --address HOST:PORT` from another process joins this module's Ray
+    as it would a cluster's head node. Last in this module: a new driver's job starts workers of its own, and
+    on 2 CPUs Ray makes room for them by ending this process's idle workers."""
+    files = [fastx(tmp_path / "a.fq", 25, 1), fastx(tmp_path / "b.fq", 15, 2)]
+    address = ray.get_runtime_context().gcs_address
+    run = subprocess.run([sys.executable, "-m", "omnipos", "precompute", "reads", *map(str, files),
+                          "--out", str(tmp_path / "out"), "--engine", "ray", "--address", address,
+                          "--num-cpus", "2", "--shard-size", "10", "--no-progress"],
+                         capture_output=True, text=True, timeout=180, env=os.environ.copy(), check=False)
+    assert run.returncode == 0, run.stderr
+    assert "precompute reads: 40 items in 5 shards (5 computed, 0 of 2 units resumed)" in run.stdout
+    assert load_reads(tmp_path / "out")["names"] == [f"a_{i}" for i in range(25)] + [f"b_{i}" for i in range(15)]

@@ -15,7 +15,6 @@ are padded in groups of at most ``MAX_PADDED_EVENTS`` slots.
 from __future__ import annotations
 
 import inspect
-import io
 import json
 import os
 from functools import partial
@@ -31,7 +30,7 @@ from omnipos.timeseries import UNITS, EventBatch
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, read_verified
-from .reads import require_pyarrow
+from .parquet import column, flat_list, list_column, read_frame, read_parquet, require_pyarrow, to_parquet
 from .shards import ShardWriter
 
 __all__ = ["precompute_meds", "load_meds", "meds_data_files", "MAX_PADDED_EVENTS", "MEDS_COLUMNS"]
@@ -145,13 +144,11 @@ def merge_vocabularies(vocabs: list[list[str]]) -> tuple[list[str], list[np.ndar
 
 
 def _read_events(path: str) -> Any:
-    pa = require_pyarrow()
     try:
-        table = pa.parquet.read_table(path, columns=list(MEDS_COLUMNS))
+        return read_frame(path, list(MEDS_COLUMNS))
     except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError / KeyError alike
         raise ValueError(f"{path}: cannot read the MEDS columns {', '.join(MEDS_COLUMNS)} (corrupt, truncated or "
                          f"not MEDS): {type(exc).__name__}: {exc}") from None
-    return table.to_pandas()
 
 
 def _meds_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str], shard_size: int,
@@ -183,27 +180,18 @@ def _from_frame(path: str, frame: Any, options: dict[str, Any]) -> EventBatch:
 
 
 def _shard_parquet(batches: list[EventBatch]) -> bytes:
-    pa = require_pyarrow()
     vocab, maps = merge_vocabularies([b.vocab for b in batches])
     lengths = torch.cat([b.lengths for b in batches]).numpy().astype(np.int64)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
     times = np.concatenate([b.times[b.mask].numpy() for b in batches])
     codes = np.concatenate([m[b.codes[b.mask].numpy()] for b, m in zip(batches, maps)]).astype(np.int64)
     values = np.concatenate([b.values[b.mask].numpy() for b in batches])
-    subjects = [s for b in batches for s in b.subjects]
-    table = pa.table({
-        "subject_id": pa.array(subjects),
-        "length": pa.array(lengths, pa.int64()),
-        "times": pa.LargeListArray.from_arrays(offsets, pa.array(times, pa.float64())),
-        "codes": pa.LargeListArray.from_arrays(offsets, pa.array(codes, pa.int64())),
-        "values": pa.LargeListArray.from_arrays(offsets, pa.array(values, pa.float32())),
-    })
     first = batches[0]
-    table = table.replace_schema_metadata({"omnipos.vocab": json.dumps(vocab), "omnipos.unit": first.unit,
-                                           "omnipos.origin": str(first.origin)})
-    buffer = io.BytesIO()
-    pa.parquet.write_table(table, buffer, compression="zstd")
-    return buffer.getvalue()
+    return to_parquet({"subject_id": column([s for b in batches for s in b.subjects]),
+                       "length": column(lengths, "int64"), "times": list_column(times, lengths, "float64"),
+                       "codes": list_column(codes, lengths, "int64"),
+                       "values": list_column(values, lengths, "float32")},
+                      {"omnipos.vocab": json.dumps(vocab), "omnipos.unit": first.unit,
+                       "omnipos.origin": str(first.origin)})
 
 
 def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
@@ -215,12 +203,11 @@ def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
         ValueError: a subject found in two data files (MEDS shards must partition the subjects).
     """
     manifest = Manifest.read(out_dir, KIND)
-    pa = require_pyarrow()
     tables, vocabs, names = [], [], []
     for shard in manifest.shards():
-        table = pa.parquet.read_table(io.BytesIO(read_verified(manifest.out_dir, shard, verify)))
+        table, metadata = read_parquet(read_verified(manifest.out_dir, shard, verify))
         tables.append(table)
-        vocabs.append(json.loads(table.schema.metadata[b"omnipos.vocab"]))
+        vocabs.append(json.loads(metadata["omnipos.vocab"]))
         names.append(shard["name"])
     options = manifest.meta.get("options", {})
     unit, origin = options.get("unit", "h"), options.get("origin", "first")
@@ -231,9 +218,9 @@ def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
     vocab, maps = merge_vocabularies(vocabs)
     subjects = [s for t in tables for s in t.column("subject_id").to_pylist()]
     lengths = np.concatenate([t.column("length").to_numpy() for t in tables])
-    times = np.concatenate([_values(t.column("times")) for t in tables])
-    codes = np.concatenate([m[_values(t.column("codes"))] for t, m in zip(tables, maps)])
-    values = np.concatenate([_values(t.column("values")) for t in tables])
+    times = np.concatenate([flat_list(t.column("times")) for t in tables])
+    codes = np.concatenate([m[flat_list(t.column("codes"))] for t, m in zip(tables, maps)])
+    values = np.concatenate([flat_list(t.column("values")) for t in tables])
     order = np.argsort(np.array(subjects), kind="stable")
     ordered = [subjects[i] for i in order]
     repeated = [i for i in range(1, len(ordered)) if ordered[i] == ordered[i - 1]]
@@ -252,9 +239,3 @@ def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
         lambda flat, fill: torch.full(mask.shape, fill, dtype=torch.from_numpy(flat).dtype))
     return EventBatch(take(times, 0.0), take(codes.astype(np.int64), 0), take(values, float("nan")), mask, vocab,
                       ordered, unit=unit, origin=origin)
-
-
-def _values(column: Any) -> np.ndarray:
-    """The flat values of a (chunked) list column, in row order."""
-    return np.concatenate([chunk.flatten().to_numpy(zero_copy_only=False) for chunk in column.chunks]) \
-        if column.num_chunks else np.zeros(0)

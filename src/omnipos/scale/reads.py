@@ -9,13 +9,11 @@ dnaio when installed) and writes shards of ``shard_size`` reads, ``reads-UUUUU-P
 
 The RC-symmetric positional encoding is a function of the lengths alone, so it is not stored (it would be
 ``L * dim`` floats per read): :func:`load_reads` computes it with :func:`omnipos.dna.rc_symmetric_encoding` from
-the ``dim`` / ``strand_aware`` recorded in the manifest. pyarrow (extras ``[clinical]`` / ``[scale]``) is
-imported when a job runs or loads.
+the ``dim`` / ``strand_aware`` recorded in the manifest. The Parquet work is :mod:`omnipos.scale.parquet`'s.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import zlib
 from functools import partial
@@ -31,22 +29,13 @@ from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, read_verified
+from .parquet import binary_column, column, flat_binary, null_binary_column, read_parquet, require_pyarrow, to_parquet
 from .shards import ShardWriter
 
-__all__ = ["precompute_reads", "load_reads", "require_pyarrow"]
+__all__ = ["precompute_reads", "load_reads"]
 
 KIND = "reads"
 ENCODING = "omnipos.dna.rc_symmetric_encoding"
-
-
-def require_pyarrow():
-    """Return ``pyarrow`` (with ``pyarrow.parquet`` loaded), or raise ImportError naming the extra."""
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError('Parquet shards need pyarrow: pip install "omnipos[scale]"') from exc
-    return pyarrow
 
 
 def precompute_reads(
@@ -159,26 +148,14 @@ def _unpad(padded: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return padded.astype(np.uint8, copy=False)[mask]
 
 
-def _binary(flat: np.ndarray, lengths: np.ndarray) -> Any:
-    pa = require_pyarrow()
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lengths),
-                                            [None, pa.py_buffer(offsets), pa.py_buffer(flat)])
-
-
 def _parquet(names: list[str], lengths: np.ndarray, tokens: np.ndarray, qualities: np.ndarray | None,
              tokens_dtype: str) -> bytes:
-    pa = require_pyarrow()
-    quality_column = (_binary(qualities, lengths) if qualities is not None
-                      else pa.nulls(len(names), pa.large_binary()))
-    table = pa.table({"name": pa.array(names, pa.string()), "length": pa.array(lengths, pa.int64()),
-                      "tokens": _binary(tokens, lengths), "qualities": quality_column})
-    table = table.replace_schema_metadata({"omnipos.tokens_dtype": tokens_dtype,
-                                           "omnipos.format": "fastq" if qualities is not None else "fasta"})
-    buffer = io.BytesIO()
-    pa.parquet.write_table(table, buffer, compression="zstd")
-    return buffer.getvalue()
+    quality_column = (binary_column(qualities, lengths) if qualities is not None
+                      else null_binary_column(len(names)))
+    return to_parquet({"name": column(names, "string"), "length": column(lengths, "int64"),
+                       "tokens": binary_column(tokens, lengths), "qualities": quality_column},
+                      {"omnipos.tokens_dtype": tokens_dtype,
+                       "omnipos.format": "fastq" if qualities is not None else "fasta"})
 
 
 def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str], shard_size: int,
@@ -216,19 +193,17 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
         ``positional=True``) and ``config``.
     """
     manifest = Manifest.read(out_dir, KIND)
-    pq = require_pyarrow().parquet
     names: list[str] = []
     lengths, tokens, qualities, formats, dtypes = [], [], [], {}, set()
     for shard in manifest.shards():
-        table = pq.read_table(io.BytesIO(read_verified(manifest.out_dir, shard, verify)))
-        metadata = table.schema.metadata or {}
-        formats.setdefault(metadata.get(b"omnipos.format", b"?").decode(), shard["name"])
-        dtypes.add(metadata.get(b"omnipos.tokens_dtype", b"int64").decode())
+        table, metadata = read_parquet(read_verified(manifest.out_dir, shard, verify))
+        formats.setdefault(metadata.get("omnipos.format", "?"), shard["name"])
+        dtypes.add(metadata.get("omnipos.tokens_dtype", "int64"))
         names += table.column("name").to_pylist()
         lengths.append(table.column("length").to_numpy())
-        tokens.append(_flat(table.column("tokens")))
+        tokens.append(flat_binary(table.column("tokens")))
         if table.column("qualities").null_count < table.num_rows:
-            qualities.append(_flat(table.column("qualities")))
+            qualities.append(flat_binary(table.column("qualities")))
     if len(formats) > 1:
         raise ValueError(f"{out_dir} mixes FASTA and FASTQ shards ({formats.get('fasta')} and "
                          f"{formats.get('fastq')}); precompute them into separate folders")
@@ -249,14 +224,3 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
         result["positional"] = rc_symmetric_encoding(all_lengths, config["dim"],
                                                      strand_aware=config["strand_aware"])
     return result
-
-
-def _flat(column: Any) -> np.ndarray:
-    """The concatenated bytes of a (chunked) binary column, without a Python object per value."""
-    parts = []
-    for chunk in column.chunks:
-        offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset:chunk.offset + len(chunk) + 1]
-        data = chunk.buffers()[2]
-        parts.append(np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None and len(offsets)
-                     else np.zeros(0, np.uint8))
-    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
