@@ -118,3 +118,26 @@ def fastx():
 @pytest.fixture(scope="session")
 def meds_root():
     return write_meds
+
+
+@pytest.fixture(scope="session")
+def transform():
+    """The graph encodings the scale tests precompute: LapPE (with eigenvalues) and RWPE."""
+    from torch_geometric.transforms import Compose
+
+    from omnipos.graph import AddLaplacianPE, AddRandomWalkPE
+
+    return lambda: Compose([AddLaplacianPE(3, eigenvalue_attr="eigenvalues"), AddRandomWalkPE(4)])
+
+
+@pytest.fixture(scope="session")
+def graphs():
+    return make_molecules(53, seed=1)
+
+
+@pytest.fixture(scope="session")
+def expected(graphs, transform):
+    """The single-process reference: the graph domain's own precompute over the whole list at once."""
+    from omnipos.graph import precompute
+
+    return precompute(graphs, transform(), progress=False)

@@ -17,23 +17,9 @@ from omnipos.scale import PrecomputeError, ShardedGraphDataset, load_graphs, pre
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def transform():
-    return Compose([AddLaplacianPE(3, eigenvalue_attr="eigenvalues"), AddRandomWalkPE(4)])
-
-
-@pytest.fixture(scope="module")
-def graphs(molecules):
-    return molecules(53, seed=1)
-
-
-@pytest.fixture(scope="module")
-def expected(graphs):
-    """The single-process reference: the graph domain's own precompute over the whole list at once."""
-    return precompute(graphs, transform(), progress=False)
-
-
 @pytest.mark.parametrize("shard_size", [1, 7, 53, 1000])
-def test_output_equals_precompute_whatever_the_shard_size(tmp_path, graphs, expected, same_graphs, shard_size):
+def test_output_equals_precompute_whatever_the_shard_size(tmp_path, graphs, expected, same_graphs, shard_size,
+                                                          transform):
     result = precompute_graphs(graphs, tmp_path, transform(), shard_size=shard_size, batch_size=5, progress=False)
     assert result.items == result.items_computed == 53
     assert result.shards == -(-53 // shard_size) and result.units_resumed == 0
@@ -41,13 +27,13 @@ def test_output_equals_precompute_whatever_the_shard_size(tmp_path, graphs, expe
     assert [g.y.item() for g in load_graphs(tmp_path)] == list(range(53))  # input order kept
 
 
-def test_input_is_not_modified(tmp_path, graphs):
+def test_input_is_not_modified(tmp_path, graphs, transform):
     keys = [sorted(g.keys()) for g in graphs]
     precompute_graphs(graphs, tmp_path, transform(), shard_size=10, progress=False)
     assert [sorted(g.keys()) for g in graphs] == keys
 
 
-def test_files_give_the_same_output_as_a_list(tmp_path, graphs, expected, same_graphs):
+def test_files_give_the_same_output_as_a_list(tmp_path, graphs, expected, same_graphs, transform):
     first, second = tmp_path / "a.pt", tmp_path / "b.pt"
     torch.save(graphs[:20], first)
     torch.save(graphs[20:], second)
@@ -58,13 +44,13 @@ def test_files_give_the_same_output_as_a_list(tmp_path, graphs, expected, same_g
     assert single.items == 20
 
 
-def test_progress_callback_counts_graphs(tmp_path, graphs):
+def test_progress_callback_counts_graphs(tmp_path, graphs, transform):
     calls = []
     precompute_graphs(graphs, tmp_path, transform(), shard_size=20, progress=lambda d, t: calls.append((d, t)))
     assert calls == [(20, 53), (40, 53), (53, 53)]
 
 
-def test_sharded_dataset_is_lazy_and_indexable(tmp_path, graphs, expected, same_graphs):
+def test_sharded_dataset_is_lazy_and_indexable(tmp_path, graphs, expected, same_graphs, transform):
     precompute_graphs(graphs, tmp_path, transform(), shard_size=8, progress=False)
     dataset = ShardedGraphDataset(tmp_path, cache_shards=2)
     assert len(dataset) == 53 and "53 graphs in 7 shards" in repr(dataset)
@@ -88,7 +74,7 @@ def test_sharded_dataset_is_lazy_and_indexable(tmp_path, graphs, expected, same_
                        torch.cat([expected[i].laplacian_eigenvector_pe for i in range(16, 32)]))
 
 
-def test_sharded_dataset_applies_a_transform(tmp_path, graphs, expected):
+def test_sharded_dataset_applies_a_transform(tmp_path, graphs, expected, transform):
     precompute_graphs(graphs, tmp_path, transform(), shard_size=30, progress=False)
     flipped = ShardedGraphDataset(tmp_path, transform=RandomSignFlip(generator=torch.Generator().manual_seed(0)))
     for i in (3, 40):
@@ -96,7 +82,7 @@ def test_sharded_dataset_applies_a_transform(tmp_path, graphs, expected):
         assert torch.equal(got.abs(), want.abs())
 
 
-def test_shards_are_pyg_inmemorydataset_files(tmp_path, graphs, expected, same_graphs):
+def test_shards_are_pyg_inmemorydataset_files(tmp_path, graphs, expected, same_graphs, transform):
     from torch_geometric.data import InMemoryDataset
 
     precompute_graphs(graphs, tmp_path, transform(), shard_size=60, progress=False)
@@ -110,7 +96,7 @@ def test_shards_are_pyg_inmemorydataset_files(tmp_path, graphs, expected, same_g
     same_graphs([shard[i] for i in range(len(shard))], expected)
 
 
-def test_resume_skips_finished_shards(tmp_path, graphs, expected, same_graphs):
+def test_resume_skips_finished_shards(tmp_path, graphs, expected, same_graphs, transform):
     precompute_graphs(graphs, tmp_path, transform(), shard_size=10, progress=False)
     stamps = {p.name: p.stat().st_mtime_ns for p in tmp_path.glob("graphs-*.pt")}
     (tmp_path / "graphs-00002-00000.pt").unlink()  # a shard lost: only its unit is redone
@@ -125,7 +111,7 @@ def test_resume_skips_finished_shards(tmp_path, graphs, expected, same_graphs):
     assert redo.units_resumed == 0 and redo.shards_computed == 6
 
 
-def test_resume_after_the_driver_was_killed_mid_shard(tmp_path, graphs, expected, same_graphs):
+def test_resume_after_the_driver_was_killed_mid_shard(tmp_path, graphs, expected, same_graphs, transform):
     """A local run killed while writing its third shard (after the temp file, before the rename) leaves two
     recorded shards and a temporary file; the resumed run skips the two, redoes the rest, equals a clean run."""
     source = tmp_path / "graphs.pt"
@@ -162,7 +148,7 @@ precompute_graphs(graphs, {str(out)!r}, Compose([AddLaplacianPE(3, eigenvalue_at
     same_graphs(load_graphs(out), expected)
 
 
-def test_another_jobs_folder_is_refused_unless_overwrite(tmp_path, graphs, expected, same_graphs):
+def test_another_jobs_folder_is_refused_unless_overwrite(tmp_path, graphs, expected, same_graphs, transform):
     precompute_graphs(graphs, tmp_path, transform(), shard_size=10, progress=False)
     with pytest.raises(ValueError, match="holds the manifest of another job .*different transform.*overwrite=True"):
         precompute_graphs(graphs, tmp_path, Compose([AddLaplacianPE(2)]), shard_size=10, progress=False)
@@ -177,7 +163,7 @@ def test_another_jobs_folder_is_refused_unless_overwrite(tmp_path, graphs, expec
     assert load_graphs(tmp_path)[0].laplacian_eigenvector_pe.shape[1] == 2
 
 
-def test_corrupt_input_file_fails_alone(tmp_path, graphs, expected, same_graphs):
+def test_corrupt_input_file_fails_alone(tmp_path, graphs, expected, same_graphs, transform):
     good, bad, worse = tmp_path / "good.pt", tmp_path / "bad.pt", tmp_path / "worse.pt"
     torch.save(graphs[:30], good)
     torch.save(graphs[30:], bad)
@@ -205,7 +191,7 @@ def test_corrupt_input_file_fails_alone(tmp_path, graphs, expected, same_graphs)
     same_graphs(load_graphs(tmp_path / "out"), expected[:30] + expected[30:] + expected[:2] + expected[:3])
 
 
-def test_a_changed_input_is_redone_on_resume(tmp_path, graphs, expected, same_graphs):
+def test_a_changed_input_is_redone_on_resume(tmp_path, graphs, expected, same_graphs, transform):
     precompute_graphs(graphs, tmp_path, transform(), shard_size=10, progress=False)
     changed = [g.clone() for g in graphs]
     changed[31].x[0, 0] += 1.0  # one value of the fourth slice differs
@@ -223,7 +209,7 @@ def test_a_changed_input_is_redone_on_resume(tmp_path, graphs, expected, same_gr
     same_graphs(load_graphs(tmp_path / "file"), expected[20:40])
 
 
-def test_bad_arguments(tmp_path, graphs):
+def test_bad_arguments(tmp_path, graphs, transform):
     with pytest.raises(ValueError, match="shard_size must be >= 1, got 0"):
         precompute_graphs(graphs, tmp_path, transform(), shard_size=0)
     with pytest.raises(TypeError, match="shard_size must be an int"):
@@ -247,7 +233,7 @@ def test_bad_arguments(tmp_path, graphs):
         precompute_graphs(graphs, tmp_path / "file", transform())
 
 
-def test_loading_refuses_a_damaged_shard(tmp_path, graphs):
+def test_loading_refuses_a_damaged_shard(tmp_path, graphs, transform):
     precompute_graphs(graphs, tmp_path, transform(), shard_size=30, progress=False)
     shard = tmp_path / "graphs-00001-00000.pt"
     payload = bytearray(shard.read_bytes())
@@ -266,7 +252,7 @@ def test_loading_refuses_a_damaged_shard(tmp_path, graphs):
         load_graphs(tmp_path / "nothing")
 
 
-def test_empty_dataset(tmp_path):
+def test_empty_dataset(tmp_path, transform):
     result = precompute_graphs([], tmp_path, transform(), progress=False)
     assert result.items == 0 and result.shards == 0
     assert load_graphs(tmp_path) == [] and len(ShardedGraphDataset(tmp_path)) == 0
