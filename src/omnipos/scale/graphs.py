@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from omnipos.core import check_positive_int
+
 from .engine import make_engine
 from .job import PrecomputeResult, Unit, file_units, run_job
 from .manifest import Manifest, read_verified, sha256_bytes
@@ -73,7 +75,8 @@ def precompute_graphs(
             ``num_gpus > 0`` computes on CUDA.
         shard_size: graphs per output shard (and per unit of work for in-memory input); must be >= 1.
         batch_size: graphs per batched solve inside a shard (does not change the output).
-        resume: skip the shards a previous run of the same job finished; ``False`` redoes everything.
+        resume: skip the units a previous run of the same job finished (if their input is unchanged: a file's
+            size and mtime, a slice's content hash); ``False`` redoes everything.
         overwrite: replace the output of a different job found in ``out_dir`` (otherwise a ValueError).
         progress: ``True`` (a line on stderr), ``False``, or a ``(done, total)`` callable.
 
@@ -85,8 +88,6 @@ def precompute_graphs(
         ValueError: bad arguments; ``out_dir`` holding another job; :class:`omnipos.scale.PrecomputeError` (a
             ValueError) after the other shards finished when some input files were unreadable.
     """
-    from omnipos.core import check_positive_int
-
     engine_ = make_engine(engine, address, num_cpus, num_gpus)
     shard_size = check_positive_int(shard_size, "shard_size")
     batch_size = check_positive_int(batch_size, "batch_size")
@@ -270,8 +271,6 @@ class ShardedGraphDataset(torch.utils.data.Dataset):
 
     def __init__(self, out_dir: str | os.PathLike, transform: Any = None, *, verify: bool = True,
                  cache_shards: int = 2) -> None:
-        from omnipos.core import check_positive_int
-
         _require_pyg()
         self.out_dir = Path(out_dir)
         self.manifest = Manifest.read(self.out_dir, KIND)
