@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--section", action="append", help="run only this section (repeatable)")
     demo.set_defaults(handler=_demo)
     _add_dna(commands)
+    from .precompute import add_precompute_parser
+
+    add_precompute_parser(commands)
     return parser
 
 
