@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from omnipos.timeseries import EventBatch, TimelineEncoder
-from omnipos.timeseries.synthetic import synthetic_cohort
+from omnipos.app.synthetic import synthetic_cohort
 
 torch.manual_seed(0)
 events, labels = synthetic_cohort(100, seed=0)        # MEDS-style rows: subject_id, time, code, numeric_value

@@ -14,8 +14,12 @@ from omnipos.core import RotaryEmbedding
 CASES = textwrap.dedent('''
     import torch
     from omnipos.core import RotaryEmbedding
-    from omnipos.core import _rope_triton
-    from omnipos.core.rotary import _rotate_eager
+    from omnipos.core import rope_triton
+
+    def maybe_rotate(rope, q, k, pos, seq_axis):
+        return rope_triton.maybe_rotate(q, k, pos, rope.frequencies(pos).to(q.device), seq_axis=seq_axis,
+                                        rotary_dim=rope.rotary_dim, interleaved=rope.layout == "interleaved",
+                                        attention_factor=rope.attention_factor, n_axes=rope.n_axes)
 
     def check(device, dtype, tol):
         g = torch.Generator().manual_seed(0)
@@ -42,7 +46,7 @@ CASES = textwrap.dedent('''
             k = torch.randn(ks, generator=g).to(device=device, dtype=dtype)
             pos = pos.to(device)
             seq_axis = seq_dim % q.ndim
-            got = _rope_triton.maybe_rotate(rope, q, k, pos, seq_axis)
+            got = maybe_rotate(rope, q, k, pos, seq_axis)
             assert got is not None, "kernel not selected"
             import os
             os.environ["OMNIPOS_DISABLE_TRITON"] = "1"
@@ -54,12 +58,12 @@ CASES = textwrap.dedent('''
                 err = ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item()  # 1 ulp
                 worst = max(worst, err)
                 assert err <= tol, (kwargs, err)
-            alone = _rope_triton.maybe_rotate(rope, q, None, pos, seq_axis)[0]
+            alone = maybe_rotate(rope, q, None, pos, seq_axis)[0]
             assert ((alone.float() - one.float()).abs() / (1 + one.float().abs())).max().item() <= tol
             # autograd through the kernel: the backward turns the other way, so grad of |R q|^2 / 2 is a^2 q
             if dtype == torch.float32:
                 qg = q.clone().requires_grad_()
-                out = _rope_triton.maybe_rotate(rope, qg, None, pos, seq_axis)[0]
+                out = maybe_rotate(rope, qg, None, pos, seq_axis)[0]
                 (grad,) = torch.autograd.grad(out, qg, out.detach())
                 expected = q.clone()
                 expected[..., :rope.rotary_dim] *= rope.attention_factor ** 2
@@ -99,13 +103,13 @@ def test_kernel_matches_eager_on_cuda(dtype, tol):
 
 @pytest.mark.gpu
 def test_kernel_is_chosen_automatically_on_cuda(monkeypatch):
-    from omnipos.core import _rope_triton
+    from omnipos.core import rope_triton
 
-    if not _rope_triton.HAS_TRITON:
+    if not rope_triton.HAS_TRITON:
         pytest.skip("triton not importable")
     calls = []
-    original = _rope_triton.rotate_qk
-    monkeypatch.setattr(_rope_triton, "rotate_qk", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = rope_triton.rotate_qk
+    monkeypatch.setattr(rope_triton, "rotate_qk", lambda *a, **k: calls.append(1) or original(*a, **k))
     rope = RotaryEmbedding(64).cuda()
     q = torch.randn(2, 8, 128, 64, device="cuda", dtype=torch.bfloat16)
     rope(q, q, torch.arange(128, device="cuda"))

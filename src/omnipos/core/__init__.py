@@ -22,8 +22,10 @@ from .checks import (
     check_float_dtype,
     check_integer_tensor,
     check_positive_int,
+    renamed_argument,
 )
-from .frequencies import RopeScaling, frequency_bands, geometric_frequencies, rope_frequencies
+from .constants import ConstantBuffers
+from .frequencies import frequency_bands, geometric_frequencies
 from .learned import LearnedPositionalEmbedding
 from .progress import ProgressCallback, ProgressReporter, progress_reporter
 from .relative import (
@@ -34,7 +36,11 @@ from .relative import (
     relative_bias_score_mod,
     t5_relative_bucket,
 )
-from .rotary import ROPE_LAYOUTS, RotaryEmbedding, apply_rotary, convert_rope_layout, rope_cos_sin
+from .rope_functional import apply_rotary, rope_cos_sin
+from .rope_kernels import ROPE_LAYOUTS
+from .rope_layout import convert_rope_layout
+from .rope_scaling import RopeScaling, rope_frequencies
+from .rotary import RotaryEmbedding
 from .sinusoid import LAYOUTS as SINUSOID_LAYOUTS
 from .sinusoid import SinusoidalEncoding, add_positional, layout_frequencies, sinusoid_of_turns, sinusoidal
 
@@ -83,6 +89,9 @@ __all__ = [
     "check_float_dtype",
     "check_integer_tensor",
     "check_positive_int",
+    "renamed_argument",
+    # modules whose derived constants keep their precision
+    "ConstantBuffers",
     # progress reporting for long-running functions
     "ProgressCallback",
     "ProgressReporter",

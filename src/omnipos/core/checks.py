@@ -18,6 +18,7 @@ __all__ = [
     "check_finite",
     "check_float_dtype",
     "check_integer_tensor",
+    "renamed_argument",
 ]
 
 
@@ -96,3 +97,18 @@ def check_integer_tensor(tensor: torch.Tensor, name: str, what: str = "an intege
     if tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex():
         raise TypeError(f"{name} must be {what}, got dtype {tensor.dtype}")
     return tensor
+
+
+def renamed_argument(value: Any, old_value: Any, name: str, old_name: str, *, default: Any = None) -> Any:
+    """The value of argument ``name``, which was once called ``old_name`` (still accepted, so no call breaks).
+
+    ``old_value`` is None when the old name was not used. Passing both names raises ``TypeError``, unless
+    ``value`` is still its ``default``. A required argument (``default=None``) given under neither name raises.
+    """
+    if old_value is None:
+        if value is None and default is None:
+            raise TypeError(f"missing the argument {name!r}")
+        return value
+    if value is not None and value != default:
+        raise TypeError(f"got {name}={value!r} and its old name {old_name}={old_value!r}; pass {name} only")
+    return old_value

@@ -25,6 +25,7 @@ from torch import nn
 
 from .checks import as_position_tensor, check_choice, check_even_dim, check_finite, check_float_dtype
 from .frequencies import frequency_bands, geometric_frequencies
+from .phase import TWO_PI, reduced_phase
 
 __all__ = [
     "LAYOUTS",
@@ -38,7 +39,6 @@ __all__ = [
 ]
 
 LAYOUTS = ("interleaved", "split", "fairseq")
-_TWO_PI = 2.0 * math.pi
 
 
 def layout_frequencies(
@@ -54,24 +54,29 @@ def layout_frequencies(
     return frequency_bands(dim, base=base, device=device)
 
 
-def _sincos_from_turns_(turns: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
-    """Consumes (overwrites) the float64 ``turns`` tensor; see :func:`sinusoid_of_turns`.
+def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, consume: bool) -> torch.Tensor:
+    """float64 ``turns [..., h]`` -> ``[..., 2h]`` sin/cos channels in ``layout``; see :func:`sinusoid_of_turns`.
 
-    Large temporaries cost more than the arithmetic here (each fresh buffer is page-faulted in), so the
-    phase is reduced in place and written straight into the cosine slots of the output, where sin and cos
-    are then taken in place: one float64 buffer and the output, nothing else of size N.
+    Large temporaries cost more than the arithmetic here (each fresh buffer is page-faulted in), so when the
+    turns are scratch (``consume``) and no gradient is wanted, the reduced phase is written straight into the
+    cosine slots of the output, where sin and cos are then taken in place: one float64 buffer and the output,
+    nothing else of size N.
     """
     half = turns.shape[-1]
     work = torch.float64 if dtype == torch.float64 else torch.float32
+    differentiable = turns.requires_grad and torch.is_grad_enabled()
+    if differentiable or torch.compiler.is_compiling():
+        phase = reduced_phase(turns, work)
+        pair = (torch.sin(phase), torch.cos(phase))
+        stacked = torch.stack(pair, -1) if layout == "interleaved" else torch.stack(pair, -2)
+        return stacked.reshape(*turns.shape[:-1], 2 * half).to(dtype)
     if layout == "interleaved":
         out = torch.empty(*turns.shape, 2, dtype=work, device=turns.device)
         sin_slot, cos_slot = out[..., 0], out[..., 1]
     else:
         out = torch.empty(*turns.shape[:-1], 2, half, dtype=work, device=turns.device)
         sin_slot, cos_slot = out[..., 0, :], out[..., 1, :]
-    if work != torch.float64:
-        turns.frac_()  # |phase| < 1 turn, so float32 sin/cos see a small angle whatever the position
-    cos_slot.copy_(turns.mul_(_TWO_PI))
+    reduced_phase(turns, out=cos_slot, consume=consume)
     torch.sin(cos_slot, out=sin_slot)
     cos_slot.cos_()
     return out.reshape(*turns.shape[:-1], 2 * half).to(dtype)
@@ -90,11 +95,10 @@ def sinusoid_of_turns(
     for this call and no longer needs (it is then used as scratch space: one copy of N x h float64 saved).
     """
     check_choice(layout, "layout", LAYOUTS)
-    if inplace:
-        if turns.dtype != torch.float64:
-            raise TypeError(f"turns must be float64 for inplace=True, got {turns.dtype}")
-        return _sincos_from_turns_(turns, layout, dtype)
-    return _sincos_from_turns_(turns.to(torch.float64, copy=True), layout, dtype)
+    check_float_dtype(dtype)
+    if inplace and turns.dtype != torch.float64:
+        raise TypeError(f"turns must be float64 for inplace=True, got {turns.dtype}")
+    return _sincos_from_turns(turns.to(torch.float64), layout, dtype, consume=inplace or turns.dtype != torch.float64)
 
 
 def sinusoid_of_angles(
@@ -102,7 +106,7 @@ def sinusoid_of_angles(
 ) -> torch.Tensor:
     """``[..., h]`` angles in radians (float64 for precision) -> ``[..., 2h]`` sin/cos channels; see
     :func:`sinusoid_of_turns`."""
-    return sinusoid_of_turns(angles.to(torch.float64) * (1.0 / _TWO_PI), layout=layout, dtype=dtype)
+    return sinusoid_of_turns(angles.to(torch.float64) * (1.0 / TWO_PI), layout=layout, dtype=dtype, inplace=True)
 
 
 def sinusoidal(
@@ -136,9 +140,9 @@ def sinusoidal(
     check_float_dtype(dtype)
     positions = as_position_tensor(positions)
     check_finite(positions, "positions")
-    cycles_per_unit = layout_frequencies(dim, base=base, layout=layout, device=positions.device) / _TWO_PI
+    cycles_per_unit = layout_frequencies(dim, base=base, layout=layout, device=positions.device) / TWO_PI
     turns = positions.to(torch.float64).unsqueeze(-1) * cycles_per_unit
-    return _sincos_from_turns_(turns, layout, dtype)
+    return _sincos_from_turns(turns, layout, dtype, consume=True)
 
 
 class SinusoidalEncoding(nn.Module):

@@ -58,7 +58,7 @@ DENSE_MAX_NODES = 512
 _PARALLEL_MIN_WORK = 2_000_000
 
 
-def _check_normalization(normalization: Any) -> str | None:
+def check_normalization(normalization: Any) -> str | None:
     if normalization is not None and (not isinstance(normalization, str) or normalization not in ("sym", "rw")):
         raise ValueError(f"normalization must be one of 'sym', 'rw', None; got {normalization!r}")
     return normalization
@@ -198,7 +198,7 @@ def laplacian_pe(
         of ``n`` nodes has ``n - drop_trivial`` of them; missing columns of ``pe`` are 0).
     """
     k = check_positive_int(k, "k")
-    normalization = _check_normalization(normalization)
+    normalization = check_normalization(normalization)
     check_choice(sign, "sign", SIGNS)
     dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
     with cpu_threads(edge_index) as workers:

@@ -25,7 +25,7 @@ def networkx_to_edge_index(graph: Any, weight: str | None = None) -> tuple[torch
     try:
         import networkx as nx
     except ImportError as exc:
-        raise ImportError('omnipos.graph.networkx_* need networkx: pip install "omnipos[graph]"') from exc
+        raise ImportError('networkx input needs networkx: pip install "omnipos[graph]"') from exc
     if not isinstance(graph, nx.Graph):
         raise TypeError(f"graph must be a networkx graph, got {type(graph).__name__}")
     nodes = list(graph.nodes)

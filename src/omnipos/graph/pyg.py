@@ -31,12 +31,12 @@ try:
     from torch_geometric.data import Batch, Data
     from torch_geometric.transforms import BaseTransform, Compose
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides torch_geometric
-    raise ImportError('omnipos.graph.pyg needs torch_geometric: pip install "omnipos[graph]"') from exc
+    raise ImportError('the PyG transforms need torch_geometric: pip install "omnipos[graph]"') from exc
 
 from ..core import check_choice, check_positive_int, progress_reporter
 from ._input import check_steps
 from .eigenvalues import eigenvalue_encoding
-from .laplacian import DENSE_MAX_NODES, NORMALIZATIONS, laplacian_pe
+from .laplacian import DENSE_MAX_NODES, check_normalization, laplacian_pe
 from .random_walk import random_walk_pe
 from .rrwp import rrwp
 from .sign import SIGNS, random_sign_flip
@@ -178,9 +178,7 @@ class AddLaplacianPE(_PETransform):
                  dense_max_nodes: int = DENSE_MAX_NODES, generator: torch.Generator | None = None) -> None:
         self.k = check_positive_int(k, "k")
         self.attr_name = attr_name
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of 'sym', 'rw', None; got {normalization!r}")
-        self.normalization = normalization
+        self.normalization = check_normalization(normalization)
         self.drop_trivial = bool(drop_trivial)
         self.sign = check_choice(sign, "sign", SIGNS)
         self.per_component = bool(per_component)

@@ -6,12 +6,13 @@ unsorted times. :class:`EventBatch` (pandas / pyarrow, extra ``[clinical]``) rea
 """
 
 from .absolute import absolute_time_encoding
+from .calendar import batch_timelines, to_offsets
+from .durations import UNITS, parse_duration
 from .encoder import TimelineEncoder
 from .events import EventBatch
 from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_encoding, time_gaps
 from .periodic import periodic_encoding
 from .time2vec import Time2Vec
-from .units import UNITS, batch_timelines, parse_duration, to_offsets
 
 __all__ = [
     "UNITS",

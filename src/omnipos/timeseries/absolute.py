@@ -11,10 +11,18 @@ from typing import Any
 
 import torch
 
-from ..core import SINUSOID_LAYOUTS, check_choice, check_even_dim, geometric_frequencies, sinusoid_of_turns
-from .units import check_times, check_unit, encode_valid, parse_duration
+from ..core import (
+    SINUSOID_LAYOUTS,
+    check_choice,
+    check_even_dim,
+    check_float_dtype,
+    geometric_frequencies,
+    sinusoid_of_turns,
+)
+from .durations import check_unit, parse_duration
+from .timelines import check_times, encode_valid
 
-__all__ = ["absolute_time_encoding", "absolute_cycles"]
+__all__ = ["absolute_time_encoding", "absolute_cycles", "absolute_features"]
 
 
 def absolute_cycles(dim: int, min_period: Any, max_period: Any, unit: str = "h",
@@ -61,13 +69,15 @@ def absolute_time_encoding(
     Returns:
         ``[..., L, dim]``.
     """
+    check_float_dtype(dtype)
     check_choice(layout, "layout", SINUSOID_LAYOUTS[:2])
     times, mask = check_times(times, mask)
     cycles = absolute_cycles(dim, min_period, max_period, unit, device=times.device)
-    return encode_valid(times, mask, lambda t: _absolute(t, cycles, layout, dtype))
+    return encode_valid(times, mask, lambda t: absolute_features(t, cycles, layout, dtype))
 
 
-def _absolute(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
+def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
+    """The encoding of real events' times ``t [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``."""
     # the product is a fresh float64 buffer: let the core consume it instead of copying it again
     turns = t.to(torch.float64).unsqueeze(-1) * cycles
     return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)

@@ -8,12 +8,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import check_choice, check_positive_int
-from .absolute import _absolute, absolute_cycles
-from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, _log_gap, _positive, log_gap_cycles
-from .periodic import DEFAULT_PERIODS, _periodic, _periods_tensor, periodic_dim
+from ..core import check_choice, check_float_dtype, check_positive_int
+from .absolute import absolute_cycles, absolute_features
+from .durations import UNITS, check_unit, positive_duration
+from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_cycles, log_gap_features
+from .periodic import DEFAULT_PERIODS, periodic_dim, periodic_features, periods_tensor
 from .time2vec import Time2Vec
-from .units import UNITS, check_times, check_unit, checked_gaps
+from .timelines import check_times, checked_gaps
 
 __all__ = ["TimelineEncoder", "COMPONENTS", "COMBINES"]
 
@@ -82,13 +83,13 @@ class TimelineEncoder(nn.Module):
         if len(set(components)) != len(components):
             raise ValueError(f"components must not repeat, got {components!r}")
         self.components = tuple(components)
-        self.dtype = dtype
+        self.dtype = check_float_dtype(dtype)
         self.sizes = self._sizes(periodic_dim(periods, harmonics))
         self.harmonics = harmonics
         self.period_labels = tuple(periods)
-        self.register_buffer("periods", _periods_tensor(periods, unit, torch.device("cpu")), persistent=False)
+        self.register_buffer("periods", periods_tensor(periods, unit), persistent=False)
         self.min_period, self.max_period = min_period, max_period
-        self.gap_scale = _positive(gap_scale, unit, "gap_scale")
+        self.gap_scale = positive_duration(gap_scale, unit, "gap_scale")
         self.gap_base = float(gap_base)
         if "absolute" in self.sizes:
             self.register_buffer("cycles", absolute_cycles(self.sizes["absolute"], min_period, max_period, unit),
@@ -173,16 +174,16 @@ class TimelineEncoder(nn.Module):
 
     def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None, lift: bool = True) -> torch.Tensor:
         if name == "absolute":
-            return _absolute(t, self.cycles.to(t.device), "interleaved", self.dtype)
+            return absolute_features(t, self.cycles.to(t.device), "interleaved", self.dtype)
         if name == "periodic":
-            out = _periodic(t, self.periods.to(t.device), self.harmonics, self.dtype)
+            out = periodic_features(t, self.periods.to(t.device), self.harmonics, self.dtype)
             return self.lift(out.to(self.lift.weight.dtype)) if self.lift is not None and lift else out
         if name == "gap":
-            return _log_gap(g, self.gap_cycles.to(g.device), self.gap_scale, "interleaved", self.dtype)
+            return log_gap_features(g, self.gap_cycles.to(g.device), self.gap_scale, "interleaved", self.dtype)
         if name == "gap_bucket":
-            return self.gap_bucket._embed(g)
+            return self.gap_bucket.encode_events(g)
         # in hours whatever the unit, so the learned frequencies mean the same thing for every unit
-        return self.time2vec._features((t.to(torch.float64) * self._hours_per_unit).unsqueeze(-1))
+        return self.time2vec.encode_events((t.to(torch.float64) * self._hours_per_unit).unsqueeze(-1))
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, components={self.components}, combine={self.combine!r}, unit={self.unit!r}, "

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from ..core import pad_ragged
-from .units import _as_time_array, _missing, check_unit, offsets_from_origin
+from .calendar import as_time_array, is_missing, offsets_from_origin
+from .durations import check_unit
 
 __all__ = ["EventBatch", "require_pandas", "PAD_CODE"]
 
@@ -89,12 +90,12 @@ class EventBatch:
 
         subject_ix, subjects = pd.factorize(df[subject], sort=True)
         subjects = subjects.tolist()
-        times = _as_time_array(df[time], f"column {time!r}")
+        times = as_time_array(df[time], f"column {time!r}")
         code_ix, code_names = _encode_codes(pd, df[code], vocab)
         values = (np.full(len(df), np.nan, dtype=np.float32) if value is None
                   else pd.to_numeric(df[value], errors="raise").to_numpy(dtype=np.float32, na_value=np.nan))
 
-        missing = (subject_ix < 0) | _missing(times) | (code_ix < 0)
+        missing = (subject_ix < 0) | is_missing(times) | (code_ix < 0)
         if missing.any():
             if not drop_missing:
                 column = np.where(subject_ix < 0, subject, np.where(code_ix < 0, code, time))

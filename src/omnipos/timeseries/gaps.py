@@ -15,10 +15,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import SINUSOID_LAYOUTS, check_choice, check_positive_int, layout_frequencies, sinusoid_of_turns
-from .units import check_times, check_unit, checked_gaps, encode_valid, parse_duration, parse_durations
+from ..core import (
+    SINUSOID_LAYOUTS,
+    check_choice,
+    check_float_dtype,
+    check_positive_int,
+    layout_frequencies,
+    sinusoid_of_turns,
+)
+from .durations import check_unit, parse_durations, positive_duration
+from .timelines import check_times, checked_gaps, encode_valid
 
-__all__ = ["time_gaps", "log_gap_encoding", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
+__all__ = ["time_gaps", "log_gap_encoding", "log_gap_cycles", "log_gap_features", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
 
 DEFAULT_GAP_BOUNDARIES = ("1h", "1d", "7d", "30d", "90d", "180d", "365d")
 
@@ -68,17 +76,11 @@ def log_gap_encoding(
         base, layout: as in :func:`omnipos.core.sinusoidal`.
     """
     check_choice(layout, "layout", SINUSOID_LAYOUTS)
+    check_float_dtype(dtype)
     gaps, mask = _check_gaps(gaps, mask)
-    scale_value = _positive(scale, unit, "scale")
+    scale_value = positive_duration(scale, check_unit(unit), "scale")
     cycles = log_gap_cycles(dim, base, layout, gaps.device)
-    return encode_valid(gaps, mask, lambda g: _log_gap(g, cycles, scale_value, layout, dtype))
-
-
-def _positive(value: Any, unit: str, name: str) -> float:
-    out = parse_duration(value, check_unit(unit), name=name)
-    if not out > 0:
-        raise ValueError(f"{name} must be a positive duration, got {value!r}")
-    return out
+    return encode_valid(gaps, mask, lambda g: log_gap_features(g, cycles, scale_value, layout, dtype))
 
 
 def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | str | None = None) -> torch.Tensor:
@@ -86,7 +88,7 @@ def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | st
     return layout_frequencies(dim, base=base, layout=layout, device=device) / (2 * math.pi)
 
 
-def _log_gap(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str, dtype: torch.dtype) -> torch.Tensor:
+def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str, dtype: torch.dtype) -> torch.Tensor:
     # the core's sinusoid of x = log1p(g / scale), with the frequencies computed once by the caller
     turns = torch.log1p(g.to(torch.float64) / scale).unsqueeze(-1) * cycles
     return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)
@@ -147,9 +149,10 @@ class GapBucketEmbedding(nn.Module):
 
     def forward(self, gaps: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         gaps, mask = _check_gaps(gaps, mask)
-        return encode_valid(gaps, mask, self._embed)
+        return encode_valid(gaps, mask, self.encode_events)
 
-    def _embed(self, flat_gaps: torch.Tensor) -> torch.Tensor:
+    def encode_events(self, flat_gaps: torch.Tensor) -> torch.Tensor:
+        """Real events' gaps only, no mask or checks: ``[N]`` -> ``[N, dim]``."""
         return self.embedding(self._bucketize(flat_gaps, None))
 
     def extra_repr(self) -> str:

@@ -11,10 +11,11 @@ from typing import Any
 
 import torch
 
-from ..core import check_positive_int, sinusoid_of_turns
-from .units import check_times, check_unit, encode_valid, parse_durations
+from ..core import check_float_dtype, check_positive_int, sinusoid_of_turns
+from .durations import check_unit, parse_durations
+from .timelines import check_times, encode_valid
 
-__all__ = ["periodic_encoding", "periodic_dim", "DEFAULT_PERIODS"]
+__all__ = ["periodic_encoding", "periodic_dim", "periodic_features", "periods_tensor", "DEFAULT_PERIODS"]
 
 DEFAULT_PERIODS = ("24h", "7d")
 
@@ -47,17 +48,20 @@ def periodic_encoding(
         unit: unit of ``times`` and of plain-float periods.
         dtype: result dtype.
     """
+    check_float_dtype(dtype)
     times, mask = check_times(times, mask)
-    period_values = _periods_tensor(periods, unit, times.device)
+    period_values = periods_tensor(periods, unit, times.device)
     harmonics = check_positive_int(harmonics, "harmonics")
-    return encode_valid(times, mask, lambda t: _periodic(t, period_values, harmonics, dtype))
+    return encode_valid(times, mask, lambda t: periodic_features(t, period_values, harmonics, dtype))
 
 
-def _periods_tensor(periods: Sequence[Any], unit: str, device: torch.device) -> torch.Tensor:
+def periods_tensor(periods: Sequence[Any], unit: str, device: torch.device | str | None = None) -> torch.Tensor:
+    """Durations -> a float64 ``[P]`` tensor in ``unit`` (each > 0)."""
     return torch.tensor(parse_durations(periods, check_unit(unit), "periods"), dtype=torch.float64, device=device)
 
 
-def _periodic(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dtype: torch.dtype) -> torch.Tensor:
+def periodic_features(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dtype: torch.dtype) -> torch.Tensor:
+    """The encoding of real events' times ``t [N]`` (no mask, no checks) -> ``[N, 2 * P * harmonics]``."""
     fraction = torch.remainder(t.to(torch.float64).unsqueeze(-1), periods) / periods  # [N, P] in [0, 1)
     steps = torch.arange(1, harmonics + 1, dtype=torch.float64, device=t.device)
     turns = (fraction.unsqueeze(-1) * steps).flatten(-2)

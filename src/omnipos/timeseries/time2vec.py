@@ -12,44 +12,51 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core import check_positive_int
-from .units import check_times, encode_valid
+from ..core import check_positive_int, renamed_argument
+from .timelines import check_times, encode_valid
 
 __all__ = ["Time2Vec"]
 
 
 class Time2Vec(nn.Module):
-    """Time2Vec with ``out_features`` channels: ``[linear | sin ... sin]``.
+    """Time2Vec with ``dim`` channels: ``[linear | sin ... sin]``.
 
     Args:
-        out_features: output channels (>= 1; channel 0 is the linear term, the rest are sines).
+        dim: output channels (>= 1; channel 0 is the linear term, the rest are sines). ``out_features`` (its
+            former name) is accepted too.
         in_features: time features per event. With 1 (the default) ``forward`` takes times ``[..., L]`` with no
             feature axis; with more it takes ``[..., L, in_features]``.
 
     Shape:
-        ``forward(times, mask=None)``: ``[..., L]`` (or ``[..., L, in_features]``) -> ``[..., L, out_features]``;
+        ``forward(times, mask=None)``: ``[..., L]`` (or ``[..., L, in_features]``) -> ``[..., L, dim]``;
         padded slots (mask False) exactly 0. Times must be sorted only when ``in_features == 1``.
     """
 
-    def __init__(self, out_features: int, in_features: int = 1) -> None:
+    def __init__(self, dim: int | None = None, in_features: int = 1, *, out_features: int | None = None) -> None:
         super().__init__()
-        self.out_features = check_positive_int(out_features, "out_features")
+        self.dim = check_positive_int(renamed_argument(dim, out_features, "dim", "out_features"), "dim (out_features)")
         self.in_features = check_positive_int(in_features, "in_features")
         self.linear = nn.Linear(self.in_features, 1)
-        self.periodic = nn.Linear(self.in_features, self.out_features - 1) if self.out_features > 1 else None
+        self.periodic = nn.Linear(self.in_features, self.dim - 1) if self.dim > 1 else None
+
+    @property
+    def out_features(self) -> int:
+        """Alias of :attr:`dim`."""
+        return self.dim
 
     def forward(self, times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.in_features == 1:
             times, mask = check_times(times, mask)
-            return encode_valid(times, mask, lambda t: self._features(t.unsqueeze(-1)))
+            return encode_valid(times, mask, lambda t: self.encode_events(t.unsqueeze(-1)))
         if not isinstance(times, torch.Tensor) or times.ndim < 2 or times.shape[-1] != self.in_features:
             raise ValueError(f"times must be [..., L, in_features={self.in_features}], got "
                              f"{tuple(getattr(times, 'shape', ()))}")
         features, mask = check_times(times, None if mask is None else mask.unsqueeze(-1).expand_as(times),
                                      check_sorted=False)
-        return encode_valid(features, None if mask is None else mask[..., 0], self._features)
+        return encode_valid(features, None if mask is None else mask[..., 0], self.encode_events)
 
-    def _features(self, t: torch.Tensor) -> torch.Tensor:
+    def encode_events(self, t: torch.Tensor) -> torch.Tensor:
+        """Real events only, no mask or checks: ``[N, in_features]`` -> ``[N, dim]``."""
         t = t.to(self.linear.weight.dtype)
         linear = self.linear(t)
         if self.periodic is None:
@@ -57,4 +64,4 @@ class Time2Vec(nn.Module):
         return torch.cat([linear, torch.sin(self.periodic(t))], dim=-1)
 
     def extra_repr(self) -> str:
-        return f"out_features={self.out_features}, in_features={self.in_features}"
+        return f"dim=out_features={self.dim}, in_features={self.in_features}"

@@ -12,7 +12,7 @@ coordinate comes first is the ``indexing``:
 
 ``mixed=True`` is RoPE-Mixed (Heo et al., 2024, timm ``RotaryEmbeddingMixed``): every head learns its own 2-D
 frequency vectors, the angle of slot ``i`` being ``t_0 * f0[h, i] + t_1 * f1[h, i]`` (initialised as rope-vit does:
-magnitudes ``temperature ** (-4i / head_dim)`` in two perpendicular directions, rotated by a random angle per head).
+magnitudes ``mixed_base ** (-4i / dim)`` in two perpendicular directions, rotated by a random angle per head).
 
 Tokens are row-major patches, optionally after ``num_prefix_tokens`` class / register tokens that are not rotated
 (as EVA does). Angles are formed in float64 and range-reduced before ``sin``/``cos`` (core), the rotation runs in
@@ -27,7 +27,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import ROPE_LAYOUTS, apply_rotary, check_choice, check_positive_int, rope_cos_sin, RotaryEmbedding
+from ..core import (
+    ROPE_LAYOUTS,
+    RotaryEmbedding,
+    apply_rotary,
+    check_choice,
+    check_float_dtype,
+    check_positive_int,
+    renamed_argument,
+    rope_cos_sin,
+)
 from .grid import check_grid
 from .sincos import grid_coords
 
@@ -46,9 +55,9 @@ def rope_2d_positions(
     return coords if indexing == "ij" else coords.flip(-1)
 
 
-def _mixed_init(head_dim: int, num_heads: int, temperature: float, rotate: bool) -> torch.Tensor:
+def _mixed_init(head_dim: int, num_heads: int, base: float, rotate: bool) -> torch.Tensor:
     """rope-vit / timm ``init_random_2d_freqs`` for one block: ``[2, num_heads, head_dim // 2]``."""
-    magnitude = 1.0 / temperature ** (torch.arange(0, head_dim, 4, dtype=torch.float64) / head_dim)
+    magnitude = 1.0 / base ** (torch.arange(0, head_dim, 4, dtype=torch.float64) / head_dim)
     angles = torch.rand(num_heads, 1, dtype=torch.float64) * 2 * math.pi if rotate else torch.zeros(num_heads, 1,
                                                                                                  dtype=torch.float64)
     f0 = torch.cat([magnitude * torch.cos(angles), magnitude * torch.cos(angles + math.pi / 2)], dim=-1)
@@ -57,10 +66,10 @@ def _mixed_init(head_dim: int, num_heads: int, temperature: float, rotate: bool)
 
 
 class RotaryEmbedding2D(nn.Module):
-    """2-D RoPE of a patch grid for q and k ``[..., heads, prefix + H*W, head_dim]``.
+    """2-D RoPE of a patch grid for q and k ``[..., heads, prefix + H*W, dim]``.
 
     Args:
-        head_dim: channels per head; divisible by 4 (two axes, pairs of channels).
+        dim: channels per head (``head_dim`` is accepted too); divisible by 4 (two axes, pairs of channels).
         base: RoPE base (timm's ``temperature``): 1e4 for EVA02 / timm's default, 100 for rope-vit.
         indexing: ``"ij"`` (first half of the slots follow the row) or ``"xy"`` (the column).
         layout: how channel pairs are formed: ``"interleaved"`` (timm ``rotate_half=False``, EVA, rope-vit) or
@@ -68,7 +77,8 @@ class RotaryEmbedding2D(nn.Module):
         ref_grid: EVA-style reference grid: positions are stretched onto it whatever the grid.
         mixed: learnable per-head frequencies (RoPE-Mixed); needs ``num_heads``; interleaved only.
         num_heads: heads, for ``mixed``.
-        mixed_temperature: RoPE-Mixed's initial magnitude base (10 in rope-vit / timm).
+        mixed_base: RoPE-Mixed's initial magnitude base (10 in rope-vit / timm, where it is ``temperature``;
+            ``mixed_temperature`` is accepted too).
 
     Shape:
         - ``positions(grid)`` -> ``[H*W, 2]`` float64.
@@ -79,7 +89,7 @@ class RotaryEmbedding2D(nn.Module):
 
     def __init__(
         self,
-        head_dim: int,
+        dim: int | None = None,
         *,
         base: float = 10000.0,
         indexing: str = "ij",
@@ -87,12 +97,15 @@ class RotaryEmbedding2D(nn.Module):
         ref_grid: Any = None,
         mixed: bool = False,
         num_heads: int | None = None,
-        mixed_temperature: float = 10.0,
+        mixed_base: float = 10.0,
+        head_dim: int | None = None,
+        mixed_temperature: float | None = None,
     ) -> None:
         super().__init__()
-        self.head_dim = check_positive_int(head_dim, "head_dim")
-        if head_dim % 4:
-            raise ValueError(f"head_dim must be divisible by 4 for 2-D RoPE (2 axes x channel pairs), got {head_dim}")
+        self.dim = check_positive_int(renamed_argument(dim, head_dim, "dim", "head_dim"), "dim (head_dim)")
+        if self.dim % 4:
+            raise ValueError(f"dim (head_dim) must be divisible by 4 for 2-D RoPE (2 axes x channel pairs), got {self.dim}")
+        mixed_base = renamed_argument(mixed_base, mixed_temperature, "mixed_base", "mixed_temperature", default=10.0)
         self.indexing = check_choice(indexing, "indexing", INDEXINGS)
         self.layout = check_choice(layout, "layout", ROPE_LAYOUTS)
         self.ref_grid = None if ref_grid is None else check_grid(ref_grid, "ref_grid")
@@ -104,11 +117,16 @@ class RotaryEmbedding2D(nn.Module):
             if layout != "interleaved":
                 raise ValueError("mixed=True uses the interleaved layout (as rope-vit and timm); got layout='half'")
             self.num_heads = check_positive_int(num_heads, "num_heads")
-            self.freqs = nn.Parameter(_mixed_init(head_dim, self.num_heads, float(mixed_temperature), rotate=True))
+            self.freqs = nn.Parameter(_mixed_init(self.dim, self.num_heads, float(mixed_base), rotate=True))
             self.rope = None
         else:
             self.num_heads = num_heads
-            self.rope = RotaryEmbedding(head_dim, base=base, layout=layout, n_axes=2)
+            self.rope = RotaryEmbedding(self.dim, base=base, layout=layout, n_axes=2)
+
+    @property
+    def head_dim(self) -> int:
+        """Alias of :attr:`dim` (the channels per head)."""
+        return self.dim
 
     def positions(self, grid: Any, *, device: torch.device | str | None = None) -> torch.Tensor:
         return rope_2d_positions(grid, indexing=self.indexing, ref_grid=self.ref_grid, device=device)
@@ -124,6 +142,7 @@ class RotaryEmbedding2D(nn.Module):
 
     def cos_sin(self, grid: Any, *, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
         """Full-width ``(cos, sin)`` of the grid's tokens, in this module's layout."""
+        check_float_dtype(dtype)
         positions = self.positions(grid, device=self._device())
         if not self.mixed:
             return self.rope.cos_sin(positions, dtype=dtype)
@@ -133,8 +152,8 @@ class RotaryEmbedding2D(nn.Module):
     def _check(self, x: Any, grid: tuple[int, int], num_prefix_tokens: int, name: str) -> None:
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-        if x.ndim < 2 or x.shape[-1] != self.head_dim:
-            raise ValueError(f"{name} must be [..., tokens, head_dim={self.head_dim}], got {tuple(x.shape)}")
+        if x.ndim < 2 or x.shape[-1] != self.dim:
+            raise ValueError(f"{name} must be [..., tokens, dim (head_dim)={self.dim}], got {tuple(x.shape)}")
         tokens = num_prefix_tokens + grid[0] * grid[1]
         if x.shape[-2] != tokens:
             raise ValueError(f"{name} has {x.shape[-2]} tokens; grid {grid} with {num_prefix_tokens} prefix tokens "
@@ -179,7 +198,7 @@ class RotaryEmbedding2D(nn.Module):
         return torch.cat([q[..., :p, :], q_rot], dim=-2), torch.cat([k[..., :p, :], k_rot], dim=-2)
 
     def extra_repr(self) -> str:
-        text = f"head_dim={self.head_dim}, indexing={self.indexing!r}, layout={self.layout!r}"
+        text = f"dim={self.dim}, indexing={self.indexing!r}, layout={self.layout!r}"
         if self.mixed:
             return text + f", mixed=True, num_heads={self.num_heads}"
         text += f", base={self.base:g}"

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import check_choice
+from ..core import check_choice, check_positive_int, renamed_argument
 from .grid import check_grid, check_size_pair, patch_grid
 from .masks import check_image_sizes, patch_padding_mask, pixel_padding_mask, prefix_attention_mask
 from .resample import MODES, resample_pos_embed, source_grid
@@ -34,7 +34,7 @@ def _vision_transformer_class():
     try:
         from timm.models.vision_transformer import VisionTransformer
     except ImportError as exc:  # pragma: no cover - timm is a dependency
-        raise ImportError("omnipos.vision.timm needs timm: pip install timm") from exc
+        raise ImportError('omnipos.vision.timm needs timm: pip install "omnipos[vision]"') from exc
     return VisionTransformer
 
 
@@ -117,7 +117,7 @@ class PositionAdapter(nn.Module):
     def __init__(
         self,
         *,
-        embed_dim: int,
+        dim: int | None = None,
         source_grid: tuple[int, int],
         table_prefix: int,
         encoding: str = "learned",
@@ -126,9 +126,10 @@ class PositionAdapter(nn.Module):
         convention: str = "mae",
         ref_grid: Any = None,
         rope: nn.Module | None = None,
+        embed_dim: int | None = None,
     ) -> None:
         super().__init__()
-        self.embed_dim = embed_dim
+        self.dim = check_positive_int(renamed_argument(dim, embed_dim, "dim", "embed_dim"), "dim (embed_dim)")
         self.source_grid = source_grid
         self.table_prefix = table_prefix
         self.encoding = check_choice(encoding, "encoding", ENCODINGS)
@@ -150,12 +151,17 @@ class PositionAdapter(nn.Module):
     def clear_cache(self) -> None:
         self._cache.clear()
 
+    @property
+    def embed_dim(self) -> int:
+        """Alias of :attr:`dim` (timm's name for the token width)."""
+        return self.dim
+
     def _build(self, pos_embed: torch.Tensor | None, grid: tuple[int, int], dtype: torch.dtype,
                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(prefix rows ``[1, P, D]``, patch rows ``[1, H*W, D]``) for ``grid``."""
         self.builds += 1
         if self.encoding == "sincos":
-            table = sincos_2d(grid, self.embed_dim, convention=self.convention, ref_grid=self.ref_grid,
+            table = sincos_2d(grid, self.dim, convention=self.convention, ref_grid=self.ref_grid,
                               dtype=dtype, device=device).unsqueeze(0)
             return table[:, :0], table
         table = resample_pos_embed(pos_embed, grid, old_grid=self.source_grid, num_prefix_tokens=self.table_prefix,
@@ -209,7 +215,7 @@ class PositionAdapter(nn.Module):
         return cos.unsqueeze(1).to(device), sin.unsqueeze(1).to(device)
 
     def extra_repr(self) -> str:
-        text = f"encoding={self.encoding!r}, embed_dim={self.embed_dim}, source_grid={self.source_grid}"
+        text = f"encoding={self.encoding!r}, dim={self.dim}, source_grid={self.source_grid}"
         if self.encoding == "rope":
             return text
         if self.encoding == "learned":
@@ -283,8 +289,8 @@ def _check_rope_model(model: nn.Module, rope: nn.Module | None, ref_grid: Any) -
     if not isinstance(rope, RotaryEmbedding2D) or rope.mixed:
         raise TypeError("rope must be an axial omnipos.vision.RotaryEmbedding2D (one module for all blocks; "
                         f"RoPE-Mixed learns per-block frequencies), got {rope!r}")
-    if rope.head_dim != head_dim:
-        raise ValueError(f"rope has head_dim={rope.head_dim}, the model's attention heads have {head_dim}")
+    if rope.dim != head_dim:
+        raise ValueError(f"rope has dim (head_dim)={rope.dim}, the model's attention heads have {head_dim}")
     if ref_grid is not None:
         raise ValueError("pass ref_grid to the RotaryEmbedding2D you give as rope=, not to adapt_vit")
     return rope
@@ -428,7 +434,7 @@ def adapt_vit(
         raise ValueError("dynamic=False fixes one image size: pass img_size")
 
     model.omnipos_positions = PositionAdapter(
-        embed_dim=model.embed_dim, source_grid=source, table_prefix=table_prefix, encoding=encoding, mode=mode,
+        dim=model.embed_dim, source_grid=source, table_prefix=table_prefix, encoding=encoding, mode=mode,
         antialias=antialias, convention=convention, ref_grid=ref_grid, rope=rope,
     )
     if encoding != "learned":

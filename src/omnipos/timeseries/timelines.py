@@ -1,0 +1,87 @@
+"""Checks and helpers for ready-made padded timelines ``times [..., L]`` (+ ``mask``): validation, gaps to the
+previous real event, and encoding only the real events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..core import pad_packed
+
+__all__ = ["check_times", "checked_gaps", "previous_event_times", "encode_valid"]
+
+
+def check_times(
+    times: Any, mask: Any = None, *, name: str = "times", check_sorted: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Validate ready-made times ``[..., L]`` (real tensor) and an optional boolean ``mask`` of the same shape.
+
+    Real (masked-in) times must be finite and, with ``check_sorted``, non-decreasing along the last axis
+    (masked-out slots are ignored, wherever they are). Returns ``(times, mask)`` with mask on times' device.
+    """
+    if not isinstance(times, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor [..., L] of times (build one with batch_timelines or "
+                        f"EventBatch), got {type(times).__name__}")
+    if times.dtype == torch.bool or times.is_complex():
+        raise TypeError(f"{name} must be a real tensor, got {times.dtype}")
+    if times.ndim < 1:
+        raise ValueError(f"{name} must have a time axis [..., L], got a scalar")
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a boolean tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
+        if mask.shape != times.shape:
+            raise ValueError(f"mask {tuple(mask.shape)} must have the shape of {name} {tuple(times.shape)}")
+        mask = mask.to(times.device)
+    if times.is_floating_point() and times.numel():
+        finite = torch.isfinite(times)
+        bad = ~finite if mask is None else mask & ~finite
+        if bool(bad.any()):
+            index = tuple(bad.nonzero()[0].tolist())
+            raise ValueError(f"{name} must be finite at real events; found {times[index].item()} at {index}")
+    if check_sorted:
+        checked_gaps(times, mask, name=name)
+    return times, mask
+
+
+def checked_gaps(times: torch.Tensor, mask: torch.Tensor | None, *, name: str = "times") -> torch.Tensor:
+    """Gap to the previous real event (0 for the first, for duplicates and at padded slots), raising a
+    ValueError when a real time is earlier than the one before it. ``times``/``mask`` already validated."""
+    prev = previous_event_times(times, mask)
+    gaps = times - prev
+    if mask is not None:
+        gaps = gaps.masked_fill(~mask, 0)
+    bad = gaps < 0
+    if bool(bad.any()):
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{name} must be sorted (non-decreasing) along each timeline; at index {index} the time "
+            f"{times[index].item()} is earlier than the previous event's {prev[index].item()}; sort them "
+            f"first (batch_timelines(..., sort=True) and EventBatch.from_frame do)"
+        )
+    return gaps
+
+
+def previous_event_times(times: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """For each slot, the time of the previous real event in its row (itself where there is none).
+
+    Masked-out slots may sit anywhere: the index of the last real event so far is a running maximum. When the
+    padding is all at the end (what :func:`omnipos.core.pad_ragged` makes), that is simply the slot before.
+    """
+    shifted = torch.cat([times[..., :1], times[..., :-1]], dim=-1)
+    if mask is None or not bool((mask[..., 1:] & ~mask[..., :-1]).any()):
+        return shifted
+    idx = torch.arange(times.shape[-1], device=times.device).expand(times.shape)
+    last_real = torch.where(mask, idx, torch.full_like(idx, -1)).cummax(-1).values
+    prev_idx = torch.cat([last_real.new_full((*times.shape[:-1], 1), -1), last_real[..., :-1]], dim=-1)
+    return times.gather(-1, torch.where(prev_idx < 0, idx, prev_idx))
+
+
+def encode_valid(values: torch.Tensor, mask: torch.Tensor | None, encode: Any) -> torch.Tensor:
+    """Apply ``encode`` (``[N, ...] -> [N, D]``, any leading shape) to the real events only.
+
+    ``mask`` is ``[..., L]`` over the leading axes of ``values``; padded slots of the result are exactly 0.
+    Encoding just the real events spends nothing on padding and cannot leak a padded slot's (arbitrary) time
+    into the output; :func:`omnipos.core.pad_packed` puts the rows back where the mask says.
+    """
+    return encode(values) if mask is None else pad_packed(encode(values[mask]), mask, 0)
