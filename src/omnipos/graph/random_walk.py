@@ -16,10 +16,11 @@ batch):
 
 - dense (``n <= dense_max_nodes``): graphs are grouped by node count; each group's ``[C, n, n]`` transition
   matrices are multiplied in batched ``matmul``s, about ``2 sqrt(max(steps))`` of them (baby-step giant-step, see
-  :func:`return_probabilities`; steps above 4096 by repeated squaring, so ``steps=[2**62]`` takes 62 products).
-  float64 unless ``compute_dtype`` says otherwise. ``C`` depends on ``n`` only and the last chunk of a group is
-  padded with empty graphs: every product has the same shape whatever the batch, so the result of a graph does
-  not depend on the other graphs in the batch, to the bit.
+  :func:`return_probabilities`; steps above 4096 by repeated squaring, so ``steps=[2**62]`` takes ~120 products,
+  not 2**62). float64 unless ``compute_dtype`` says otherwise. On the CPU this runs in NumPy, one BLAS call per
+  matrix (no OpenMP threads); on other devices the chunk size ``C`` depends on ``n`` only and the last chunk of a
+  group is padded with empty graphs. Either way each matrix's products do not depend on the other graphs of the
+  batch: a graph gets the same bits alone and batched.
 - sparse (bigger graphs; SciPy on the CPU, results moved back to the input's device): never a dense power.
   ``(P^s)_ii = sum_l (P^a)_il (P^b)_li`` with ``a = ceil(s/2)``, ``b = floor(s/2)``: the rows of ``P^a`` and the
   columns of ``P^b`` of a block of nodes are propagated by sparse products (``ceil(max(steps) / 2)`` of them, not
@@ -66,7 +67,9 @@ __all__ = [
     "numpy_path",
 ]
 
-#: Graphs with more nodes than this use the sparse path (measured crossover on sparse graphs, see the benchmark).
+#: Graphs with more nodes than this use the sparse path. Measured on 2 cores, 8k nodes in graphs of n nodes, 16
+#: steps: at n = 256 the dense path takes ~0.17 s whatever the shape, the sparse one 0.02 s (local graphs) to 1.6 s
+#: (Barabasi-Albert); at n = 128, 0.08-0.10 s vs 0.02-0.24 s.
 RW_DENSE_MAX_NODES = 256
 #: The sparse path propagates ``ceil(max(steps) / 2)`` times: longer walks are refused there.
 RW_SPARSE_MAX_STEPS = 1024
