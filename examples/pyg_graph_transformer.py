@@ -62,7 +62,8 @@ class TinyGPS(nn.Module):
 def main() -> None:
     torch.manual_seed(0)
     # Encode the whole dataset once, batched (the transform works as pre_transform= of a PyG dataset too).
-    graphs = precompute(dataset(), AddLaplacianPE(K, eigenvalue_attr="eigenvalues"), batch_size=64)
+    graphs = precompute(dataset(), AddLaplacianPE(K, eigenvalue_attr="eigenvalues"), batch_size=64,
+                        progress=False)
     print(f"{len(graphs)} graphs, laplacian_eigenvector_pe {tuple(graphs[0].laplacian_eigenvector_pe.shape)}, "
           f"eigenvalues {tuple(graphs[0].eigenvalues.shape)}")
     loader = DataLoader(graphs, batch_size=32, shuffle=True)

@@ -376,7 +376,7 @@ def _attach(copies: list[Data], encoded: Encoded, ptr: list[int], batch: torch.T
 
 
 def precompute(dataset: Sequence[Data], transform: Any, *, batch_size: int = 1024,
-               device: torch.device | str | None = None, progress: Any = False) -> list[Data]:
+               device: torch.device | str | None = None, progress: Any = True) -> list[Data]:
     """Run ``transform`` over a whole dataset, ``batch_size`` graphs per batched solve.
 
     Args:
@@ -389,7 +389,8 @@ def precompute(dataset: Sequence[Data], transform: Any, *, batch_size: int = 102
         batch_size: graphs per batch.
         device: where to compute the omnipos encodings (e.g. ``"cuda"``); results come back to each graph's
             own device.
-        progress: ``True`` (a line on stderr), a callable ``(done_graphs, total)``, or ``False``.
+        progress: ``True`` (a line on stderr, the default), a callable ``(done_graphs, total)`` (the CLI passes a
+            tqdm bar), or ``False`` for silence.
 
     Returns:
         A list of new ``Data`` objects (shallow copies carrying the new attributes; ``dataset`` is unchanged),
