@@ -6,6 +6,7 @@ exported here (the domains never import a core submodule or a private name).
 
 from .batching import (
     check_lengths,
+    check_pad_value,
     lengths_to_mask,
     mask_to_lengths,
     pack,
@@ -15,7 +16,9 @@ from .batching import (
     unpad,
 )
 from .checks import (
+    allocation_guard,
     as_position_tensor,
+    can_inspect_values,
     check_choice,
     check_even_dim,
     check_finite,
@@ -76,13 +79,16 @@ __all__ = [
     "pad_ragged",
     "pad_packed",
     "check_lengths",
+    "check_pad_value",
     "unpad",
     "pack",
     "packed_positions",
     "lengths_to_mask",
     "mask_to_lengths",
     # checks shared by every domain
+    "allocation_guard",
     "as_position_tensor",
+    "can_inspect_values",
     "check_choice",
     "check_even_dim",
     "check_finite",

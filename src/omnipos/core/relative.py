@@ -13,10 +13,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from .checks import check_positive_int
+from .checks import check_float_dtype, check_positive_int
 
 __all__ = [
     "alibi_slopes",
@@ -28,11 +29,22 @@ __all__ = [
 ]
 
 
+# Positions and their differences stay below 2**53: exact in float64 (ALiBi's distances), far from int64 overflow.
+MAX_POSITION = 2**53
+
+
 def _offset(q_len: int, k_len: int, q_offset: int | None) -> int:
     if q_offset is None:
         return k_len - q_len
-    if isinstance(q_offset, bool) or not isinstance(q_offset, int):
+    if isinstance(q_offset, bool) or not isinstance(q_offset, (int, np.integer)):
         raise TypeError(f"q_offset must be an int or None, got {type(q_offset).__name__}")
+    q_offset = int(q_offset)
+    if abs(q_offset) + max(q_len, k_len, 1) > MAX_POSITION:
+        raise ValueError(
+            f"q_offset={q_offset} puts positions beyond +-2**53 (= {MAX_POSITION}), where key - query distances are "
+            "no longer exact in float64 (and overflow int64 near 2**63); expected |q_offset| + max(q_len, k_len) "
+            "<= 2**53"
+        )
     return q_offset
 
 
@@ -40,6 +52,9 @@ def _query_key_offsets(q_len: int, k_len: int, q_offset: int | None, device: Any
     """``key - query`` positions ``[q_len, k_len]`` (int64)."""
     q_len = check_positive_int(q_len, "q_len", minimum=0)
     k_len = check_positive_int(k_len, "k_len", minimum=0)
+    for name, n in (("q_len", q_len), ("k_len", k_len)):
+        if n > MAX_POSITION:
+            raise ValueError(f"{name}={n} is beyond 2**53 positions")
     offset = _offset(q_len, k_len, q_offset)
     query = torch.arange(q_len, device=device) + offset
     return torch.arange(k_len, device=device)[None, :] - query[:, None]
@@ -55,6 +70,7 @@ def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32,
     for head counts that are not powers of two).
     """
     num_heads = check_positive_int(num_heads, "num_heads")
+    check_float_dtype(dtype)
     closest = 2 ** math.floor(math.log2(num_heads))
     first = 2.0 ** (-8.0 / closest)
     slopes = [first ** (i + 1) for i in range(closest)]
@@ -71,6 +87,7 @@ def alibi_bias(num_heads: int, q_len: int, k_len: int, *, q_offset: int | None =
     For causal attention this equals BLOOM's ``build_alibi_tensor`` (``m_h * j``) up to a constant per query row,
     which the softmax ignores; the symmetric ``|i - j|`` form also serves bidirectional attention.
     """
+    check_float_dtype(dtype)
     distance = _query_key_offsets(q_len, k_len, q_offset, device).abs().to(torch.float64)
     slopes = alibi_slopes(num_heads, dtype=torch.float64, device=distance.device)
     return (0.0 - slopes[:, None, None] * distance).to(dtype)  # 0 - x: no -0.0 on the diagonal
@@ -102,7 +119,9 @@ def t5_relative_bucket(relative_position: torch.Tensor, *, bidirectional: bool =
         raise TypeError(f"relative_position must be an integer tensor, got {relative_position.dtype}")
     num_buckets = check_positive_int(num_buckets, "num_buckets", minimum=2 if not bidirectional else 4)
     max_distance = check_positive_int(max_distance, "max_distance")
-    rel = relative_position.long()
+    # every |rel| >= max_distance shares the last bucket: clamping (far beyond it) keeps abs() and the float32 log
+    # away from int64's edge, where -(-2**63) overflows to -2**63
+    rel = relative_position.long().clamp(-(2**62), 2**62)
     buckets = torch.zeros_like(rel)
     if bidirectional:
         num_buckets //= 2
@@ -143,7 +162,14 @@ class RelativePositionBias(nn.Module):
         self.bidirectional = bool(bidirectional)
         t5_relative_bucket(torch.zeros(1, dtype=torch.long), bidirectional=self.bidirectional,
                            num_buckets=self.num_buckets, max_distance=self.max_distance)  # validates early
-        self.relative_attention_bias = nn.Embedding(self.num_buckets, self.num_heads)
+        # built empty and filled by reset_parameters (the only use of the RNG, as for every omnipos module)
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, self.num_heads,
+                                                    _weight=torch.empty(self.num_buckets, self.num_heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """``N(0, 1)`` per (bucket, head), ``nn.Embedding``'s initialisation."""
+        nn.init.normal_(self.relative_attention_bias.weight)
 
     def buckets(self, q_len: int, k_len: int, *, q_offset: int | None = None) -> torch.Tensor:
         """int64 buckets ``[q_len, k_len]``."""

@@ -36,6 +36,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if x.ndim == 0:
+        raise ValueError("x must be [..., D] (a channel axis at least), got a 0-d tensor")
     if cos.shape != sin.shape:
         raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must have one shape")
     rotary_dim = cos.shape[-1] if cos.ndim else 0
