@@ -42,14 +42,15 @@ def _gen(size: int, seed: int = 0) -> torch.Generator:
 
 
 def qk(dim: int = 16, *, axes: int | None = None, integer: bool = False, span: float = 40.0, seed: int = 0):
-    """q [2, 3, S, dim], k [2, 1, S, dim] (GQA) in ``dtype``; positions [2, S] (or [2, S, axes]) float64."""
+    """q [B, 2, S, dim], k [B, 1, S, dim] (GQA) in ``dtype``; positions [B, S] (or [B, S, axes]) float64 (int64 when
+    ``integer``); B = size, S = 2 * size + 1: tiny, so gradcheck stays fast."""
 
     def inputs(size, dtype):
         g = _gen(size, seed)
-        seq = 3 * size
-        q = torch.randn(2, 3, seq, dim, generator=g, dtype=torch.float64).to(dtype or torch.float32)
-        k = torch.randn(2, 1, seq, dim, generator=g, dtype=torch.float64).to(dtype or torch.float32)
-        shape = (2, seq) if axes is None else (2, seq, axes)
+        batch, seq = size, 2 * size + 1
+        q = torch.randn(batch, 2, seq, dim, generator=g, dtype=torch.float64).to(dtype or torch.float32)
+        k = torch.randn(batch, 1, seq, dim, generator=g, dtype=torch.float64).to(dtype or torch.float32)
+        shape = (batch, seq) if axes is None else (batch, seq, axes)
         positions = torch.rand(*shape, generator=g, dtype=torch.float64) * span
         return q, k, positions.round().long() if integer else positions
 
@@ -79,12 +80,11 @@ def int_positions(size, dtype):
 
 
 MROPE = (2, 3, 3)  # sums to 8 = dim 16 / 2
+MROPE_INTERLEAVED = (4, 2, 2)  # slots 1, 4 take h; 2, 5 take w
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
 DYNAMIC = {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 8}
 LONGROPE = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 8,
             "short_factor": [1.0, 1.1, 1.2, 1.3, 1.0, 1.5, 2.0, 1.0], "long_factor": [2.0] * 8}
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 64}
 PROPORTIONAL = {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1000.0}
 
 ROPE_CONFIGS = {
@@ -93,14 +93,16 @@ ROPE_CONFIGS = {
     "yarn": dict(dim=16, scaling=YARN),
     "dynamic": dict(dim=16, scaling=DYNAMIC),
     "longrope": dict(dim=16, scaling=LONGROPE),
-    "llama3": dict(dim=16, scaling=LLAMA3),
     "proportional": dict(dim=16, scaling=PROPORTIONAL),
     "xpos": dict(dim=16, layout="interleaved", xpos=True, xpos_center=20.0),
-    "axial2": dict(dim=16, layout="interleaved", n_axes=2),
+    "axial2": dict(dim=16, layout="interleaved", n_axes=2, rotary_dim=8),
     "axial3-unequal": dict(dim=20, n_axes=3, axes_dims=(4, 8, 8), layout="interleaved"),
     "mrope": dict(dim=16, mrope_section=MROPE),
-    "mrope-interleaved": dict(dim=16, mrope_section=MROPE, mrope_interleaved=True),
+    "mrope-interleaved": dict(dim=16, mrope_section=MROPE_INTERLEAVED, mrope_interleaved=True),
 }
+
+
+GRADGRAD = ("default", "xpos", "axial3-unequal", "mrope-interleaved", "longrope")  # the others: same graph
 
 
 def _axes(config: dict) -> int | None:
@@ -114,8 +116,8 @@ for name, config in ROPE_CONFIGS.items():
     dim = config["dim"]
     axes = _axes(config)
     CASES.append(MethodCase(f"RotaryEmbedding[{name}]", make=lambda c=config: RotaryEmbedding(**c),
-                            inputs=qk(dim, axes=axes), grad_inputs=(0, 1, 2), gradgrad=True))
-    if not config.get("xpos"):
+                            inputs=qk(dim, axes=axes), grad_inputs=(0, 1, 2), gradgrad=name in GRADGRAD))
+    if name in ("default", "interleaved-partial", "axial3-unequal", "mrope"):  # rotate: one tensor, seq_dim=1
         CASES.append(MethodCase(f"RotaryEmbedding.rotate[{name}]", make=lambda c=config: RotaryEmbedding(**c),
                                 method="rotate", kwargs={"seq_dim": 1}, inputs=one(dim, axes=axes), grad_inputs=(0, 1),
                                 gradgrad=True))
@@ -123,7 +125,8 @@ CASES += [
     MethodCase("RotaryEmbedding.rotate[integer positions]", make=lambda: RotaryEmbedding(16),
                method="rotate", kwargs={"seq_dim": 1}, inputs=one(16, integer=True), grad_inputs=(0,), gradgrad=True),
     MethodCase("RotaryEmbedding.cos_sin[mrope]", make=lambda: RotaryEmbedding(16, mrope_section=MROPE),
-               method="cos_sin", inputs=positions_only(lambda size: (2, 3 * size, 3)), grad_inputs=(0,),
+               method="cos_sin", kwargs={"dtype": torch.float64},
+               inputs=positions_only(lambda size: (2, 3 * size, 3)), grad_inputs=(0,),
                gradgrad=True,
                skip={"dtypes": "cos_sin's dtype is its dtype= argument (float32 or float64), by design: "
                                "RoPE holds no parameters, and cos/sin are never built below float32"}),
@@ -147,13 +150,13 @@ CASES += [
          make=lambda: RelativePositionBias(2, num_buckets=8, max_distance=16, bidirectional=False),
          inputs=lambda size, dtype: (size, 4 * size)),
     # -- functional paths --------------------------------------------------------------------------------------
-    Case("sinusoidal", fn=lambda p: sinusoidal(p, 8), inputs=positions_only(span=1e4), grad_inputs=(0,),
+    Case("sinusoidal", fn=lambda p: sinusoidal(p, 8, dtype=p.dtype), inputs=positions_only(span=1e4), grad_inputs=(0,),
          gradgrad=True, skip={"dtypes": FUNCTION, "meta": FUNCTION, "copies": FUNCTION}),
     Case("sinusoidal[split float64]", fn=lambda p: sinusoidal(p, 6, layout="split", dtype=torch.float64),
          inputs=positions_only(), grad_inputs=(0,), gradgrad=True,
          skip={"dtypes": FUNCTION, "meta": FUNCTION, "copies": FUNCTION}),
     Case("sinusoid_of_turns", fn=lambda t: sinusoid_of_turns(t.unsqueeze(-1) * torch.tensor([1.0, 0.1]),
-                                                             layout="split"),
+                                                             layout="split", dtype=t.dtype),
          inputs=positions_only(span=3.0), grad_inputs=(0,), gradgrad=True,
          skip={"dtypes": FUNCTION, "meta": FUNCTION, "copies": FUNCTION}),
     Case("apply_rotary", fn=lambda x, cos, sin: apply_rotary(x, cos, sin),
