@@ -26,6 +26,7 @@ from .checks import (
     check_integer_tensor,
     check_positive_int,
     renamed_argument,
+    to_device,
 )
 from .constants import ConstantBuffers
 from .frequencies import frequency_bands, geometric_frequencies
@@ -96,6 +97,7 @@ __all__ = [
     "check_integer_tensor",
     "check_positive_int",
     "renamed_argument",
+    "to_device",
     # modules whose derived constants keep their precision
     "ConstantBuffers",
     # progress reporting for long-running functions

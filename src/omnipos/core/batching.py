@@ -195,6 +195,8 @@ def unpad(padded: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     lengths = mask_to_lengths(mask)
     if padded.shape[:2] != mask.shape:
         raise ValueError(f"mask {tuple(mask.shape)} does not match padded's leading axes {tuple(padded.shape[:2])}")
+    if not can_inspect_values(padded, mask):
+        raise ValueError("unpad reads the mask's values (each row's length): meta tensors have none")
     return list(padded[mask.to(padded.device)].split(lengths.tolist()))
 
 
@@ -213,8 +215,11 @@ def packed_positions(cu_seqlens: torch.Tensor) -> torch.Tensor:
     ``cu_seqlens=[0, 3, 5]`` -> ``[0, 1, 2, 0, 1]`` (what RoPE needs for per-document positions).
     """
     cu = check_lengths(cu_seqlens, "cu_seqlens")
+    if not can_inspect_values(cu):
+        raise ValueError("packed_positions reads cu_seqlens' values (the total length): meta tensors have none")
     if cu.numel() == 0 or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
         raise ValueError("cu_seqlens must start at 0 and be non-decreasing")
     lengths = cu[1:] - cu[:-1]
-    starts = torch.repeat_interleave(cu[:-1], lengths)
-    return torch.arange(int(cu[-1]), device=cu.device) - starts
+    with allocation_guard(f"cu_seqlens (a total of {int(cu[-1])} tokens)"):
+        starts = torch.repeat_interleave(cu[:-1], lengths)
+        return torch.arange(int(cu[-1]), device=cu.device) - starts

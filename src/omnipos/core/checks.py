@@ -22,6 +22,7 @@ __all__ = [
     "check_float_dtype",
     "check_integer_tensor",
     "renamed_argument",
+    "to_device",
 ]
 
 
@@ -100,6 +101,18 @@ def check_finite(tensor: torch.Tensor, name: str) -> None:
     if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
         bad = (~torch.isfinite(tensor)).nonzero()[0].tolist()
         raise ValueError(f"{name} must be finite; found {tensor[tuple(bad)].item()} at index {tuple(bad)}")
+
+
+def to_device(tensor: torch.Tensor, device: torch.device | str, name: str) -> torch.Tensor:
+    """``tensor`` on ``device`` (no copy when it is there already). A meta tensor has no values to move: asked to
+    go to a real device it raises a ValueError naming ``name`` (torch's own error is a RuntimeError)."""
+    device = torch.device(device)
+    if tensor.device == device:
+        return tensor
+    if tensor.is_meta:
+        raise ValueError(f"{name} is a meta tensor (shapes without values) but the computation runs on {device}; "
+                         "give real values, or put everything on the meta device")
+    return tensor.to(device)
 
 
 def check_float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:

@@ -12,7 +12,7 @@ import numbers
 
 import torch
 
-from .checks import check_even_dim
+from .checks import allocation_guard, check_even_dim
 
 __all__ = ["frequency_bands", "geometric_frequencies"]
 
@@ -35,8 +35,9 @@ def geometric_frequencies(
     base = float(base)
     if not (math.isfinite(base) and base > 1.0):
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
-    exponents = torch.arange(count, dtype=torch.float64, device=device) / float(denominator)
-    return torch.pow(torch.tensor(base, dtype=torch.float64, device=device), -exponents).to(dtype)
+    with allocation_guard(f"dim={2 * count} ({count} frequencies)"):
+        exponents = torch.arange(count, dtype=torch.float64, device=device) / float(denominator)
+        return torch.pow(torch.tensor(base, dtype=torch.float64, device=device), -exponents).to(dtype)
 
 
 def frequency_bands(

@@ -8,7 +8,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checks import as_position_tensor, can_inspect_values, check_choice, check_finite, check_positive_int
+from .checks import (
+    allocation_guard,
+    as_position_tensor,
+    can_inspect_values,
+    check_choice,
+    check_finite,
+    check_positive_int,
+    to_device,
+)
 
 __all__ = ["LearnedPositionalEmbedding", "BEYOND_POLICIES"]
 
@@ -48,7 +56,8 @@ class LearnedPositionalEmbedding(nn.Module):
                 math.isfinite(init_std) and init_std >= 0):
             raise ValueError(f"init_std must be a finite number >= 0, got {init_std!r}")
         self.init_std = float(init_std)
-        self.weight = nn.Parameter(torch.empty(self.max_len, self.dim))
+        with allocation_guard(f"max_len={self.max_len}, dim={self.dim} (the table)"):
+            self.weight = nn.Parameter(torch.empty(self.max_len, self.dim))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -62,7 +71,7 @@ class LearnedPositionalEmbedding(nn.Module):
         device = self.weight.device
         if isinstance(positions, int) and not isinstance(positions, bool):
             positions = torch.arange(check_positive_int(positions, "positions", minimum=0), device=device)
-        positions = as_position_tensor(positions).to(device)
+        positions = to_device(as_position_tensor(positions), device, "positions")
         if positions.is_floating_point() and self.beyond != "interpolate":
             raise TypeError(
                 f"positions must be integers for beyond={self.beyond!r}, got {positions.dtype}; "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_choice
+from .checks import check_choice, to_device
 from .phase import cos_sin_of_angles
 from .rope_kernels import ROPE_LAYOUTS, channel_pairs, rotate_pairs, work_dtype
 
@@ -52,7 +52,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     if not ok:
         raise ValueError(f"cos/sin {tuple(cos.shape)} do not broadcast to x[..., :{rotary_dim}] of x {tuple(x.shape)}")
     work = work_dtype(x.dtype, cos.dtype, sin.dtype)
-    cos, sin = cos.to(device=x.device, dtype=work), sin.to(device=x.device, dtype=work)
+    cos, sin = to_device(cos, x.device, "cos").to(work), to_device(sin, x.device, "sin").to(work)
     c1, c2 = channel_pairs(cos, layout, rotary_dim)
     s1, s2 = channel_pairs(sin, layout, rotary_dim)
     return rotate_pairs(x, c1, -s1, c2, s2, layout, rotary_dim)

@@ -35,6 +35,7 @@ from .checks import (
     check_even_dim,
     check_finite,
     check_positive_int,
+    to_device,
 )
 from .constants import ConstantBuffers
 from .phase import cos_sin_of_angles
@@ -272,8 +273,7 @@ class RotaryEmbedding(ConstantBuffers):
                 f"positions must be integers or float32/float64, got {positions.dtype}: it cannot hold positions "
                 "exactly (bfloat16 has 8 bits of mantissa: 1030 positions collapse to 514 values)"
             )
-        if positions.device != device:
-            positions = positions.to(device)
+        positions = to_device(positions, device, "positions")
         check_finite(positions, "positions")  # skipped while compiling and on meta tensors (no values)
         axes = self.position_axes
         if axes is not None and (positions.ndim < 2 or positions.shape[-1] != axes):
@@ -295,20 +295,21 @@ class RotaryEmbedding(ConstantBuffers):
         if self.scaling.rope_type not in _LENGTH_DEPENDENT:
             return self.inv_freq
         seq_len = positions.max().to(torch.float64) + 1 if positions.numel() else None
-        return self._ladder(seq_len, self.inv_freq.device)
+        return self._ladder(seq_len, positions.device)
 
-    def angles(self, positions: Any) -> torch.Tensor:
+    def angles(self, positions: Any, *, device: torch.device | None = None) -> torch.Tensor:
         """float64 angles ``[*batch, seq, rotary_dim // 2]`` of validated positions (multi-axis positions: slot j
-        turned by coordinate ``slot_axis[j]``)."""
-        positions = self._positions(positions, self.inv_freq.device)
+        turned by coordinate ``slot_axis[j]``), on ``device`` (default: the module's)."""
+        positions = self._positions(positions, self.inv_freq.device if device is None else device)
         inv_freq = self.frequencies(positions).to(positions.device)
         positions = positions.to(torch.float64)
         if self.position_axes is None:
             return positions.unsqueeze(-1) * inv_freq
         return positions.index_select(-1, self.slot_axis.to(positions.device)) * inv_freq
 
-    def _half_cos_sin(self, positions: torch.Tensor, work: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = cos_sin_of_angles(self.angles(positions), work)
+    def _half_cos_sin(self, positions: torch.Tensor, work: torch.dtype,
+                      device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = cos_sin_of_angles(self.angles(positions, device=device), work)
         if self.attention_factor != 1.0:
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
         return cos, sin
@@ -399,7 +400,7 @@ class RotaryEmbedding(ConstantBuffers):
         triton = self._triton_rotate(x, None, positions, seq_axis)
         if triton is not None:
             return triton[0]
-        cos, sin = self._half_cos_sin(positions, work_dtype(x.dtype))
+        cos, sin = self._half_cos_sin(positions, work_dtype(x.dtype), x.device)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
         return rotate_pairs(x, cos, -sin, cos, sin, self.layout, self.rotary_dim)
 
@@ -420,7 +421,7 @@ class RotaryEmbedding(ConstantBuffers):
             triton = self._triton_rotate(q, k, positions, seq_axis)
             if triton is not None:
                 return triton
-        cos, sin = self._half_cos_sin(positions, work_dtype(q.dtype, k.dtype))
+        cos, sin = self._half_cos_sin(positions, work_dtype(q.dtype, k.dtype), q.device)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
         if not self.xpos:
             return (rotate_pairs(q, cos, -sin, cos, sin, self.layout, self.rotary_dim),

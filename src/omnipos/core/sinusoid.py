@@ -182,6 +182,8 @@ class SinusoidalEncoding(nn.Module):
         check_float_dtype(dtype)
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(float(scale)):
             raise ValueError(f"scale must be a finite number, got {scale!r}")
+        if abs(float(scale)) > torch.finfo(dtype).max:
+            raise ValueError(f"scale={scale} is beyond the range of dtype={dtype} (largest {torch.finfo(dtype).max})")
         self.initial_scale = float(scale)
         self.learnable_scale = bool(learnable_scale)
         if self.learnable_scale:
