@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from torch import nn
 
 from contract.harness import CHECKS, Case, run
 from omnipos.core import (
@@ -58,7 +57,7 @@ def qk(dim: int = 16, *, axes: int | None = None, integer: bool = False, span: f
 
 
 def one(dim: int = 16, **kwargs):
-    """x [2, S, 4, dim] (flash-attn layout, rotated with seq_dim=1 by the case) and positions."""
+    """x [B, S, 2, dim] (flash-attn layout, rotated with seq_dim=1 by the case) and positions."""
     make_qk = qk(dim, **kwargs)
 
     def inputs(size, dtype):

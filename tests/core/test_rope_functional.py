@@ -1,4 +1,4 @@
-"""RotaryEmbedding / apply_rotary / convert_rope_layout vs HF transformers, rotary-embedding-torch, timm and float64."""
+"""apply_rotary (functional RoPE) vs the float64 definition, on strided inputs; its bad inputs."""
 
 
 import numpy as np

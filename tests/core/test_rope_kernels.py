@@ -1,4 +1,4 @@
-"""RotaryEmbedding / apply_rotary / convert_rope_layout vs HF transformers, rotary-embedding-torch, timm and float64."""
+"""The RoPE rotation kernels: autograd is the transpose (twice differentiable), cache-sized slabs change nothing."""
 
 
 import pytest
