@@ -1,4 +1,5 @@
-"""Rotary position embeddings (RoPE, Su et al. 2021) in both layouts in use, every HF scaling, xPos and N-D axial.
+"""Rotary position embeddings (RoPE, Su et al. 2021) in both layouts in use, every HF scaling, xPos, N-D axial and
+multimodal (M-RoPE) positions.
 
 Each frequency slot ``i`` (``rotary_dim // 2`` of them) rotates one pair of channels by the angle
 ``theta_i = p * inv_freq_i``; the layout names which two channels form the pair:
@@ -8,14 +9,17 @@ Each frequency slot ``i`` (``rotary_dim // 2`` of them) rotates one pair of chan
 - ``"interleaved"`` (GPT-J, Meta LLaMA, torchtune, rotary-embedding-torch, timm): channels ``(2i, 2i + 1)``,
   rotated as the complex number ``x[2i] + j x[2i+1]``; ``cos = repeat_interleave(cos(theta), 2)``.
 
-Channels past ``rotary_dim`` pass through unchanged (partial rotary, GPT-NeoX / Phi).
+Channels past ``rotary_dim`` pass through unchanged (partial rotary, GPT-NeoX / Phi). With positions of several
+coordinates (axial RoPE, M-RoPE) slot ``i`` is turned by coordinate ``slot_axis[i]``: see
+:mod:`~omnipos.core.rope_axes`.
 
 Precision: the phase ``p * inv_freq / 2 pi`` is formed in float64 and reduced to under one turn before ``sin`` and
 ``cos``, which run in float32 (float64 for float64 inputs), whatever the dtype of the rotated tensors or positions;
 low-precision inputs are rotated in float32 and rounded once at the end. No cos/sin cache is kept, so nothing can go
 stale (offsets, lengths, devices, dtypes): cos/sin are ``[positions, rotary_dim / 2]``, small next to q and k.
 
-The pieces: frequencies and scalings in :mod:`~omnipos.core.rope_scaling`, the rotation kernels in
+The pieces: frequencies and scalings in :mod:`~omnipos.core.rope_scaling`, slot -> coordinate maps in
+:mod:`~omnipos.core.rope_axes`, the rotation kernels in
 :mod:`~omnipos.core.rope_kernels` (CPU/eager) and :mod:`~omnipos.core.rope_triton` (CUDA), the functional form in
 :mod:`~omnipos.core.rope_functional`, checkpoint layout conversion in :mod:`~omnipos.core.rope_layout`.
 """
