@@ -211,7 +211,8 @@ OFFSETS = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.sampled_from
                     st.floats(allow_nan=True), JUNK)
 
 
-@given(heads=SIZES, q_len=SIZES, k_len=SIZES, q_offset=OFFSETS, dtype=st.sampled_from([*DTYPES, None]))
+@given(heads=st.one_of(SIZES, JUNK), q_len=st.one_of(SIZES, JUNK), k_len=SIZES, q_offset=OFFSETS,
+       dtype=st.sampled_from([*DTYPES, None]))
 def test_alibi(heads, q_len, k_len, q_offset, dtype):
     out = attempt(alibi_bias, heads, q_len, k_len, q_offset=q_offset, dtype=dtype)
     if out is not None:
@@ -228,14 +229,15 @@ def test_t5_buckets(rel, bidirectional, buckets, max_distance):
         assert 0 <= int(out.min()) and int(out.max()) < buckets
 
 
-@given(heads=SIZES, buckets=SIZES, max_distance=SIZES, q_len=SIZES, k_len=SIZES, q_offset=OFFSETS)
+@given(heads=st.one_of(SIZES, JUNK), buckets=SIZES, max_distance=SIZES, q_len=st.one_of(SIZES, JUNK), k_len=SIZES,
+       q_offset=OFFSETS)
 def test_relative_position_bias(heads, buckets, max_distance, q_len, k_len, q_offset):
     module = attempt(RelativePositionBias, heads, num_buckets=buckets, max_distance=max_distance)
     if module is not None:
         ok(attempt(module, q_len, k_len, q_offset=q_offset))
 
 
-@given(p=positions(), max_len=SIZES, dim=SIZES, beyond=st.sampled_from(["error", "clamp", "interpolate", "wrap"]),
+@given(p=positions(), max_len=st.one_of(SIZES, JUNK), dim=SIZES, beyond=st.sampled_from(["error", "clamp", "interpolate", "wrap"]),
        max_position=st.one_of(st.none(), st.floats(allow_nan=True), st.integers(-3, 100)))
 def test_learned(p, max_len, dim, beyond, max_position):
     module = attempt(LearnedPositionalEmbedding, max_len, dim, beyond=beyond)

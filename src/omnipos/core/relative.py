@@ -99,6 +99,7 @@ def alibi_bias(num_heads: int, q_len: int, k_len: int, *, q_offset: int | None =
     A bias beyond ``dtype``'s range (float16 reaches -inf past ``|i - j| * m = 65504``) is a ValueError: ask for
     a wider dtype, or a smaller ``q_offset``.
     """
+    num_heads = check_positive_int(num_heads, "num_heads")
     check_float_dtype(dtype)
     distance = _query_key_offsets(q_len, k_len, q_offset, device).abs().to(torch.float64)
     if q_len and k_len:  # the largest |bias| is the steepest slope at the farthest corner, known without the table
