@@ -51,7 +51,7 @@ def test_output_equals_featurize_of_all_reads(tmp_path, fastq_files, shard_size,
 def test_columns_are_one_byte_per_base(tmp_path, fastq_files):
     precompute_reads(fastq_files[:1], tmp_path, shard_size=1000, progress=False)
     table = pq.read_table(tmp_path / "reads-00000-00000.parquet")
-    assert table.column_names == ["name", "length", "tokens", "qualities"]
+    assert table.column_names == ["name", "length", "record", "offset", "tokens", "qualities"]
     batch = next(read_fastx(fastq_files[0], batch_size=1000))
     assert table.column("name").to_pylist() == batch.names
     for i in (0, 7, 129):
@@ -139,3 +139,25 @@ def test_empty_input(tmp_path, fastx):
     got = load_reads(tmp_path / "out")
     assert got["names"] == [] and got["tokens"].shape == (0, 0) and got["positional"].shape == (0, 0, 16)
     assert np.asarray(got["lengths"]).shape == (0,)
+
+
+@pytest.mark.parametrize("options", [
+    {"rna": "keep", "max_len": 5, "truncation": "split", "quality_offset": "auto"},
+    {"rna": "to_t", "max_len": 4, "truncation": "tail", "token_dtype": torch.int64},
+])
+def test_read_options_of_long_reads_and_rna_carry_through(tmp_path, options):
+    """Rows split from long reads keep their record and offset, RNA flags and the quality offset used survive the
+    shards: load_reads gives what featurize gives."""
+    reads = tmp_path / "rna.fq"
+    reads.write_text("@a\nACGUACGU\n+\nIIIIIIII\n@b\nACG\n+\n!!!\n@c\nAAAAAAAAAAAAA\n+\n" + "J" * 13 + "\n")
+    precompute_reads(reads, tmp_path / "out", dim=4, shard_size=2, progress=False, **options)
+    got = load_reads(tmp_path / "out")
+    expected = featurize_file(reads, tmp_path / "all.pt", dim=4, progress=False, **options)
+    assert_same_features(got, expected)
+    for key in ("records", "offsets", "rna"):
+        if expected.get(key) is None:
+            assert got.get(key) is None, key
+        else:
+            assert torch.equal(got[key], expected[key]), key
+    assert got["config"]["quality_offset"] == expected["config"]["quality_offset"] == 33
+    assert got["config"]["read_options"].get("token_dtype", "uint8") in ("uint8", "int64")

@@ -11,6 +11,8 @@ import argparse
 import sys
 from typing import Any
 
+from .read_arguments import add_read_arguments, read_options
+
 __all__ = ["add_precompute_parser", "run_precompute"]
 
 _UNITS = {"graphs": " graphs", "reads": " reads", "meds": " subjects"}
@@ -54,12 +56,7 @@ def add_precompute_parser(commands: Any) -> None:
     reads = kinds.add_parser("reads", help="FASTA/FASTQ (gzip) -> Parquet shards of tokens, lengths, qualities",
                              description="Parse and encode reads into Parquet shards (one unit of work per file).")
     reads.add_argument("inputs", nargs="+", metavar="INPUT", help="FASTA or FASTQ files, plain or gzip")
-    reads.add_argument("--dim", type=int, default=16, help="positional channels load_reads attaches (0: none)")
-    reads.add_argument("--strand-aware", action="store_true", help="half the channels are sign-flipping sines")
-    reads.add_argument("--batch-size", type=int, default=8192, help="reads parsed at a time")
-    reads.add_argument("--ambiguity", choices=("keep", "to_n"), default="keep")
-    reads.add_argument("--lowercase", choices=("soft_mask", "fold"), default="soft_mask")
-    reads.add_argument("--parser", choices=("auto", "dnaio", "python"), default="auto")
+    add_read_arguments(reads)
     _common(reads, 100_000, "reads")
 
     meds = kinds.add_parser("meds", help="a MEDS cohort -> per-subject times, codes, values",
@@ -108,8 +105,7 @@ def run_precompute(args: argparse.Namespace) -> int:
                                              batch_size=args.batch_size, **common)
         elif args.kind == "reads":
             result = scale.precompute_reads(args.inputs, args.out, dim=args.dim, strand_aware=args.strand_aware,
-                                            batch_size=args.batch_size, ambiguity=args.ambiguity,
-                                            lowercase=args.lowercase, parser=args.parser, **common)
+                                            **read_options(args), **common)
         else:
             result = scale.precompute_meds(args.inputs[0], args.out, unit=args.unit, origin=args.origin,
                                            drop_missing=args.drop_missing, **common)

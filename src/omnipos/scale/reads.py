@@ -4,8 +4,12 @@ Each input file is a unit of work: one worker parses it with :func:`omnipos.dna.
 dnaio when installed) and writes shards of ``shard_size`` reads, ``reads-UUUUU-PPPPP.parquet``, with the columns
 
 - ``name`` (string), ``length`` (int64),
+- ``record``, ``offset`` (int64: the row's record in its file and where the row starts in it; rows and records
+  differ only with ``truncation="split"``), ``rna`` (bool, only with ``rna="keep"``),
 - ``tokens`` (binary: one byte per base, the :func:`omnipos.dna.encode` token ids),
 - ``qualities`` (binary: Phred scores, one byte per base; null for FASTA).
+
+The Phred offset each shard was read with (given, or found by ``quality_offset="auto"``) is in its metadata.
 
 The RC-symmetric positional encoding is a function of the lengths alone, so it is not stored (it would be
 ``L * dim`` floats per read): :func:`load_reads` computes it with :func:`omnipos.dna.rc_symmetric_encoding` from
@@ -91,7 +95,7 @@ def precompute_reads(
     require_pyarrow()
     units, inputs = file_units(files)
     config = {"dim": dim, "strand_aware": bool(strand_aware), "encoding": ENCODING,
-              "read_options": {k: read_options[k] for k in sorted(read_options)}}
+              "read_options": {k: _jsonable(read_options[k]) for k in sorted(read_options)}}
     job = {"kind": KIND, "inputs": inputs, "shard_size": shard_size, "options": config}
     body = partial(_reads_unit, files=[str(p) for p in files], shard_size=shard_size, batch_size=batch_size,
                    read_options=read_options)
@@ -99,15 +103,24 @@ def precompute_reads(
                    overwrite=overwrite, progress=progress, meta={"config": config})
 
 
+def _jsonable(value: Any) -> Any:
+    """A read option as the manifest's JSON can hold it (a torch dtype by its name)."""
+    return str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+
+
 class _Pending:
-    """Reads parsed but not yet written: names, lengths, and the flat token / quality bytes."""
+    """Reads parsed but not yet written: names, lengths, records/offsets, and the flat token / quality bytes."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.lengths: list[np.ndarray] = []
+        self.records: list[np.ndarray] = []
+        self.offsets: list[np.ndarray] = []
+        self.rna: list[np.ndarray] | None = []
         self.tokens: list[np.ndarray] = []
         self.qualities: list[np.ndarray] | None = []
         self.tokens_dtype: str | None = None
+        self.quality_offsets: set[int] = set()
 
     def add(self, batch: Any) -> None:
         # NumPy, not torch: boolean indexing of a [8192, 150] batch took 9 ms in NumPy, 78 ms in torch
@@ -118,6 +131,14 @@ class _Pending:
         self.tokens_dtype = str(batch.tokens.dtype).removeprefix("torch.")
         self.names += batch.names
         self.lengths.append(batch.lengths.cpu().numpy().astype(np.int64))
+        self.records.append(batch.records.cpu().numpy().astype(np.int64))
+        self.offsets.append(batch.offsets.cpu().numpy().astype(np.int64))
+        if batch.rna is None:
+            self.rna = None
+        elif self.rna is not None:
+            self.rna.append(batch.rna.cpu().numpy())
+        if batch.quality_offset is not None:
+            self.quality_offsets.add(int(batch.quality_offset))
         self.tokens.append(_unpad(tokens, mask))
         if batch.qualities is None:
             self.qualities = None
@@ -127,18 +148,26 @@ class _Pending:
     def __len__(self) -> int:
         return len(self.names)
 
-    def take(self, count: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray | None]:
-        """The first ``count`` reads, removed from the buffer."""
-        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+    def take(self, count: int) -> tuple[dict[str, Any], np.ndarray, np.ndarray | None]:
+        """The first ``count`` reads, removed from the buffer: their per-row columns, tokens and qualities."""
+        rows = {"name": self.names[:count]}
+        self.names = self.names[count:]
+        for key in ("lengths", "records", "offsets", "rna"):
+            parts = getattr(self, key)
+            if parts is None:
+                continue
+            values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            rows[key] = values[:count]
+            setattr(self, key, [values[count:]])
+        lengths = rows["lengths"]
         tokens = np.concatenate(self.tokens) if self.tokens else np.zeros(0, np.uint8)
         qualities = None if self.qualities is None else (
             np.concatenate(self.qualities) if self.qualities else np.zeros(0, np.uint8))
-        cut = int(lengths[:count].sum())
-        names, self.names = self.names[:count], self.names[count:]
-        self.lengths, self.tokens = [lengths[count:]], [tokens[cut:]]
+        cut = int(lengths.sum())
+        self.tokens = [tokens[cut:]]
         if qualities is not None:
             self.qualities = [qualities[cut:]]
-        return names, lengths[:count], tokens[:cut], None if qualities is None else qualities[:cut]
+        return rows, tokens[:cut], None if qualities is None else qualities[:cut]
 
 
 def _unpad(padded: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -148,14 +177,20 @@ def _unpad(padded: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return padded.astype(np.uint8, copy=False)[mask]
 
 
-def _parquet(names: list[str], lengths: np.ndarray, tokens: np.ndarray, qualities: np.ndarray | None,
-             tokens_dtype: str) -> bytes:
-    quality_column = (binary_column(qualities, lengths) if qualities is not None
-                      else null_binary_column(len(names)))
-    return to_parquet({"name": column(names, "string"), "length": column(lengths, "int64"),
-                       "tokens": binary_column(tokens, lengths), "qualities": quality_column},
-                      {"omnipos.tokens_dtype": tokens_dtype,
-                       "omnipos.format": "fastq" if qualities is not None else "fasta"})
+def _parquet(rows: dict[str, Any], tokens: np.ndarray, qualities: np.ndarray | None, tokens_dtype: str,
+             quality_offsets: set[int]) -> bytes:
+    lengths = rows["lengths"]
+    columns = {"name": column(rows["name"], "string"), "length": column(lengths, "int64"),
+               "record": column(rows["records"], "int64"), "offset": column(rows["offsets"], "int64")}
+    if "rna" in rows:
+        columns["rna"] = column(rows["rna"], "bool_")
+    columns["tokens"] = binary_column(tokens, lengths)
+    columns["qualities"] = (binary_column(qualities, lengths) if qualities is not None
+                            else null_binary_column(len(rows["name"])))
+    metadata = {"omnipos.tokens_dtype": tokens_dtype, "omnipos.format": "fastq" if qualities is not None else "fasta"}
+    if quality_offsets:
+        metadata["omnipos.quality_offset"] = ",".join(map(str, sorted(quality_offsets)))
+    return to_parquet(columns, metadata)
 
 
 def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str], shard_size: int,
@@ -165,8 +200,9 @@ def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[st
     pending = _Pending()
 
     def write(count: int) -> None:
-        names, lengths, tokens, qualities = pending.take(count)
-        writer.write(_parquet(names, lengths, tokens, qualities, pending.tokens_dtype or "int64"), len(names))
+        rows, tokens, qualities = pending.take(count)
+        writer.write(_parquet(rows, tokens, qualities, pending.tokens_dtype or "uint8", pending.quality_offsets),
+                     len(rows["name"]))
 
     done = 0
     try:
@@ -188,19 +224,28 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
     Returns:
         A dict with the keys of ``omnipos dna featurize``'s output: ``names`` (N strings), ``tokens [N, L]``
         (the dtype :func:`omnipos.dna.read_fastx` gave, ``PAD`` past each read), ``mask [N, L]`` bool,
-        ``lengths [N]`` int64, ``qualities [N, L]`` uint8 (0 at pads; None for FASTA), ``positional
+        ``lengths [N]`` int64, ``records [N]`` / ``offsets [N]`` int64 (each row's record in its file and its
+        start in it), ``rna [N]`` bool (only with ``rna="keep"``), ``qualities [N, L]`` uint8 Phred (0 at pads;
+        None for FASTA; ``config["quality_offset"]`` is the offset the files were read with), ``positional
         [N, L, dim]`` float32 (:func:`omnipos.dna.rc_symmetric_encoding`; only when the job's ``dim > 0`` and
         ``positional=True``) and ``config``.
     """
     manifest = Manifest.read(out_dir, KIND)
     names: list[str] = []
     lengths, tokens, qualities, formats, dtypes = [], [], [], {}, set()
+    per_row: dict[str, list[np.ndarray]] = {"records": [], "offsets": [], "rna": []}
+    offsets_used: set[str] = set()
     for shard in manifest.shards():
         table, metadata = read_parquet(read_verified(manifest.out_dir, shard, verify))
         formats.setdefault(metadata.get("omnipos.format", "?"), shard["name"])
         dtypes.add(metadata.get("omnipos.tokens_dtype", "int64"))
         names += table.column("name").to_pylist()
         lengths.append(table.column("length").to_numpy())
+        for key, name in (("records", "record"), ("offsets", "offset"), ("rna", "rna")):
+            if name in table.column_names:
+                per_row[key].append(table.column(name).to_numpy(zero_copy_only=False))
+        if "omnipos.quality_offset" in metadata:
+            offsets_used.update(metadata["omnipos.quality_offset"].split(","))
         tokens.append(flat_binary(table.column("tokens")))
         if table.column("qualities").null_count < table.num_rows:
             qualities.append(flat_binary(table.column("qualities")))
@@ -212,6 +257,8 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
     dtype = getattr(torch, dtypes.pop()) if dtypes else torch.int64
     flat = torch.from_numpy(np.concatenate(tokens)) if tokens else torch.zeros(0, dtype=torch.uint8)
     config = dict(manifest.meta["config"])
+    config["quality_offset"] = int(offsets_used.pop()) if len(offsets_used) == 1 else (
+        sorted(int(o) for o in offsets_used) or None)
     result: dict[str, Any] = {
         "names": names,
         "tokens": pad_packed(flat.to(dtype), mask, PAD),
@@ -220,6 +267,9 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
         "qualities": pad_packed(torch.from_numpy(np.concatenate(qualities)), mask, 0) if qualities else None,
         "config": config,
     }
+    for key, parts in per_row.items():
+        if parts:
+            result[key] = torch.from_numpy(np.concatenate(parts))
     if positional and config["dim"]:
         result["positional"] = rc_symmetric_encoding(all_lengths, config["dim"],
                                                      strand_aware=config["strand_aware"])
