@@ -8,7 +8,18 @@
 (c) random-walk PE, 20 steps, on (a): omnipos `random_walk_pe` (float64 powers, the default, and float32, PyG's
     precision) vs PyG's AddRandomWalkPE graph by graph.
 
-Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x. Threads: NumPy's BLAS runs single-threaded
+(d) RRWP, K=8, on (a)'s graphs: omnipos `rrwp` on the collated batch (and `precompute(AddRRWP(8))`) vs GRIT's
+    `add_full_rrwp` rewritten with dense torch ops graph by graph (GRIT's own code needs torch_sparse).
+(e) random-walk PE, 16 steps, on single large graphs of four shapes (Barabasi-Albert m=3: hub-heavy; random
+    geometric graph of mean degree 3: thousands of components; 2-D grid; ring + n/10 random chords) at 2e4, 1e5
+    and 1e6 nodes (--quick: 2e3, 1e4): omnipos vs PyG's AddRandomWalkPE, each case in its own subprocess for its
+    time and peak memory (VmHWM above the process's size before the call), stopped at --cap seconds or
+    --cap-gib GiB ("> cap"); omnipos reports progress, so a run that would exceed the time cap is stopped
+    early with its projected time.
+
+Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x; (d), (e): faster than the peer on every case.
+(c), (d), (e) run torch single-threaded on both sides (on a shared 2-core machine OpenMP's barriers made small
+ops many times slower with 2 threads; omnipos no longer changes torch's thread count itself). Threads: NumPy's BLAS runs single-threaded
 (OPENBLAS_NUM_THREADS=1: on a shared 2-core machine PyG's threaded NumPy eigh was 15x slower, so this favours
 PyG); torch keeps its default for omnipos (which runs LAPACK single-threaded per matrix and splits a batch's
 eigh over torch.get_num_threads() Python threads) and is set to 1 thread while PyG runs (with 2, its small
@@ -16,7 +27,7 @@ per-graph matmuls ran 10x slower on the shared machine). Speedups are
 given both in process CPU time (`time.process_time`, summed over threads; other processes on a shared machine
 do not inflate it) and in wall-clock time (which they do).
 
-    python benchmarks/bench_graph.py [--quick]
+    python benchmarks/bench_graph.py [--quick] [--only a,b,c,d,e] [--cap 300] [--cap-gib 3]
 """
 
 from __future__ import annotations
@@ -25,8 +36,14 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy is imported (see the docstring)
 
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -36,7 +53,7 @@ warnings.filterwarnings("ignore")
 from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE  # noqa: E402
 
-from omnipos.graph import AddLaplacianPE, laplacian_pe, precompute, random_walk_pe  # noqa: E402
+from omnipos.graph import AddLaplacianPE, AddRRWP, laplacian_pe, precompute, random_walk_pe, rrwp  # noqa: E402
 
 
 def molecule_like(count: int, seed: int = 0) -> list[Data]:
@@ -115,10 +132,264 @@ def simple_columns_agree(graphs: list[Data], k: int) -> float:
     return worst
 
 
+# ------------------------------------------------------------------------------------ (d) RRWP, (e) large graphs
+
+
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op thread count for a block of this benchmark (an application may set it; the library
+    never does)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def grit_rrwp(data: Data, walk_length: int = 8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GRIT's ``add_full_rrwp`` (grit/transform/rrwp.py) for one graph, with dense torch ops where GRIT uses
+    torch_sparse (``SparseTensor.from_dense`` keeps the pairs whose channels are not all zero):
+    ``(node [n, K], pair_index [2, P], pair_value [P, K])``."""
+    n, edge_index = data.num_nodes, data.edge_index
+    adj = torch.zeros(n, n).index_put_((edge_index[0], edge_index[1]), torch.ones(edge_index.shape[1]),
+                                       accumulate=True)
+    deg_inv = 1.0 / adj.sum(dim=1)
+    deg_inv[deg_inv == float("inf")] = 0
+    adj = adj * deg_inv.view(-1, 1)
+    pe_list = [torch.eye(n), adj]
+    out = adj
+    for _ in range(2, walk_length):
+        out = out @ adj
+        pe_list.append(out)
+    pe = torch.stack(pe_list, dim=-1)
+    row, col = (pe.abs().sum(-1) != 0).nonzero(as_tuple=True)
+    return pe.diagonal().transpose(0, 1), torch.stack([row, col]), pe[row, col]
+
+
+def rrwp_section(args: Any, graphs: list[Data]) -> None:
+    repeats = 1 if args.quick else 3
+    bench = Bench("graph_rrwp", notes=(
+        f"(d) RRWP, K=8, {len(graphs):,} molecule-like graphs (10-40 nodes), torch single-threaded on both sides. "
+        "GRIT = add_full_rrwp's steps with dense torch ops, graph by graph. speedup = GRIT / omnipos."))
+    edge_index, num_nodes, batch = collate(graphs)
+    with torch_threads(1):
+        index, values, nodes = rrwp(edge_index, num_nodes, 8, batch=batch)
+        grit = [grit_rrwp(g) for g in graphs]
+        offsets = torch.cumsum(torch.tensor([0] + [g.num_nodes for g in graphs[:-1]]), 0)
+        grit_index = torch.cat([p + int(o) for (_, p, _), o in zip(grit, offsets)], 1)
+        assert torch.equal(grit_index, index), "RRWP pairs differ from GRIT's"
+        diff = max(float((torch.cat([v for _, _, v in grit]) - values).abs().max()),
+                   float((torch.cat([a for a, _, _ in grit]) - nodes).abs().max()))
+        ours = wall_and_cpu_medians(lambda: rrwp(edge_index, num_nodes, 8, batch=batch), repeats=repeats, warmup=1)
+        pre = wall_and_cpu_medians(lambda: precompute(graphs, AddRRWP(8), batch_size=2048, progress=False),
+                                   repeats=repeats, warmup=1)
+        peer = wall_and_cpu_medians(lambda: [grit_rrwp(g) for g in graphs], repeats=max(1, repeats - 1), warmup=1)
+    for case, timing in (("rrwp(batch)", ours), ("precompute(AddRRWP(8))", pre)):
+        bench.row(case=case, pairs=index.shape[1], omnipos_cpu_s=timing[1], grit_cpu_s=peer[1],
+                  speedup_cpu=peer[1] / timing[1], omnipos_wall_s=timing[0], grit_wall_s=peer[0],
+                  speedup_wall=peer[0] / timing[0], max_diff=diff)
+    bench.finish(None if args.out is None else args.out.with_name("graph_rrwp.json"))
+
+
+def barabasi_albert(n: int, m: int = 3, seed: int = 0) -> np.ndarray:
+    """Preferential attachment: each new node links to m distinct earlier nodes drawn by degree (a draw from
+    the list of all edge endpoints so far)."""
+    rng = np.random.default_rng(seed)
+    ends = np.empty(2 * m * n, dtype=np.int64)  # every edge's two endpoints, in order
+    ends[:m] = np.arange(m)
+    filled, targets = m, list(range(m))
+    pairs = np.empty((2, m * (n - m)), dtype=np.int64)
+    draws = rng.random(8 * m * n)
+    used = 0
+    for v in range(m, n):
+        k = (v - m) * m
+        pairs[0, k:k + m], pairs[1, k:k + m] = v, targets
+        ends[filled:filled + m], ends[filled + m:filled + 2 * m] = targets, v
+        filled += 2 * m
+        chosen: list[int] = []
+        while len(chosen) < m:
+            if used == draws.size:
+                draws, used = rng.random(8 * m * n), 0
+            pick = int(ends[int(draws[used] * filled)])
+            used += 1
+            if pick not in chosen:
+                chosen.append(pick)
+        targets = chosen
+    return pairs
+
+
+def random_geometric(n: int, degree: float = 3.0, seed: int = 0) -> np.ndarray:
+    from scipy.spatial import cKDTree
+
+    points = np.random.default_rng(seed).random((n, 2))
+    return cKDTree(points).query_pairs(np.sqrt(degree / (np.pi * n)), output_type="ndarray").T
+
+
+def grid_2d(n: int) -> np.ndarray:
+    side = int(round(np.sqrt(n)))
+    ids = np.arange(side * side).reshape(side, side)
+    return np.concatenate([np.stack([ids[:, :-1].ravel(), ids[:, 1:].ravel()]),
+                           np.stack([ids[:-1].ravel(), ids[1:].ravel()])], 1)
+
+
+def ring_chords(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
+    chords = rng.integers(0, n, (2, n // 10))
+    return np.concatenate([ring, chords[:, chords[0] != chords[1]]], 1)
+
+
+SHAPES = {"Barabasi-Albert m=3": barabasi_albert, "random geometric (deg 3)": random_geometric,
+          "2-D grid": grid_2d, "ring + n/10 chords": ring_chords}
+
+
+def large_graph(shape: str, n: int) -> tuple[torch.Tensor, int]:
+    """Both directions of each edge, duplicates removed (PyG's AddRandomWalkPE drops parallel edges on graphs of
+    <= 2000 nodes, where it writes a dense matrix, and sums them above: both sides see simple graphs here)."""
+    pairs = np.sort(SHAPES[shape](n), axis=0)
+    pairs = np.unique(pairs[:, pairs[0] != pairs[1]], axis=1)
+    n = int(round(np.sqrt(n))) ** 2 if shape == "2-D grid" else n
+    both = np.concatenate([pairs, pairs[::-1]], 1)
+    return torch.from_numpy(np.ascontiguousarray(both)).long(), n
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1])
+    return 0
+
+
+def worker(spec: dict) -> None:
+    """One (method, graph) case in its own process: time and peak memory of the call alone."""
+    import gc
+    import os
+    import threading
+
+    torch.set_num_threads(1)
+    ring = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    random_walk_pe(ring, 4, spec["steps"], dense_max_nodes=1)  # warm-up: imports and first calls of both
+    random_walk_pe(ring, 4, spec["steps"])
+    AddRandomWalkPE(spec["steps"])(Data(edge_index=ring, num_nodes=4))
+    AddRandomWalkPE(spec["steps"])(Data(edge_index=torch.cat([ring, ring + 4] * 520, 1) % 2100, num_nodes=2100))
+    edge_index, n = large_graph(spec["shape"], spec["n"])
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as clear:  # reset VmHWM to the current size
+        clear.write("5")
+    before = _status_kib("VmRSS")
+    report = {"nodes": n, "edges": int(edge_index.shape[1])}
+
+    def give_up(status: str, **extra: Any) -> None:
+        print(json.dumps({**report, "status": status, **extra}), flush=True)
+        os._exit(0)
+
+    threading.Timer(spec["cap"], give_up, ("time",)).start()
+    w0, c0 = time.perf_counter(), time.process_time()
+
+    first: list[tuple[float, int]] = []
+
+    def projected(done: int, total: int | None) -> None:
+        """Stop when the rate since the first finished block projects the call past 1.5x the time cap."""
+        now = time.perf_counter()
+        if not first:
+            first.append((now, done))
+            return
+        (t1, d1), elapsed = first[0], now - w0
+        if total and done > d1 and now - t1 > 10:
+            estimate = elapsed + (total - done) * (now - t1) / (done - d1)
+            if estimate > 1.5 * spec["cap"]:
+                give_up("time", projected_s=estimate)
+
+    if spec["method"] == "omnipos":
+        out = random_walk_pe(edge_index, n, spec["steps"], progress=projected)
+    else:
+        out = AddRandomWalkPE(spec["steps"])(Data(edge_index=edge_index, num_nodes=n)).random_walk_pe
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    np.save(spec["out"], out.numpy())
+    give_up("ok", wall_s=wall, cpu_s=cpu, peak_mib=(_status_kib("VmHWM") - before) / 1024)
+
+
+def run_case(spec: dict, cap_gib: float) -> dict:
+    """Run ``worker(spec)`` in a subprocess, killing it above ``cap_gib`` GiB of resident memory."""
+    proc = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(spec)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as status:
+                rss = next((int(line.split()[1]) for line in status if line.startswith("VmRSS")), 0)
+        except (FileNotFoundError, ProcessLookupError):
+            rss = 0
+        peak = max(peak, rss)
+        if rss > cap_gib * 2**20:
+            proc.kill()
+            proc.wait()
+            return {"status": "memory"}
+        time.sleep(0.1)
+    lines = [line for line in proc.stdout.read().splitlines() if line.startswith("{")]
+    if not lines:
+        return {"status": "error", "error": proc.stderr.read()[-500:]}
+    return json.loads(lines[-1])
+
+
+def large_graph_section(args: Any) -> None:
+    import tempfile
+
+    sizes = [2_000, 10_000] if args.quick else [20_000, 100_000, 1_000_000]
+    cap = 60.0 if args.quick else args.cap
+    bench = Bench("graph_walks_large", notes=(
+        f"(e) RWPE 16 steps on one large graph, each case in its own process, torch single-threaded; capped at "
+        f"{cap:.0f} s and {args.cap_gib:g} GiB ('> cap'; omnipos stops early when its progress projects past "
+        "the time cap: projected time in brackets). peak = VmHWM above the process's size before the call "
+        "(the graph itself excluded). s = wall seconds, cpu_s = process CPU seconds (what the work costs on a shared "
+        "machine); speedup_cpu = PyG / omnipos CPU time; max_diff = max |omnipos - PyG|."))
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in SHAPES:
+            for n in sizes:
+                results = {}
+                for method in ("omnipos", "pyg"):
+                    spec = {"method": method, "shape": shape, "n": n, "steps": 16, "cap": cap,
+                            "out": f"{tmp}/{method}.npy"}
+                    results[method] = run_case(spec, args.cap_gib)
+                    print(f"  {shape}, n={n:,}, {method}: {results[method]}", flush=True)
+                ours, theirs = results["omnipos"], results["pyg"]
+                both = ours["status"] == theirs["status"] == "ok"
+                diff = float(np.abs(np.load(f"{tmp}/omnipos.npy") - np.load(f"{tmp}/pyg.npy")).max()) if both else ""
+
+                def shown(r: dict, key: str) -> Any:
+                    if r["status"] == "ok":
+                        return r[key]
+                    if r["status"] == "time":
+                        extra = f" ({r['projected_s']:.0f} s)" if "projected_s" in r else ""
+                        return f"> {cap:.0f} s{extra}" if key == "wall_s" else ""
+                    if r["status"] == "memory":
+                        return f"> {args.cap_gib:g} GiB" if key == "peak_mib" else ""
+                    return r["status"]
+
+                bench.row(graph=shape, nodes=ours.get("nodes", theirs.get("nodes", n)),
+                          edges=ours.get("edges", theirs.get("edges", "")),
+                          omnipos_s=shown(ours, "wall_s"), omnipos_cpu_s=shown(ours, "cpu_s"),
+                          omnipos_peak_mib=shown(ours, "peak_mib"),
+                          pyg_s=shown(theirs, "wall_s"), pyg_cpu_s=shown(theirs, "cpu_s"),
+                          pyg_peak_mib=shown(theirs, "peak_mib"),
+                          speedup_cpu=theirs["cpu_s"] / ours["cpu_s"] if both else "", max_diff=diff)
+    bench.finish(None if args.out is None else args.out.with_name("graph_walks_large.json"))
+
+
 def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--big-nodes", type=int, default=50_000)
+    parser.add_argument("--only", default="a,b,c,d,e", help="sections to run, e.g. 'd,e'")
+    parser.add_argument("--cap", type=float, default=300.0, help="(e): seconds per case")
+    parser.add_argument("--cap-gib", type=float, default=3.0, help="(e): resident GiB per case")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    only = set(args.only.split(","))
     device = torch.device(args.device)
     count = 1_000 if args.quick else 10_000
     repeats = 1 if args.quick else 3
@@ -138,58 +409,69 @@ def main() -> None:
                   omnipos_wall_s=ours[0], pyg_wall_s=peer[0], speedup_wall=peer[0] / ours[0], max_diff=max_diff,
                   peer=peer_name)
 
-    # (a) Laplacian PE, k=8
-    diff = simple_columns_agree(graphs[:300], 8)
+    if "d" in only:
+        rrwp_section(args, graphs)
+    if "e" in only:
+        large_graph_section(args)
+    if not only & {"a", "b", "c"}:
+        return
+
     peer_repeats = max(1, repeats - 1)  # PyG takes seconds per pass
-    ours = wall_and_cpu_medians(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch),
-                                repeats=repeats, warmup=1)
-    pre = wall_and_cpu_medians(
-        lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device, progress=False),
-        repeats=repeats, warmup=1)
-    pyg_sym = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs),
-                                   repeats=peer_repeats, warmup=1)
-    pyg_default = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs),
+    if "a" in only:
+        # (a) Laplacian PE, k=8
+        diff = simple_columns_agree(graphs[:300], 8)
+        ours = wall_and_cpu_medians(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch),
+                                    repeats=repeats, warmup=1)
+        pre = wall_and_cpu_medians(
+            lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device, progress=False),
+            repeats=repeats, warmup=1)
+        pyg_sym = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs),
                                        repeats=peer_repeats, warmup=1)
-    row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)", diff)
-    row("(a) LapPE k=8, precompute(list)", pre, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
-    row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_default, "AddLaplacianEigenvectorPE() (default: eig)")
+        pyg_default = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs),
+                                           repeats=peer_repeats, warmup=1)
+        row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)", diff)
+        row("(a) LapPE k=8, precompute(list)", pre, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
+        row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_default, "AddLaplacianEigenvectorPE() (default: eig)")
 
     # (c) random walk, 20 steps
-    rw = random_walk_pe(edge_index, num_nodes, 20, batch=batch)
-    pyg = torch.cat([g.random_walk_pe for g in per_graph(AddRandomWalkPE(20), graphs)])
-    diff = float((rw.cpu() - pyg).abs().max())
-    ours = wall_and_cpu_medians(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch),
-                                repeats=repeats, warmup=1)
-    peer = wall_and_cpu_medians(lambda: per_graph(AddRandomWalkPE(20), graphs), repeats=peer_repeats,
-                                warmup=1)
-    row("(c) RWPE 20 steps, random_walk_pe(batch)", ours, peer, "AddRandomWalkPE(20)", diff)
-    fast = random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32)
-    diff = float((fast.cpu() - pyg).abs().max())
-    ours = wall_and_cpu_medians(
-        lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32),
-        repeats=repeats, warmup=1)
-    row("(c) RWPE 20 steps, compute_dtype=float32", ours, peer, "AddRandomWalkPE(20)", diff)
+    if "c" in only:
+        with torch_threads(1):  # both sides: see the module docstring
+            rw = random_walk_pe(edge_index, num_nodes, 20, batch=batch)
+            pyg = torch.cat([g.random_walk_pe for g in per_graph(AddRandomWalkPE(20), graphs)])
+            diff = float((rw.cpu() - pyg).abs().max())
+            ours = wall_and_cpu_medians(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch),
+                                        repeats=repeats, warmup=1)
+            peer = wall_and_cpu_medians(lambda: per_graph(AddRandomWalkPE(20), graphs), repeats=peer_repeats,
+                                        warmup=1)
+            row("(c) RWPE 20 steps, random_walk_pe(batch)", ours, peer, "AddRandomWalkPE(20)", diff)
+            fast = random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32)
+            diff = float((fast.cpu() - pyg).abs().max())
+            ours = wall_and_cpu_medians(
+                lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32),
+                repeats=repeats, warmup=1)
+            row("(c) RWPE 20 steps, compute_dtype=float32", ours, peer, "AddRandomWalkPE(20)", diff)
 
-    # (b) one big sparse graph, k=8: each side timed once (PyG's Lanczos is slow on it)
-    big = knn_graph(big_nodes)
-    data = Data(edge_index=big, num_nodes=big_nodes)
-    results = {}
+    if "b" in only:
+        # (b) one big sparse graph, k=8: each side timed once (PyG's Lanczos is slow on it)
+        big = knn_graph(big_nodes)
+        data = Data(edge_index=big, num_nodes=big_nodes)
+        results = {}
 
-    def solve_ours():
-        results["ours"] = laplacian_pe(big.to(device), big_nodes, 8)
+        def solve_ours():
+            results["ours"] = laplacian_pe(big.to(device), big_nodes, 8)
 
-    def solve_pyg():
-        results["pyg"] = AddLaplacianEigenvectorPE(8, is_undirected=True)(data).laplacian_eigenvector_pe
+        def solve_pyg():
+            results["pyg"] = AddLaplacianEigenvectorPE(8, is_undirected=True)(data).laplacian_eigenvector_pe
 
-    w0, c0 = time.perf_counter(), time.process_time()
-    solve_ours()
-    ours = (time.perf_counter() - w0, time.process_time() - c0)
-    w0, c0 = time.perf_counter(), time.process_time()
-    solve_pyg()
-    peer = (time.perf_counter() - w0, time.process_time() - c0)
-    row(f"(b) LapPE k=8, one {big_nodes:,}-node 6-NN graph", ours, peer,
-        "AddLaplacianEigenvectorPE(is_undirected=True): eigsh(which='SA')",
-        columns_agree(results["ours"].cpu(), results["pyg"]))
+        w0, c0 = time.perf_counter(), time.process_time()
+        solve_ours()
+        ours = (time.perf_counter() - w0, time.process_time() - c0)
+        w0, c0 = time.perf_counter(), time.process_time()
+        solve_pyg()
+        peer = (time.perf_counter() - w0, time.process_time() - c0)
+        row(f"(b) LapPE k=8, one {big_nodes:,}-node 6-NN graph", ours, peer,
+            "AddLaplacianEigenvectorPE(is_undirected=True): eigsh(which='SA')",
+            columns_agree(results["ours"].cpu(), results["pyg"]))
     bench.finish(args.out)
 
 

@@ -1,7 +1,10 @@
-"""Graph positional encodings: Laplacian eigenvectors, random walks, sign handling; PyG transforms, networkx.
+"""Graph positional encodings: Laplacian eigenvectors, random walks, RRWP, sign handling, SignNet; PyG
+transforms, networkx.
 
-The PyG transforms (``AddLaplacianPE``, ``AddRandomWalkPE``, ``RandomSignFlip``, ``precompute``) live in
-:mod:`omnipos.graph.pyg` and are imported on first use (torch_geometric is slow to import).
+The tensor functions and :class:`SignNet` need only torch, NumPy and SciPy. The PyG transforms (``AddLaplacianPE``,
+``AddRandomWalkPE``, ``AddRRWP``, ``RandomSignFlip``, ``precompute``) live in :mod:`omnipos.graph.pyg` and are
+imported on first use; they and the ``networkx_*`` helpers need the ``[graph]`` extra
+(``pip install "omnipos[graph]"``: torch_geometric, networkx).
 """
 
 from __future__ import annotations
@@ -11,13 +14,17 @@ from typing import Any
 from .eigenvalues import eigenvalue_encoding
 from .laplacian import DENSE_MAX_NODES, NORMALIZATIONS, connected_components, laplacian_pe
 from .networkx import networkx_laplacian_pe, networkx_random_walk_pe, networkx_to_edge_index
-from .random_walk import random_walk_pe, transition_matrix
+from .random_walk import RW_DENSE_MAX_NODES, random_walk_pe, transition_matrix
+from .rrwp import rrwp
 from .sign import canonical_sign, random_sign_flip
+from .signnet import SignNet
 
 __all__ = [
     "laplacian_pe",
     "random_walk_pe",
     "transition_matrix",
+    "rrwp",
+    "SignNet",
     "canonical_sign",
     "random_sign_flip",
     "connected_components",
@@ -27,13 +34,15 @@ __all__ = [
     "networkx_to_edge_index",
     "NORMALIZATIONS",
     "DENSE_MAX_NODES",
+    "RW_DENSE_MAX_NODES",
     "AddLaplacianPE",
     "AddRandomWalkPE",
+    "AddRRWP",
     "RandomSignFlip",
     "precompute",
 ]
 
-_PYG = ("AddLaplacianPE", "AddRandomWalkPE", "RandomSignFlip", "precompute")
+_PYG = ("AddLaplacianPE", "AddRandomWalkPE", "AddRRWP", "RandomSignFlip", "precompute")
 
 
 def __getattr__(name: str) -> Any:
