@@ -133,7 +133,7 @@ def test_batch_feeds_the_encoder_and_moves():
     from omnipos.timeseries import TimelineEncoder
 
     batch = EventBatch.from_frame(random_frame(6))
-    out = TimelineEncoder(16)(batch.times, batch.mask)
+    out = TimelineEncoder(16)(batch)
     assert out.shape == (*batch.times.shape, 16) and (out[~batch.mask] == 0).all()
     assert batch.to("cpu").times is not None and "EventBatch(subjects=" in repr(batch)
 
