@@ -40,6 +40,7 @@ __all__ = [
     "as_time_array",
     "read_times",
     "check_awareness",
+    "check_naive_as",
     "parse_origin",
     "common_ticks",
     "align_origin",
@@ -65,7 +66,7 @@ def _is_aware(value: Any) -> bool:
     return isinstance(value, _dt.datetime) and value.tzinfo is not None and value.utcoffset() is not None
 
 
-def _check_naive_as(naive_as: Any) -> str | None:
+def check_naive_as(naive_as: Any) -> str | None:
     if naive_as is not None and (not isinstance(naive_as, str) or naive_as not in NAIVE_AS):
         raise ValueError(f"naive_as must be None (refuse naive times mixed with timezone-aware ones) or "
                          f"{', '.join(map(repr, NAIVE_AS))}, got {naive_as!r}")
@@ -75,7 +76,7 @@ def _check_naive_as(naive_as: Any) -> str | None:
 def check_awareness(found: set[str], naive_as: Any, name: str) -> None:
     """Refuse naive and timezone-aware times together (``found`` holds ``"naive"`` / ``"aware"``) unless
     ``naive_as`` names the zone of the naive ones."""
-    if {"naive", "aware"} <= found and _check_naive_as(naive_as) is None:
+    if {"naive", "aware"} <= found and check_naive_as(naive_as) is None:
         raise ValueError(
             f"{name} mix naive datetimes (no time zone) and timezone-aware ones: the naive ones could be in any "
             f"zone. Pass naive_as='UTC' to read naive times as UTC, or make them all aware or all naive")
@@ -368,7 +369,7 @@ def batch_timelines(
     Empty timelines give all-masked rows (clock 0 with ``origin="first"``); duplicate times are kept (gap 0).
     """
     unit = check_unit(unit)
-    _check_naive_as(naive_as)
+    check_naive_as(naive_as)
     if isinstance(timelines, (str, torch.Tensor, np.ndarray)) or not isinstance(timelines, Sequence):
         raise TypeError(f"{name} must be a list of timelines (one array / list / Series per row), "
                         f"got {type(timelines).__name__}")

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..core import check_choice, check_positive_int, lengths_to_mask, pad_packed
-from .calendar import align_origin, check_awareness, is_missing, offsets_from_origin, parse_origin, read_times
+from .calendar import align_origin, check_awareness, check_naive_as, is_missing, offsets_from_origin, parse_origin, read_times
 from .durations import check_unit
 
 __all__ = ["EventBatch", "require_pandas", "PAD_CODE", "UNK_CODE", "TRUNCATIONS", "STATIC_POLICIES",
@@ -276,6 +276,7 @@ class _EventTable:
         check_choice(unknown_code, "unknown_code", UNKNOWN_CODE_POLICIES)
         check_choice(static, "static", STATIC_POLICIES)
         check_choice(truncation, "truncation", TRUNCATIONS)
+        check_naive_as(naive_as)
         if max_len is not None:
             max_len = check_positive_int(max_len, "max_len")
         if not isinstance(df, pd.DataFrame):
@@ -415,7 +416,7 @@ def _read_values(pd: Any, df: Any, value: str | None, subject_ix: np.ndarray, su
     if too_big.any():
         i = int(np.flatnonzero(too_big)[0])
         who = f"subject {subjects[subject_ix[i]]!r}" if subject_ix[i] >= 0 else "a row with no subject"
-        raise ValueError(f"column {value!r} holds {wide[i]!r} for {who} at row {df.index[i]!r} (position {i}): "
+        raise ValueError(f"column {value!r} holds {float(wide[i])!r} for {who} {_at_row(df, i)}: "
                          f"values are float32, whose largest finite value is {_FLOAT32_MAX:.4g}; rescale the "
                          f"column (or mark the value missing) first")
     return wide.astype(np.float32)
@@ -500,8 +501,16 @@ def _refuse_missing(df: Any, missing: np.ndarray, column: np.ndarray, subjects: 
     if null_time[i] and column[i] != "code" and subject_ix[i] >= 0:
         hint = ("a null time marks a static event in MEDS: pass static='keep' to keep such events as static codes, "
                 "static='drop' (or drop_missing=True) to drop them")
-    raise ValueError(f"missing value (NaN/NaT/None) in column {str(column[i])!r} for {who} at row {df.index[i]!r} "
-                     f"(position {i}); {hint}")
+    raise ValueError(f"missing value (NaN/NaT/None) in column {str(column[i])!r} for {who} {_at_row(df, i)}; "
+                     f"{hint}")
+
+
+def _at_row(df: Any, i: int) -> str:
+    """Where row ``i`` (position) of the table is: its index label, or its shard file and row there."""
+    label = df.index[i]
+    if isinstance(label, tuple) and len(label) == 2:  # from_parquet: (file, row in file)
+        return f"in {label[0]} at row {int(label[1])}"
+    return f"at row {label!r} (position {i})"
 
 
 # --- Parquet / MEDS sources --------------------------------------------------------------------------------------
