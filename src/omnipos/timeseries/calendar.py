@@ -143,13 +143,21 @@ def _read_objects(array: np.ndarray, name: str, naive_as: Any) -> tuple[np.ndarr
     values = array.tolist()
     first = next((v for v in values if not _null(v)), None)
     if isinstance(first, (_dt.timedelta, np.timedelta64)) or hasattr(first, "to_timedelta64"):
-        parts = [np.timedelta64("NaT") if _null(v) else
-                 v.to_timedelta64() if hasattr(v, "to_timedelta64") else np.timedelta64(v) for v in values]
+        try:
+            parts = [np.timedelta64("NaT") if _null(v) else
+                     v.to_timedelta64() if hasattr(v, "to_timedelta64") else np.timedelta64(v) for v in values]
+        except (TypeError, ValueError, OverflowError):
+            kinds = sorted({type(v).__name__ for v in values if not _null(v)})
+            raise TypeError(f"{name} must hold one kind of time, got a mix of {', '.join(kinds)}") from None
         return _unify_scalars(parts, "m", name), None
     if isinstance(first, (_dt.datetime, _dt.date, np.datetime64)) or hasattr(first, "to_datetime64"):
         found = {"aware" if _is_aware(v) else "naive" for v in values if not _null(v)}
         check_awareness(found, naive_as, name)
-        parts = [np.datetime64("NaT") if _null(v) else _datetime64(v) for v in values]
+        try:
+            parts = [np.datetime64("NaT") if _null(v) else _datetime64(v) for v in values]
+        except (TypeError, ValueError, OverflowError):
+            kinds = sorted({type(v).__name__ for v in values if not _null(v)})
+            raise TypeError(f"{name} must hold one kind of time, got a mix of {', '.join(kinds)}") from None
         return _unify_scalars(parts, "M", name), ("aware" if found == {"aware"} else "naive")
     try:
         return array.astype(np.float64), None
@@ -290,9 +298,13 @@ def parse_origin(origin: Any, kind: str, unit: str) -> tuple[Any, str | None]:
         return {"M": np.datetime64(0, "s"), "m": np.timedelta64(0, "s"), "f": 0.0}[kind], None
     if kind == "f":
         if isinstance(origin, (int, float, np.integer, np.floating)) and not isinstance(origin, bool):
-            if not np.isfinite(origin):
+            try:
+                value = float(origin)
+            except OverflowError:  # a Python int beyond float64
+                value = float("inf")
+            if not np.isfinite(value):
                 raise ValueError(f"origin must be finite, got {origin!r}")
-            return float(origin), None
+            return value, None
         raise TypeError(f"origin for plain float times must be 'first', 'epoch' or a number in {unit!r}, "
                         f"got {origin!r}")
     if kind == "m":
@@ -427,10 +439,16 @@ def offsets_from_origin(flat: np.ndarray, lengths: np.ndarray, *, fixed: Any, un
     starts = (np.cumsum(lengths) - lengths)[nonempty]
     if flat.dtype.kind == "f":
         if fixed is not None:
-            return flat - fixed, np.full(len(lengths), float(fixed))
-        first = np.zeros(len(lengths))
-        first[nonempty] = flat[starts]
-        return flat - np.repeat(first, lengths), first
+            ref = np.full(len(lengths), float(fixed))
+        else:
+            ref = np.zeros(len(lengths))
+            ref[nonempty] = flat[starts]
+        with np.errstate(over="ignore"):
+            offsets = flat - np.repeat(ref, lengths)
+        if not np.isfinite(offsets).all():
+            raise ValueError(f"{name}: times and their origin are too far apart for float64 (their difference "
+                             f"overflows); give them in a larger unit")
+        return offsets, ref
     ticks = flat.view(np.int64)
     tick_unit = np.datetime_data(flat.dtype)[0]
     if fixed is None:

@@ -155,6 +155,9 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock") -> torch.
         if clock.dtype in (torch.float16, torch.bfloat16):
             raise TypeError(f"{name} must be float64 (or float32 / integer): {clock.dtype} cannot hold clock "
                             f"times (hours since 1970 need 19 bits before the point)")
+        if clock.is_meta != times.is_meta:
+            raise ValueError(f"{name} is on {clock.device} and times on {times.device}: put both on the meta "
+                             f"device or neither")
         value = clock.to(device=times.device, dtype=torch.float64)
         try:
             torch.broadcast_shapes(value.shape, times.shape[:-1])
@@ -170,12 +173,19 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock") -> torch.
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got {bad}")
         return value.unsqueeze(-1)
     if isinstance(clock, (int, float, np.integer, np.floating)) and not isinstance(clock, bool):
-        if not abs(float(clock)) <= MAX_CLOCK:
+        if not abs(_as_float(clock)) <= MAX_CLOCK:
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got "
                              f"{clock!r}")
         return torch.full((1,), float(clock), dtype=torch.float64, device=times.device)
     raise TypeError(f"{name} must be a number or a tensor of one clock time per timeline, got "
                     f"{type(clock).__name__}")
+
+
+def _as_float(number: Any) -> float:
+    try:
+        return float(number)
+    except OverflowError:  # a Python int beyond float64
+        return float("inf")
 
 
 def phase_shift(phase_origin: Any, unit: str) -> float:

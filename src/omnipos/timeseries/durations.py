@@ -68,7 +68,11 @@ def parse_duration(value: Any, unit: str = "h", *, name: str = "duration") -> fl
     if hasattr(value, "to_timedelta64"):  # pandas.Timedelta (and pandas.NaT)
         return _numpy_timedelta(value.to_timedelta64(), unit, name)
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        return _finite(float(value), value, name)
+        try:
+            number = float(value)
+        except OverflowError:  # a Python int beyond float64
+            number = float("inf")
+        return _finite(number, value, name)
     if type(value).__name__ == "NaTType":  # pandas.NaT (pandas >= 3 gives it no to_timedelta64)
         raise ValueError(f"{name} is NaT (a missing duration); expected a duration")
     raise TypeError(f"{name} must be a string like '24h', a number in {unit!r} or a timedelta, got {value!r}")

@@ -16,7 +16,7 @@ from .events import EventBatch
 from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_cycles, log_gap_features
 from .periodic import DEFAULT_PERIODS, clock_required, clock_shift, periodic_dim, periodic_features, periods_tensor
 from .time2vec import Time2Vec
-from .timelines import can_check_values, check_times, checked_gaps
+from .timelines import can_check_values, check_module_device, check_times, checked_gaps
 
 __all__ = ["TimelineEncoder", "COMPONENTS", "COMBINES"]
 
@@ -194,6 +194,7 @@ class TimelineEncoder(ConstantBuffers):
         if isinstance(times, EventBatch):
             times, mask, clock = self._from_batch(times, mask, clock)
         times, mask = check_times(times, mask, check_sorted=False)
+        check_module_device(self.dtype_tracker.device, times)
         gaps = checked_gaps(times, mask)  # checks the order too
         if not {"gap", "gap_bucket"} & set(self.components):
             gaps = None

@@ -25,7 +25,7 @@ from ..core import (
     sinusoid_of_turns,
 )
 from .durations import check_unit, parse_durations, positive_duration
-from .timelines import can_check_values, check_times, checked_gaps, encode_valid
+from .timelines import can_check_values, check_module_device, check_times, checked_gaps, encode_valid
 
 __all__ = ["time_gaps", "log_gap_encoding", "log_gap_cycles", "log_gap_features", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
 
@@ -167,14 +167,16 @@ class GapBucketEmbedding(ConstantBuffers):
     def bucketize(self, gaps: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Bucket index of each gap (left-closed buckets; see the class docstring); padded slots get 0."""
         gaps, mask = _check_gaps(gaps, mask)
+        check_module_device(self.boundaries.device, gaps, "gaps")
         return self._bucketize(gaps, mask)
 
     def _bucketize(self, gaps: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        index = torch.bucketize(gaps.to(torch.float64), self.boundaries.to(gaps.device), right=True)
+        index = torch.bucketize(gaps.to(torch.float64), self.boundaries, right=True)
         return index if mask is None else index.masked_fill(~mask, 0)
 
     def forward(self, gaps: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         gaps, mask = _check_gaps(gaps, mask)
+        check_module_device(self.boundaries.device, gaps, "gaps")
         return encode_valid(gaps, mask, self.encode_events)
 
     def encode_events(self, flat_gaps: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..core import check_positive_int, renamed_argument
-from .timelines import can_check_values, check_mask, check_times, encode_valid
+from .timelines import can_check_values, check_mask, check_module_device, check_times, encode_valid
 
 __all__ = ["Time2Vec"]
 
@@ -62,11 +62,13 @@ class Time2Vec(nn.Module):
     def forward(self, times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.in_features == 1:
             times, mask = check_times(times, mask)
+            check_module_device(self.linear.weight.device, times)
             return encode_valid(times, mask, lambda t: self.encode_events(t.unsqueeze(-1)))
         if not isinstance(times, torch.Tensor) or times.ndim < 2 or times.shape[-1] != self.in_features:
             raise ValueError(f"times must be [..., L, in_features={self.in_features}], got "
                              f"{tuple(getattr(times, 'shape', ()))}")
         mask = check_mask(mask, times.shape[:-1], times.device)
+        check_module_device(self.linear.weight.device, times)
         features, _ = check_times(times, None if mask is None else mask.unsqueeze(-1).expand_as(times),
                                   check_sorted=False)
         return encode_valid(features, mask, self.encode_events)

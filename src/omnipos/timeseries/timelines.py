@@ -16,8 +16,8 @@ import torch
 
 from ..core import pad_packed
 
-__all__ = ["can_check_values", "check_times", "check_mask", "checked_gaps", "previous_event_times",
-           "encode_valid"]
+__all__ = ["can_check_values", "check_times", "check_mask", "check_module_device", "checked_gaps",
+           "previous_event_times", "encode_valid"]
 
 
 def can_check_values(*tensors: torch.Tensor | None) -> bool:
@@ -36,7 +36,18 @@ def check_mask(mask: Any, shape: torch.Size, device: torch.device, name: str = "
                         f"{getattr(mask, 'dtype', type(mask).__name__)}")
     if mask.shape != shape:
         raise ValueError(f"mask {tuple(mask.shape)} must have the shape of {name} {tuple(shape)}")
+    if mask.is_meta != (device.type == "meta"):
+        raise ValueError(f"mask is on {mask.device} and {name} on {device}: a meta tensor has no values to "
+                         f"combine with real ones; put both on the meta device or neither")
     return mask.to(device)
+
+
+def check_module_device(module_device: torch.device, times: torch.Tensor, name: str = "times") -> None:
+    """Refuse ``times`` on another device than the module's (a clear ValueError instead of a RuntimeError from
+    deep inside a kernel; meta included: build the module under ``torch.device("meta")`` for meta inputs)."""
+    if times.device != module_device:
+        raise ValueError(f"{name} is on {times.device} but the module is on {module_device}: move one of them "
+                         f"(module.to(device) / times.to(device))")
 
 
 def check_times(
