@@ -272,8 +272,15 @@ class TimelineEncoder(ConstantBuffers):
 
     def _lift(self, features: torch.Tensor, out: torch.Tensor | None, work: torch.dtype) -> torch.Tensor:
         """``out + features @ lift.weight.T``, one product and one sum per feature in a fixed order: a matrix
-        product's rounding depends on how many rows it is given (its blocking), this does not."""
+        product's rounding depends on how many rows it is given (its blocking), this does not (each product and
+        each sum is one correctly rounded operation, whichever kernel path an element takes)."""
         weight = self.lift.weight.to(work)
+        if out is not None and not (torch.is_grad_enabled() and (out.requires_grad or weight.requires_grad
+                                                                   or features.requires_grad)):
+            term = torch.empty_like(out)  # one scratch buffer for every product, written in place
+            for k in range(features.shape[-1]):
+                out.add_(torch.mul(features[:, k : k + 1], weight[:, k], out=term))
+            return out
         for k in range(features.shape[-1]):
             out = _accumulate(out, features[:, k : k + 1] * weight[:, k])
         return out
