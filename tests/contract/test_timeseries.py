@@ -4,8 +4,8 @@ copies, threads. The checks themselves are in ``contract/harness.py``."""
 
 import pytest
 import torch
-
 from contract.harness import CHECKS, Case, run
+
 from omnipos.timeseries import (
     EventBatch,
     GapBucketEmbedding,
@@ -96,8 +96,8 @@ CASES = [
          fn=lambda t, m, c: periodic_encoding(t, ("24h", "7d"), 2, mask=m, clock=c, timezone="Europe/Paris",
                                                  dtype=t.dtype),
          inputs=timelines, grad_inputs=(0, 2), gradgrad=True, skip=FUNCTION),
-    Case("log_gap_encoding", fn=lambda g, m: log_gap_encoding(g, 8, mask=m, dtype=g.dtype), inputs=gaps_of, grad_inputs=(0,),
-         gradgrad=True, skip=FUNCTION),
+    Case("log_gap_encoding", fn=lambda g, m: log_gap_encoding(g, 8, mask=m, dtype=g.dtype), inputs=gaps_of,
+         grad_inputs=(0,), gradgrad=True, skip=FUNCTION),
     Case("time_gaps", fn=time_gaps, inputs=lambda size, dtype: timelines(size)[:2], grad_inputs=(0,),
          skip=FUNCTION),
 ]

@@ -58,7 +58,7 @@ def test_first_origin_is_per_timeline_and_padding():
 def test_unsorted_raises_or_sorts_stably():
     with pytest.raises(ValueError, match=r"timelines\[1\] is not sorted: position 2"):
         batch_timelines([[1.0, 2.0], [0.0, 5.0, 4.0]])
-    times, mask = batch_timelines([[1.0, 2.0], [0.0, 5.0, 4.0]], sort=True, origin="epoch")
+    times, _mask = batch_timelines([[1.0, 2.0], [0.0, 5.0, 4.0]], sort=True, origin="epoch")
     assert times[1].tolist() == [0.0, 4.0, 5.0]
     dates = np.array(["2020-01-03", "2020-01-01"], dtype="datetime64[ns]")
     assert batch_timelines([dates], sort=True)[0][0].tolist() == [0.0, 48.0]
@@ -110,7 +110,7 @@ def test_sort_true_matches_numpy_sort(timelines):
 
 
 def test_dates_beyond_2262_do_not_wrap_around():
-    times, mask = batch_timelines([[dt.datetime(2024, 1, 1), dt.datetime(2300, 1, 1)]])
+    times, _mask = batch_timelines([[dt.datetime(2024, 1, 1), dt.datetime(2300, 1, 1)]])
     hours = (np.datetime64("2300-01-01", "s") - np.datetime64("2024-01-01", "s")).astype(np.int64) / 3600
     assert times.tolist() == [[0.0, hours]] and hours > 0
     placeholder = np.array(["2024-03-01", "9999-12-31"], dtype="datetime64[D]")

@@ -38,7 +38,7 @@ def test_zone_table_transitions_are_exact_to_the_second():
 def test_local_time_of_day_follows_daylight_saving_time():
     """08:00 in New York is 13:00 UTC in winter and 12:00 UTC in summer: one local time, one encoding."""
     stamps = np.array(["2024-01-15T13:00", "2024-07-15T12:00"], dtype="datetime64[s]")
-    times, mask, clock = batch_timelines([stamps], return_clock=True)
+    times, _mask, clock = batch_timelines([stamps], return_clock=True)
     local = periodic_encoding(times, ("24h",), clock=clock, timezone="America/New_York", dtype=torch.float64)
     utc = periodic_encoding(times, ("24h",), clock=clock, dtype=torch.float64)
     torch.testing.assert_close(local[0, 0], local[0, 1], rtol=0, atol=1e-12)
@@ -54,7 +54,7 @@ def test_local_time_of_day_follows_daylight_saving_time():
 
 def test_phase_origin_starts_the_week_on_monday():
     monday = np.array(["2024-01-01T00:00", "2024-01-03T12:00"], dtype="datetime64[m]")   # a Monday, a Wednesday
-    times, mask, clock = batch_timelines([monday], return_clock=True)
+    times, _mask, clock = batch_timelines([monday], return_clock=True)
     week = periodic_encoding(times, ("7d",), clock=clock, phase_origin="2024-01-01", dtype=torch.float64)
     assert week[0, 0].tolist() == pytest.approx([0.0, 1.0], abs=1e-12)
     assert week[0, 1].tolist() == pytest.approx([math.sin(math.pi * 5 / 7), math.cos(math.pi * 5 / 7)], abs=1e-12)

@@ -23,7 +23,15 @@ import numpy as np
 import torch
 
 from ..core import check_choice, check_positive_int, lengths_to_mask, pad_packed
-from .calendar import align_origin, check_awareness, check_naive_as, is_missing, offsets_from_origin, parse_origin, read_times
+from .calendar import (
+    align_origin,
+    check_awareness,
+    check_naive_as,
+    is_missing,
+    offsets_from_origin,
+    parse_origin,
+    read_times,
+)
 from .durations import check_unit
 
 __all__ = ["EventBatch", "require_pandas", "PAD_CODE", "UNK_CODE", "TRUNCATIONS", "STATIC_POLICIES",

@@ -27,7 +27,8 @@ from ..core import (
 from .durations import check_unit, parse_durations, positive_duration
 from .timelines import can_check_values, check_module_device, check_times, checked_gaps, encode_valid
 
-__all__ = ["time_gaps", "log_gap_encoding", "log_gap_cycles", "log_gap_features", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
+__all__ = ["time_gaps", "log_gap_encoding", "log_gap_cycles", "log_gap_features", "GapBucketEmbedding",
+           "DEFAULT_GAP_BOUNDARIES"]
 
 DEFAULT_GAP_BOUNDARIES = ("1h", "1d", "7d", "30d", "90d", "180d", "365d")
 
@@ -91,7 +92,8 @@ def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | st
     return layout_frequencies(dim, base=base, layout=layout, device=device) / (2 * math.pi)
 
 
-def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str, dtype: torch.dtype) -> torch.Tensor:
+def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str,
+                     dtype: torch.dtype) -> torch.Tensor:
     """The encoding of real events' gaps ``g [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``: the core's
     sinusoid of ``x = log1p(g / scale)``, with the frequencies computed once by the caller."""
     g = g.to(torch.float64)
@@ -145,7 +147,8 @@ class GapBucketEmbedding(ConstantBuffers):
         self.boundary_values = values
         self.register_constants()
         # built without touching the RNG: reset_parameters() is the one initialisation (meta-device friendly)
-        self.embedding = nn.utils.skip_init(nn.Embedding, len(values) + 1, self.dim, device=torch.get_default_device())
+        self.embedding = nn.utils.skip_init(nn.Embedding, len(values) + 1, self.dim,
+                                            device=torch.get_default_device())
         self.reset_parameters()
 
     def compute_constants(self, device: torch.device | None) -> dict[str, torch.Tensor]:
