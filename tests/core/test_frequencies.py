@@ -1,27 +1,9 @@
-import math
 
 import numpy as np
 import pytest
 import torch
 
 from omnipos.core import frequency_bands
-
-
-def reference(positions, dim, base=10000.0, layout="interleaved"):
-    """The conventions' formulas, written out in float64 NumPy, independent of omnipos."""
-    p = np.asarray(positions, dtype=np.float64)[..., None]
-    half = dim // 2
-    i = np.arange(half, dtype=np.float64)
-    if layout == "fairseq":
-        w = np.exp(-math.log(base) * i / (half - 1))
-    else:
-        w = 1.0 / base ** (2 * i / dim)
-    s, c = np.sin(p * w), np.cos(p * w)
-    if layout == "interleaved":
-        out = np.empty(p.shape[:-1] + (dim,))
-        out[..., 0::2], out[..., 1::2] = s, c
-        return out
-    return np.concatenate([s, c], axis=-1)
 
 
 def test_frequency_bands_formula():

@@ -1,6 +1,5 @@
 """RotaryEmbedding / apply_rotary / convert_rope_layout vs HF transformers, rotary-embedding-torch, timm and float64."""
 
-import math
 
 import numpy as np
 import pytest
@@ -28,15 +27,6 @@ def reference_rotate(x, positions, inv_freq, layout, rotary_dim, attention_facto
 
 def randn(*shape, seed=0, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
-def grid_positions(h, w):
-    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-    return torch.stack([rows, cols], -1).reshape(h * w, 2)
-
-
-def _attention(q, k, v):
-    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ v
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

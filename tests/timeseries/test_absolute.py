@@ -17,15 +17,6 @@ def absolute_reference(t, dim, lo, hi):
     return out
 
 
-def periodic_reference(t, periods, harmonics):
-    chans = []
-    for p in periods:
-        for h in range(1, harmonics + 1):
-            phase = 2 * np.pi * h * np.asarray(t, dtype=np.float64) / p
-            chans += [np.sin(phase), np.cos(phase)]
-    return np.stack(chans, axis=-1)
-
-
 def random_timelines(seed, batch=3, length=9, scale=5000.0):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(0, length + 1, size=batch)

@@ -11,15 +11,6 @@ from hypothesis import strategies as st
 from omnipos.timeseries import batch_timelines, periodic_encoding
 
 
-def absolute_reference(t, dim, lo, hi):
-    half = dim // 2
-    periods = lo * (hi / lo) ** (np.arange(half) / max(half - 1, 1))
-    phase = 2 * np.pi * np.asarray(t, dtype=np.float64)[..., None] / periods
-    out = np.empty(phase.shape[:-1] + (dim,))
-    out[..., 0::2], out[..., 1::2] = np.sin(phase), np.cos(phase)
-    return out
-
-
 def periodic_reference(t, periods, harmonics):
     chans = []
     for p in periods:
