@@ -14,7 +14,15 @@ from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
 from .durations import UNITS, check_unit, positive_duration
 from .events import EventBatch
 from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_cycles, log_gap_features
-from .periodic import DEFAULT_PERIODS, clock_required, clock_shift, periodic_dim, periodic_features, periods_tensor
+from .periodic import (
+    DEFAULT_PERIODS,
+    clock_required,
+    clock_shift,
+    periodic_dim,
+    periodic_features,
+    periods_tensor,
+    phase_remainders,
+)
 from .time2vec import Time2Vec
 from .timelines import can_check_values, check_module_device, check_times, checked_gaps
 
@@ -139,7 +147,8 @@ class TimelineEncoder(ConstantBuffers):
 
     def compute_constants(self, device: torch.device | None) -> dict[str, torch.Tensor]:
         transitions, offsets = timezone_tensors(self.timezone, self.unit, device)
-        constants = {"periods": periods_tensor(self.period_labels, self.unit, device),
+        periods = periods_tensor(self.period_labels, self.unit, device)
+        constants = {"periods": periods, "phase_mod": phase_remainders(self.phase, periods),
                      "tz_transitions": transitions, "tz_offsets": offsets}
         if "absolute" in self.sizes:
             constants["cycles"] = absolute_cycles(self.sizes["absolute"], self.min_period, self.max_period,
@@ -214,6 +223,8 @@ class TimelineEncoder(ConstantBuffers):
         rows_t, rows_m = times.reshape(-1, length), mask.reshape(-1, length)
         rows_g = None if gaps is None else gaps.reshape(-1, length)
         rows_c = None if clocks is None else clocks.reshape(-1)
+        # each row's clock modulo each period, once per row: [rows, P]
+        rows_cm = None if clocks is None else torch.remainder(rows_c.unsqueeze(-1), self.periods)
         out = torch.empty(*rows_t.shape, self.dim, dtype=out_dtype, device=times.device)
         # On CPU, blocks of rows small enough to stay in cache while they are zeroed, encoded and filled in: the
         # work is memory-bound (float64 phase buffers, the padded output). Elsewhere one block (no syncs).
@@ -227,7 +238,8 @@ class TimelineEncoder(ConstantBuffers):
             if slots.numel():
                 t = rows_t[block].reshape(-1)[slots]
                 g = None if rows_g is None else rows_g[block].reshape(-1)[slots]
-                c = None if rows_c is None else rows_c[block][slots // length]
+                row = None if rows_c is None else slots // length
+                c = None if rows_c is None else (rows_c[block][row], rows_cm[block][row])
                 target.index_copy_(0, slots, self._combined(t, g, c).to(out_dtype))
         return out.reshape(*mask.shape, self.dim)
 
@@ -252,12 +264,17 @@ class TimelineEncoder(ConstantBuffers):
         zero = torch.zeros((), dtype=times.dtype, device=times.device)
         t = torch.where(mask, times, zero).reshape(-1)
         g = None if gaps is None else torch.where(mask, gaps, zero).reshape(-1)
-        c = None if clocks is None else clocks.expand(times.shape).reshape(-1)
+        c = None
+        if clocks is not None:
+            c = clocks.expand(times.shape).reshape(-1)
+            c = (c, torch.remainder(c.unsqueeze(-1), self.periods))
         out = self._combined(t, g, c).to(self.dtype).reshape(*times.shape, self.dim)
         return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
-    def _combined(self, t: torch.Tensor, g: torch.Tensor | None, c: torch.Tensor | None) -> torch.Tensor:
-        """``[n]`` times (gaps, clocks) of real events -> ``[n, dim]`` in the work dtype."""
+    def _combined(self, t: torch.Tensor, g: torch.Tensor | None,
+                  c: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """``[n]`` times (gaps; clocks ``[n]`` and clocks modulo each period ``[n, P]``) of real events ->
+        ``[n, dim]`` in the work dtype."""
         work = torch.float32 if self.dtype in _LOW else self.dtype
         if self.combine == "concat":
             return torch.cat([self._component(name, t, g, c, work) for name in self.components], dim=-1)
@@ -285,12 +302,12 @@ class TimelineEncoder(ConstantBuffers):
             out = _accumulate(out, features[:, k : k + 1] * weight[:, k])
         return out
 
-    def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None, c: torch.Tensor | None,
-                   work: torch.dtype) -> torch.Tensor:
+    def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None,
+                   c: tuple[torch.Tensor, torch.Tensor] | None, work: torch.dtype) -> torch.Tensor:
         if name == "absolute":
             return absolute_features(t, self.cycles, "interleaved", work)
         if name == "periodic":
-            shift = clock_shift(t.to(torch.float64), c, self.tz_transitions, self.tz_offsets, self.phase)
+            shift = clock_shift(t.to(torch.float64), c[0], c[1], self.tz_transitions, self.tz_offsets, self.phase_mod)
             return periodic_features(t, self.periods, self.harmonics, work, shift)
         if name == "gap":
             return log_gap_features(g, self.gap_cycles, self.gap_scale, "interleaved", work)

@@ -22,7 +22,7 @@ from .durations import check_unit, parse_durations
 from .timelines import check_times, encode_valid
 
 __all__ = ["periodic_encoding", "periodic_dim", "periodic_features", "periods_tensor", "DEFAULT_PERIODS",
-           "clock_required", "clock_shift"]
+           "clock_required", "clock_shift", "phase_remainders"]
 
 DEFAULT_PERIODS = ("24h", "7d")
 
@@ -85,15 +85,22 @@ def periodic_encoding(
     period_values = periods_tensor(periods, unit, times.device)
     harmonics = check_positive_int(harmonics, "harmonics")
     transitions, offsets = timezone_tensors(timezone_name(timezone), unit, times.device)
-    phase = phase_shift(phase_origin, unit)
+    phase_mod = phase_remainders(phase_shift(phase_origin, unit), period_values)
     times = times.to(torch.float64)
     pair = torch.stack([times, clock_tensor(clock, times).expand(times.shape)], dim=-1)
 
     def encode(tc: torch.Tensor) -> torch.Tensor:
         t, c = tc[..., 0], tc[..., 1]
-        return periodic_features(t, period_values, harmonics, dtype, clock_shift(t, c, transitions, offsets, phase))
+        clock_mod = torch.remainder(c.unsqueeze(-1), period_values)
+        shift = clock_shift(t, c, clock_mod, transitions, offsets, phase_mod)
+        return periodic_features(t, period_values, harmonics, dtype, shift)
 
     return encode_valid(pair, mask, encode)
+
+
+def phase_remainders(phase: float, periods: torch.Tensor) -> torch.Tensor:
+    """The phase origin (in the periods' unit since the epoch's wall clock) modulo each period, float64 ``[P]``."""
+    return torch.remainder(torch.tensor(phase, dtype=torch.float64, device=periods.device), periods)
 
 
 def periods_tensor(periods: Sequence[Any], unit: str, device: torch.device | str | None = None) -> torch.Tensor:
@@ -101,23 +108,31 @@ def periods_tensor(periods: Sequence[Any], unit: str, device: torch.device | str
     return torch.tensor(parse_durations(periods, check_unit(unit), "periods"), dtype=torch.float64, device=device)
 
 
-def clock_shift(t: torch.Tensor, clock: torch.Tensor, transitions: torch.Tensor, offsets: torch.Tensor,
-                phase: float) -> torch.Tensor:
-    """What to add to relative times ``t`` (float64, any shape) for local wall-clock time since the phase origin:
-    ``clock + UTC offset at (t + clock) - phase``, ``clock`` of ``t``'s shape."""
-    shift = clock + local_offset(t + clock, transitions, offsets)  # t + clock may overflow: only a lookup key
-    return shift - phase if phase else shift
+def clock_shift(t: torch.Tensor, clock: torch.Tensor, clock_mod: torch.Tensor, transitions: torch.Tensor,
+                offsets: torch.Tensor, phase_mod: torch.Tensor) -> torch.Tensor:
+    """What to add to relative times ``t [N]`` (float64) for local wall-clock time since the phase origin, reduced
+    modulo each period: ``[N, P]``, between ``-P - 1 day`` and ``2 P + 1 day``.
+
+    ``clock [N]`` is each event's row clock, ``clock_mod`` (``[N, P]``, or broadcastable) that clock modulo each
+    period (a caller with few rows reduces it once per row), ``phase_mod [P]`` the phase origin modulo each
+    period. Only the zone's offset at ``t + clock`` (looked up; the sum may overflow harmlessly) is per event.
+    """
+    offset = local_offset(t + clock, transitions, offsets)  # 0-d for a fixed offset
+    if offset.ndim:
+        offset = offset.unsqueeze(-1)
+    return clock_mod + (offset - phase_mod)
 
 
 def periodic_features(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dtype: torch.dtype,
                       shift: torch.Tensor | None = None) -> torch.Tensor:
     """The encoding of real events' times ``t [N]`` (no mask, no checks) -> ``[N, 2 * P * harmonics]``.
 
-    ``shift [N]`` (optional) is added to ``t`` modulo each period (each reduced apart: no overflow)."""
-    fraction = torch.remainder(t.to(torch.float64).unsqueeze(-1), periods)  # [N, P] in [0, P)
+    ``shift [N, P]`` (optional, from :func:`clock_shift`: small, already reduced) is added to ``t`` before the one
+    modulo per period; ``t mod P`` is exact in float64, so a large ``t`` loses nothing."""
+    x = t.to(torch.float64).unsqueeze(-1)
     if shift is not None:
-        fraction = torch.remainder(fraction + torch.remainder(shift.unsqueeze(-1), periods), periods)
-    fraction = fraction / periods
+        x = x + shift
+    fraction = torch.remainder(x, periods) / periods  # [N, P] in [0, 1)
     steps = torch.arange(1, harmonics + 1, dtype=torch.float64, device=t.device)
     turns = (fraction.unsqueeze(-1) * steps).flatten(-2)
     return sinusoid_of_turns(turns, layout="interleaved", dtype=dtype, inplace=True)  # our buffer: no copy
