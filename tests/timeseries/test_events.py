@@ -460,3 +460,15 @@ def test_length_bucketed_batches(meds_root):
     assert sorted(s for b in meds for s in b.subjects) == EventBatch.from_parquet(meds_root, split="train").subjects
     with pytest.raises(ValueError, match="split= needs a MEDS root"):
         next(EventBatch.batches(df, 2, split="train"))
+
+
+def test_infinite_times_are_refused_never_static_and_unorderable_columns_are_named():
+    df = pd.DataFrame({"subject_id": [1, 1, 1], "time": [0.0, np.inf, np.nan], "code": ["a", "b", "c"],
+                       "numeric_value": [1.0, 2.0, 3.0]})
+    with pytest.raises(ValueError, match=r"missing or infinite value .* column 'time' for subject 1 at row 1"):
+        EventBatch.from_frame(df, static="keep")
+    batch = EventBatch.from_frame(df, static="keep", drop_missing=True)       # inf dropped, NaN kept as static
+    assert batch.times.tolist() == [[0.0]] and [batch.vocab[c] for c in batch.static_codes[0]] == ["c"]
+    mixed = df.assign(subject_id=pd.Series([1, "x", 2], dtype=object), time=[0.0, 1.0, 2.0])
+    with pytest.raises(TypeError, match="column 'subject_id' mixes values that cannot be ordered"):
+        EventBatch.from_frame(mixed)

@@ -294,14 +294,15 @@ class _EventTable:
         if absent:
             raise ValueError(f"column(s) {', '.join(absent)} not in the frame; its columns: {list(df.columns)}")
 
-        subject_ix, subjects = pd.factorize(df[subject], sort=True)
+        subject_ix, subjects = _factorize(pd, df[subject], subject)
         subjects = subjects.tolist()
         times, awareness = read_times(df[time], f"column {time!r}", naive_as=naive_as)
         code_ix, code_names = _encode_codes(pd, df[code], vocab, unknown_code)
         values = _read_values(pd, df, value, subject_ix, subjects)
 
-        null_time = is_missing(times)
-        bad = (subject_ix < 0) | (code_ix < 0) | (null_time & (static == "error"))
+        null_time = np.isnat(times) if times.dtype.kind in "Mm" else np.isnan(times)  # MEDS: a static event
+        infinite = is_missing(times) & ~null_time  # +-inf: not a time at all, never a static event
+        bad = (subject_ix < 0) | (code_ix < 0) | infinite | (null_time & (static == "error"))
         if bad.any() and not drop_missing:
             column = np.where(subject_ix < 0, subject, np.where(code_ix < 0, code, time))
             _refuse_missing(df, bad, column, subjects, subject_ix, null_time & (static == "error"))
@@ -458,12 +459,21 @@ def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray) -> np.ndarray
     return order[torch.sort(subjects[order], stable=True).indices].numpy()
 
 
+def _factorize(pd: Any, column: Any, name: str) -> tuple[np.ndarray, Any]:
+    """``pd.factorize(column, sort=True)``, refusing by name a column whose values cannot be sorted together."""
+    try:
+        return pd.factorize(column, sort=True)
+    except TypeError as exc:
+        raise TypeError(f"column {name!r} mixes values that cannot be ordered (e.g. numbers and strings): {exc}"
+                        ) from None
+
+
 def _encode_codes(pd: Any, column: Any, vocab: Sequence[str] | None,
                   unknown_code: str) -> tuple[np.ndarray, list[str]]:
     """Codes -> indices from 1 (0 is padding; -1 marks a missing code) and the vocabulary."""
     reserved = [PAD_CODE] + ([UNK_CODE] if unknown_code == "unk" else [])
     if vocab is None:
-        ix, uniques = pd.factorize(column, sort=True)
+        ix, uniques = _factorize(pd, column, column.name)
         codes = [str(u) for u in uniques]
         if PAD_CODE in codes:
             raise ValueError(f"the code {PAD_CODE!r} is reserved for padding; rename it in the table")
@@ -509,8 +519,8 @@ def _refuse_missing(df: Any, missing: np.ndarray, column: np.ndarray, subjects: 
     if null_time[i] and column[i] != "code" and subject_ix[i] >= 0:
         hint = ("a null time marks a static event in MEDS: pass static='keep' to keep such events as static codes, "
                 "static='drop' (or drop_missing=True) to drop them")
-    raise ValueError(f"missing value (NaN/NaT/None) in column {str(column[i])!r} for {who} {_at_row(df, i)}; "
-                     f"{hint}")
+    raise ValueError(f"missing or infinite value (NaN/NaT/None/inf) in column {str(column[i])!r} for {who} "
+                     f"{_at_row(df, i)}; {hint}")
 
 
 def _at_row(df: Any, i: int) -> str:
