@@ -469,6 +469,8 @@ def test_infinite_times_are_refused_never_static_and_unorderable_columns_are_nam
         EventBatch.from_frame(df, static="keep")
     batch = EventBatch.from_frame(df, static="keep", drop_missing=True)       # inf dropped, NaN kept as static
     assert batch.times.tolist() == [[0.0]] and [batch.vocab[c] for c in batch.static_codes[0]] == ["c"]
-    mixed = df.assign(subject_id=pd.Series([1, "x", 2], dtype=object), time=[0.0, 1.0, 2.0])
+    import datetime as dt
+
+    mixed = df.assign(subject_id=pd.Series([1, dt.datetime(2020, 1, 1), 2], dtype=object), time=[0.0, 1.0, 2.0])
     with pytest.raises(TypeError, match="column 'subject_id' mixes values that cannot be ordered"):
         EventBatch.from_frame(mixed)
