@@ -82,7 +82,8 @@ def _zone(name: str) -> Any:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         raise ValueError(f"timezone {name!r} is not a known IANA time zone (such as 'Europe/Paris') nor a fixed "
-                         f"offset such as '+05:30'") from None
+                         f"offset such as '+05:30' (where the system has no time-zone database, "
+                         f"pip install tzdata provides one)") from None
 
 
 def timezone_table(name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
