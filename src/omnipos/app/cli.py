@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .read_arguments import add_read_arguments, read_options
+
 __all__ = ["main", "build_parser"]
 
 
@@ -20,10 +22,15 @@ def _dna_featurize(args: argparse.Namespace) -> int:
     from .featurize import featurize_file
 
     result = featurize_file(args.reads, args.output, dim=args.dim, strand_aware=args.strand_aware,
-                            batch_size=args.batch_size, ambiguity=args.ambiguity, lowercase=args.lowercase,
-                            parser=args.parser, progress=not args.no_progress)
-    print(f"wrote {args.output}: {len(result['names'])} reads, tokens {tuple(result['tokens'].shape)}"
+                            progress=not args.no_progress, **read_options(args))
+    config = result["config"]
+    print(f"wrote {args.output}: {len(result['names'])} reads, tokens {tuple(result['tokens'].shape)} "
+          f"{config['token_dtype']}"
           + (f", positional {tuple(result['positional'].shape)}" if "positional" in result else ""))
+    if config["quality_offset"] is not None:
+        how = "detected by --quality-offset auto" if config["quality_offset_detected"] else "as given"
+        print(f"qualities: Phred+{config['quality_offset']} ({config['quality_format']}, {how}), stored as Phred "
+              "scores")
     return 0
 
 
@@ -38,12 +45,7 @@ def _add_dna(commands) -> None:
                     "RC-symmetric positional encoding [N, L, dim] with torch.save.")
     featurize.add_argument("reads", help="FASTA or FASTQ file, plain or gzip")
     featurize.add_argument("-o", "--output", required=True, help="where to write the .pt file")
-    featurize.add_argument("--dim", type=int, default=16, help="positional channels (0: none; default 16)")
-    featurize.add_argument("--strand-aware", action="store_true", help="half the channels are sign-flipping sines")
-    featurize.add_argument("--batch-size", type=int, default=8192, help="reads parsed at a time")
-    featurize.add_argument("--ambiguity", choices=("keep", "to_n"), default="keep")
-    featurize.add_argument("--lowercase", choices=("soft_mask", "fold"), default="soft_mask")
-    featurize.add_argument("--parser", choices=("auto", "dnaio", "python"), default="auto")
+    add_read_arguments(featurize)
     featurize.add_argument("--no-progress", action="store_true", help="no progress bar (tqdm)")
     featurize.set_defaults(handler=_dna_featurize)
 
@@ -66,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--section", action="append", help="run only this section (repeatable)")
     demo.set_defaults(handler=_demo)
     _add_dna(commands)
+    from .precompute import add_precompute_parser
+
+    add_precompute_parser(commands)
     return parser
 
 
