@@ -279,6 +279,11 @@ def test_encoder_reads_the_batch_unit_instead_of_assuming_hours():
 def test_a_batch_without_clock_is_refused_by_periodic_features():
     batch = EventBatch.from_frame(random_frame(10))
     bare = EventBatch(batch.times, batch.codes, batch.values, batch.mask, batch.vocab, batch.subjects)
+    assert bare.clock is None                                            # origin="first": unknown
+    for origin, clock in (("epoch", 0.0), (5.0, 5.0), ("1970-01-02", 24.0), (pd.Timestamp("1970-01-01 01:00"), 1.0)):
+        built = EventBatch(batch.times, batch.codes, batch.values, batch.mask, batch.vocab, batch.subjects,
+                           origin=origin)
+        assert built.clock.tolist() == [clock] * len(batch)              # a fixed origin is its own clock
     with pytest.raises(ValueError, match="carries no clock"):
         TimelineEncoder(8)(bare)
     assert TimelineEncoder(8, components=("absolute", "gap"))(bare).shape == (*batch.times.shape, 8)
@@ -465,7 +470,7 @@ def test_length_bucketed_batches(meds_root):
 def test_infinite_times_are_refused_never_static_and_unorderable_columns_are_named():
     df = pd.DataFrame({"subject_id": [1, 1, 1], "time": [0.0, np.inf, np.nan], "code": ["a", "b", "c"],
                        "numeric_value": [1.0, 2.0, 3.0]})
-    with pytest.raises(ValueError, match=r"missing or infinite value .* column 'time' for subject 1 at row 1"):
+    with pytest.raises(ValueError, match=r"infinite value \(not a time\) in column 'time' for subject 1 at row 1"):
         EventBatch.from_frame(df, static="keep")
     batch = EventBatch.from_frame(df, static="keep", drop_missing=True)       # inf dropped, NaN kept as static
     assert batch.times.tolist() == [[0.0]] and [batch.vocab[c] for c in batch.static_codes[0]] == ["c"]

@@ -81,7 +81,8 @@ class EventBatch:
         unit, origin: how ``times`` were made.
         clock: ``[B]`` float64, the clock time of each row's origin in ``unit`` since 1970-01-01 UTC (plain-number
             and duration times: since their own zero), so ``times + clock[:, None]`` is clock time; 0 for a row
-            without events when ``origin="first"``. None when unknown (a batch built by hand without it).
+            without events when ``origin="first"``. A batch built by hand without ``clock=`` gets it from a fixed
+            ``origin`` (``"epoch"``, a number, a reference time); with ``origin="first"`` it is None (unknown).
             :class:`~omnipos.timeseries.TimelineEncoder` reads it for time-of-day features.
         static_codes, static_values, static_mask: ``[B, S]`` the subject's static events (MEDS rows with a null
             time, kept with ``static="keep"``) in table order, padded like the timelines (``S`` may be 0).
@@ -100,7 +101,7 @@ class EventBatch:
         self.subjects = list(subjects)
         self.unit, self.origin = unit, origin
         rows, device = times.shape[0], times.device
-        self.clock = clock
+        self.clock = _clock_of_fixed_origin(origin, unit, rows, device) if clock is None else clock
         self.static_codes = (torch.zeros(rows, 0, dtype=torch.long, device=device) if static_codes is None
                              else static_codes)
         self.static_values = (torch.zeros(rows, 0, dtype=torch.float32, device=device) if static_values is None
@@ -305,7 +306,7 @@ class _EventTable:
         bad = (subject_ix < 0) | (code_ix < 0) | infinite | (null_time & (static == "error"))
         if bad.any() and not drop_missing:
             column = np.where(subject_ix < 0, subject, np.where(code_ix < 0, code, time))
-            _refuse_missing(df, bad, column, subjects, subject_ix, null_time & (static == "error"))
+            _refuse_missing(df, bad, column, subjects, subject_ix, null_time & (static == "error"), ~infinite)
         keep = ~bad & ~(null_time & (static == "drop"))
         static_rows = keep & null_time
         timed = keep & ~null_time
@@ -385,6 +386,22 @@ class _EventTable:
                           static_values=pad_packed(torch.from_numpy(np.ascontiguousarray(
                               self.static_values[s_take])), s_mask, float("nan")),
                           static_mask=s_mask, window=torch.from_numpy(self.window[rows].copy()))
+
+
+def _clock_of_fixed_origin(origin: Any, unit: str, rows: int, device: torch.device) -> torch.Tensor | None:
+    """The clock of every row of a batch whose times are offsets from one fixed ``origin`` (None for "first")."""
+    if isinstance(origin, str) and origin == "first":
+        return None
+    if isinstance(origin, (int, float, np.integer, np.floating)) and not isinstance(origin, bool):
+        value = float(origin)  # plain-number times: their own zero
+    elif isinstance(origin, str) and origin == "epoch":
+        value = 0.0
+    else:
+        fixed, _ = parse_origin(origin, "M", check_unit(unit))
+        _, fixed = align_origin([], fixed, "origin")
+        value = float(offsets_from_origin(np.array([fixed]), np.array([1]), fixed=np.datetime64(0, "s"),
+                                          unit=unit, name="origin")[0][0])
+    return torch.full((rows,), value, dtype=torch.float64, device=device)
 
 
 def _gather_index(lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -512,15 +529,15 @@ def _encode_codes(pd: Any, column: Any, vocab: Sequence[str] | None,
 
 
 def _refuse_missing(df: Any, missing: np.ndarray, column: np.ndarray, subjects: Any, subject_ix: np.ndarray,
-                    null_time: np.ndarray) -> None:
+                    null_time: np.ndarray, missing_value: np.ndarray) -> None:
     i = int(np.flatnonzero(missing)[0])
     who = f"subject {subjects[subject_ix[i]]!r}" if subject_ix[i] >= 0 else "a row with no subject"
     hint = "pass drop_missing=True to drop such events"
     if null_time[i] and column[i] != "code" and subject_ix[i] >= 0:
         hint = ("a null time marks a static event in MEDS: pass static='keep' to keep such events as static codes, "
                 "static='drop' (or drop_missing=True) to drop them")
-    raise ValueError(f"missing or infinite value (NaN/NaT/None/inf) in column {str(column[i])!r} for {who} "
-                     f"{_at_row(df, i)}; {hint}")
+    what = "missing value (NaN/NaT/None)" if missing_value[i] else "infinite value (not a time)"
+    raise ValueError(f"{what} in column {str(column[i])!r} for {who} {_at_row(df, i)}; {hint}")
 
 
 def _at_row(df: Any, i: int) -> str:
