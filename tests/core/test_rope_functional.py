@@ -1,4 +1,4 @@
-"""RotaryEmbedding / apply_rotary / convert_rope_layout vs HF transformers, rotary-embedding-torch, timm and float64."""
+"""apply_rotary (functional RoPE) vs the float64 definition, on strided inputs; its bad inputs."""
 
 
 import numpy as np
@@ -43,3 +43,9 @@ def test_apply_rotary_interleaved_and_odd_offsets_agree_with_module(dtype):
                 rope.rotate(x.contiguous(), positions)):
         assert out.dtype == dtype
         torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
+
+
+def test_zero_dim_x_is_a_value_error():
+    """apply_rotary on a 0-d x raised IndexError."""
+    with pytest.raises(ValueError, match="0-d"):
+        apply_rotary(torch.tensor(1.0), torch.ones(2), torch.ones(2))

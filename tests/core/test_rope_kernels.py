@@ -1,4 +1,4 @@
-"""RotaryEmbedding / apply_rotary / convert_rope_layout vs HF transformers, rotary-embedding-torch, timm and float64."""
+"""The RoPE rotation kernels: autograd is the transpose (twice differentiable), cache-sized slabs change nothing."""
 
 
 import pytest
@@ -42,3 +42,15 @@ def test_cache_sized_slabs_give_the_same_numbers(monkeypatch, dtype, layout):
     cos, sin = rope.cos_sin(positions, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
     # (interleaved float64 goes through the complex product in the module: rounding differs in the last bit)
     torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None], layout=layout), whole, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_eager_rotation_is_twice_differentiable(layout):
+    """Double backward through the eager _Rotate path (x requires grad, integer positions): its backward used
+    mul(out=...) and raised "functions with out=... arguments don't support automatic differentiation"."""
+    rope = RotaryEmbedding(12, rotary_dim=8, layout=layout)
+    x = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
+    positions = torch.arange(5) * 3
+    assert torch.autograd.gradgradcheck(lambda x: rope.rotate(x, positions), (x,))
+    q, k = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True), torch.randn(2, 5, 12, dtype=torch.float64)
+    assert torch.autograd.gradgradcheck(lambda q: rope(q, k, positions)[0], (q,))

@@ -158,7 +158,8 @@ def test_dataclass_equals_dict():
     ({"scaling": {"rope_type": "linear", "factr": 2.0}}, ValueError, "factr"),
     ({"scaling": {"rope_type": "linear", "factor": "2"}}, TypeError, "scaling['factor']"),
     ({"scaling": {"rope_type": "linear", "factor": -2.0}}, ValueError, "scaling['factor']"),
-    ({"scaling": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}}, ValueError, "rope_theta"),
+    ({"base": 10000.0, "scaling": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}}, ValueError,
+     "rope_theta"),
     ({"scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
                   "low_freq_factor": 4.0, "high_freq_factor": 1.0}}, ValueError, "high_freq_factor"),
     ({"scaling": [("rope_type", "linear")]}, TypeError, "scaling"),
@@ -169,3 +170,78 @@ def test_bad_input(kwargs, exc, words):
     with pytest.raises(exc) as info:
         rope_frequencies(dim, **kwargs)
     assert words in str(info.value)
+
+
+# -- transformers v5 rope_parameters: rope_theta inside, nesting by layer type, proportional, M-RoPE keys --------
+
+
+@pytest.mark.parametrize("head_dim,partial,factor", [(64, 0.25, None), (128, 0.5, 2.0), (256, 0.25, None),
+                                                     (48, 1.0, None), (80, 0.3, 4.0)])
+def test_proportional_matches_hf(head_dim, partial, factor):
+    """transformers' "proportional" (Gemma 4 full attention): the first int(partial * head_dim // 2) slots turn at
+    base^(-2i / head_dim), the rest get frequency 0; all divided by factor. dim is the whole head dim here."""
+    params = {"rope_type": "proportional", "rope_theta": 1_000_000.0, "partial_rotary_factor": partial}
+    if factor is not None:
+        params["factor"] = factor
+    config = LlamaConfig(hidden_size=head_dim * 8, num_attention_heads=8, head_dim=head_dim,
+                         max_position_embeddings=4096, rope_parameters=dict(params))
+    inv_hf, att_hf = ROPE_INIT_FUNCTIONS["proportional"](config, "cpu")
+    inv, att = rope_frequencies(head_dim, scaling=params)  # base from the dict's rope_theta
+    assert inv.shape == (head_dim // 2,) and inv.dtype == torch.float64 and att == att_hf == 1.0
+    np.testing.assert_allclose(inv.numpy(), inv_hf.double().numpy(), rtol=2e-6, atol=0)
+    turned = int(partial * head_dim // 2)
+    assert (inv[turned:] == 0).all() and (inv[:turned] > 0).all()
+
+
+def test_rope_theta_comes_from_the_dict_when_base_is_not_given():
+    from_dict = rope_frequencies(64, scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5})
+    explicit = rope_frequencies(64, base=5e5, scaling={"rope_type": "linear", "factor": 2.0})
+    torch.testing.assert_close(from_dict[0], explicit[0], rtol=0, atol=0)
+    agreeing = rope_frequencies(64, base=5e5, scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5})
+    torch.testing.assert_close(agreeing[0], explicit[0], rtol=0, atol=0)
+    assert RopeScaling.from_dict({"rope_theta": 5e5}).rope_theta == 5e5
+    torch.testing.assert_close(rope_frequencies(64)[0], rope_frequencies(64, base=1e4)[0], rtol=0, atol=0)
+
+
+NESTED = {"full_attention": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024,
+                             "rope_theta": 1e6},
+          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+
+
+def test_nested_rope_parameters_by_layer_type():
+    full = rope_frequencies(64, scaling=NESTED, layer_type="full_attention")
+    flat = rope_frequencies(64, base=1e6, scaling={"rope_type": "yarn", "factor": 4.0,
+                                                    "original_max_position_embeddings": 1024})
+    torch.testing.assert_close(full[0], flat[0], rtol=0, atol=0)
+    assert full[1] == flat[1] > 1
+    sliding = rope_frequencies(64, scaling=NESTED, layer_type="sliding_attention")
+    torch.testing.assert_close(sliding[0], rope_frequencies(64)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"scaling": NESTED}, "pass layer_type="),
+    ({"scaling": NESTED, "layer_type": "chunked_attention"}, "not a layer type"),
+    ({"scaling": {"rope_type": "default"}, "layer_type": "full_attention"}, "not nested by layer type"),
+    ({"scaling": {"full_attention": None, "sliding_attention": {}}, "layer_type": "full_attention"}, "None"),
+    ({"scaling": {"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [1.0] * 32,
+                  "original_max_position_embeddings": 1, "factor": 4.0}}, "original_max_position_embeddings"),
+    ({"scaling": {"rope_type": "default", "partial_rotary_factor": 1.5}}, "partial_rotary_factor"),
+    ({"scaling": {"rope_type": "default", "mrope_section": [16, -1, 8]}}, "mrope_section"),
+])
+def test_bad_rope_parameters(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        rope_frequencies(64, **kwargs)
+    assert words in str(info.value)
+    with pytest.raises(TypeError, match="layer_type must be a str"):
+        rope_frequencies(64, scaling=NESTED, layer_type=1)
+
+
+def test_mrope_keys_and_legacy_mrope_type_are_the_plain_ladder():
+    """Qwen2-VL's rope_parameters ({"type": "mrope", "mrope_section": [...]} in old configs): the frequencies are
+    the default ladder; the sections only say which coordinate turns each slot (RotaryEmbedding)."""
+    for params in ({"type": "mrope", "mrope_section": [16, 24, 24], "rope_theta": 1e6},
+                   {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": True,
+                    "rope_theta": 1e6}):
+        inv, att = rope_frequencies(128, scaling=params)
+        torch.testing.assert_close(inv, rope_frequencies(128, base=1e6)[0], rtol=0, atol=0)
+        assert att == 1.0

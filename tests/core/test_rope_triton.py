@@ -17,9 +17,10 @@ CASES = textwrap.dedent('''
     from omnipos.core import rope_triton
 
     def maybe_rotate(rope, q, k, pos, seq_axis):
+        slot_axis = getattr(rope, "slot_axis", None)
         return rope_triton.maybe_rotate(q, k, pos, rope.frequencies(pos).to(q.device), seq_axis=seq_axis,
                                         rotary_dim=rope.rotary_dim, interleaved=rope.layout == "interleaved",
-                                        attention_factor=rope.attention_factor, n_axes=rope.n_axes)
+                                        attention_factor=rope.attention_factor, slot_axis=slot_axis)
 
     def check(device, dtype, tol):
         g = torch.Generator().manual_seed(0)
@@ -38,6 +39,16 @@ CASES = textwrap.dedent('''
              torch.stack(torch.meshgrid(torch.arange(3), torch.arange(4), indexing="ij"), -1).reshape(12, 2)),
             (dict(dim=16), (17, 3, 16), (17, 3, 16), 0,
              torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 6])),
+            # 3-D RoPE with unequal per-axis dims (HunyuanVideo's rope_dim_list), partial
+            (dict(dim=24, n_axes=3, axes_dims=(4, 6, 10), rotary_dim=20, layout="interleaved"), (1, 2, 12, 24),
+             (1, 2, 12, 24), -2, torch.randint(0, 9, (12, 3), generator=g)),
+            # M-RoPE, contiguous sections (Qwen2-VL), GQA, ids given HF-style [3, batch, seq] and permuted: the
+            # coordinate axis is not contiguous
+            (dict(dim=32, mrope_section=(4, 6, 6)), (2, 4, 10, 32), (2, 2, 10, 32), -2,
+             torch.randint(0, 300, (3, 2, 10), generator=g).permute(1, 2, 0)),
+            # M-RoPE, interleaved sections (Qwen3-VL), flash-attn layout, real-valued ids
+            (dict(dim=32, mrope_section=(6, 5, 5), mrope_interleaved=True), (2, 10, 4, 32), (2, 10, 1, 32), 1,
+             torch.rand(2, 10, 3, generator=g, dtype=torch.float64) * 500),
         ]
         worst = 0.0
         for kwargs, qs, ks, seq_dim, pos in cases:
@@ -68,6 +79,14 @@ CASES = textwrap.dedent('''
                 expected = q.clone()
                 expected[..., :rope.rotary_dim] *= rope.attention_factor ** 2
                 assert ((grad - expected).abs() / (1 + expected.abs())).max().item() < 1e-5
+                # double backward: the backward is the kernel again (R^T v), differentiable in v: d<R^T v, w>/dv = R w
+                v = torch.randn(out.shape, generator=g).to(device).requires_grad_()
+                w = torch.randn(out.shape, generator=g).to(device)
+                out = maybe_rotate(rope, qg, None, pos, seq_axis)[0]
+                (first,) = torch.autograd.grad(out, qg, v, create_graph=True)
+                (second,) = torch.autograd.grad(first, v, w)
+                rotated_w = maybe_rotate(rope, w, None, pos, seq_axis)[0]
+                assert ((second - rotated_w).abs() / (1 + rotated_w.abs())).max().item() < 1e-5
         return worst
 ''')
 

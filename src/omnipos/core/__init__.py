@@ -6,6 +6,7 @@ exported here (the domains never import a core submodule or a private name).
 
 from .batching import (
     check_lengths,
+    check_pad_value,
     lengths_to_mask,
     mask_to_lengths,
     pack,
@@ -15,7 +16,9 @@ from .batching import (
     unpad,
 )
 from .checks import (
+    allocation_guard,
     as_position_tensor,
+    can_inspect_values,
     check_choice,
     check_even_dim,
     check_finite,
@@ -23,6 +26,7 @@ from .checks import (
     check_integer_tensor,
     check_positive_int,
     renamed_argument,
+    to_device,
 )
 from .constants import ConstantBuffers
 from .frequencies import frequency_bands, geometric_frequencies
@@ -76,13 +80,16 @@ __all__ = [
     "pad_ragged",
     "pad_packed",
     "check_lengths",
+    "check_pad_value",
     "unpad",
     "pack",
     "packed_positions",
     "lengths_to_mask",
     "mask_to_lengths",
     # checks shared by every domain
+    "allocation_guard",
     "as_position_tensor",
+    "can_inspect_values",
     "check_choice",
     "check_even_dim",
     "check_finite",
@@ -90,6 +97,7 @@ __all__ = [
     "check_integer_tensor",
     "check_positive_int",
     "renamed_argument",
+    "to_device",
     # modules whose derived constants keep their precision
     "ConstantBuffers",
     # progress reporting for long-running functions

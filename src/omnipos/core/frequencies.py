@@ -7,9 +7,12 @@ Every sinusoid in omnipos is ``sin(p * w_i)`` / ``cos(p * w_i)`` with a geometri
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 
-from .checks import check_even_dim
+from .checks import allocation_guard, check_even_dim
 
 __all__ = ["frequency_bands", "geometric_frequencies"]
 
@@ -27,10 +30,14 @@ def geometric_frequencies(
     The building block of every convention: Vaswani uses ``w_i = base ** (-2i / d)`` (``denominator = d / 2``),
     fairseq ``base ** (-i / (d/2 - 1))``.
     """
-    if not (isinstance(base, (int, float)) and not isinstance(base, bool)) or not base > 1.0:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
-    exponents = torch.arange(count, dtype=torch.float64, device=device) / float(denominator)
-    return torch.pow(torch.tensor(float(base), dtype=torch.float64, device=device), -exponents).to(dtype)
+    if isinstance(base, bool) or not isinstance(base, numbers.Real):
+        raise TypeError(f"base must be a number, got {type(base).__name__} ({base!r})")
+    base = float(base)
+    if not (math.isfinite(base) and base > 1.0):
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    with allocation_guard(f"dim={2 * count} ({count} frequencies)"):
+        exponents = torch.arange(count, dtype=torch.float64, device=device) / float(denominator)
+        return torch.pow(torch.tensor(base, dtype=torch.float64, device=device), -exponents).to(dtype)
 
 
 def frequency_bands(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_choice
+from .checks import check_choice, to_device
 from .phase import cos_sin_of_angles
 from .rope_kernels import ROPE_LAYOUTS, channel_pairs, rotate_pairs, work_dtype
 
@@ -36,6 +36,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if x.ndim == 0:
+        raise ValueError("x must be [..., D] (a channel axis at least), got a 0-d tensor")
     if cos.shape != sin.shape:
         raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must have one shape")
     rotary_dim = cos.shape[-1] if cos.ndim else 0
@@ -50,7 +52,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     if not ok:
         raise ValueError(f"cos/sin {tuple(cos.shape)} do not broadcast to x[..., :{rotary_dim}] of x {tuple(x.shape)}")
     work = work_dtype(x.dtype, cos.dtype, sin.dtype)
-    cos, sin = cos.to(device=x.device, dtype=work), sin.to(device=x.device, dtype=work)
+    cos, sin = to_device(cos, x.device, "cos").to(work), to_device(sin, x.device, "sin").to(work)
     c1, c2 = channel_pairs(cos, layout, rotary_dim)
     s1, s2 = channel_pairs(sin, layout, rotary_dim)
     return rotate_pairs(x, c1, -s1, c2, s2, layout, rotary_dim)

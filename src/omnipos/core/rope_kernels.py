@@ -138,8 +138,10 @@ class _Rotate(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         a1, b1, a2, b2 = ctx.saved_tensors
-        # y1 = x1 a1 + x2 b1, y2 = x2 a2 + x1 b2  =>  dx1 = g1 a1 + g2 b2, dx2 = g2 a2 + g1 b1
-        grad_x = _rotate_eager(grad.contiguous(), a1, b2, a2, b1, ctx.layout, ctx.rotary_dim)
+        # y1 = x1 a1 + x2 b1, y2 = x2 a2 + x1 b2  =>  dx1 = g1 a1 + g2 b2, dx2 = g2 a2 + g1 b1: the same rotation
+        # with b1 and b2 swapped. Through rotate_pairs, so under create_graph=True the backward is itself a
+        # _Rotate node (twice differentiable), and otherwise the eager kernel.
+        grad_x = rotate_pairs(grad.contiguous(), a1, b2, a2, b1, ctx.layout, ctx.rotary_dim)
         return grad_x, None, None, None, None, None, None
 
 

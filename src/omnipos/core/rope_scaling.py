@@ -24,18 +24,22 @@ __all__ = [
     "ROPE_FREQUENCY_FUNCTIONS",
     "RopeScaling",
     "as_rope_scaling",
+    "resolve_base",
+    "select_layer_type",
     "rope_frequencies",
     "yarn_correction_range",
 ]
 
 # ---------------------------------------------------------------------------------------------------------------
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional")
 
-# Keys of HF's rope dicts that never change inv_freq once the rotary ``dim`` is given: ``partial_rotary_factor``
-# is already folded into ``dim`` (rotary dim = head_dim * partial_rotary_factor) and ``rope_theta`` is checked
-# against ``base``.
-_PASSIVE_KEYS = ("rope_theta", "partial_rotary_factor")
+# Old spellings of a rope_type: Qwen2-VL's first configs said {"type": "mrope", "mrope_section": [...]}, which
+# transformers reads as "default" (the sections live in mrope_section).
+_ROPE_TYPE_ALIASES = {"mrope": "default"}
+
+# Keys that say what a rope dict is (a flat dict has at least one of them; a dict nested by layer type has none).
+_ROPE_KEYS = ("rope_type", "type", "rope_theta")
 
 
 def _number(value: Any, name: str, *, positive: bool = True) -> float:
@@ -49,15 +53,24 @@ def _number(value: Any, name: str, *, positive: bool = True) -> float:
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """Typed form of an HF ``rope_scaling`` dict (same names, same meaning, same defaults).
+    """Typed form of an HF ``rope_scaling`` dict / transformers v5 ``rope_parameters`` (same names, same meaning,
+    same defaults).
 
-    ``RopeScaling.from_dict(config.rope_scaling)`` reads a dict exactly as it appears in a model config
-    (``"type"`` is accepted for ``"rope_type"``, as in old configs); unknown keys (typos) and keys missing for the
-    ``rope_type`` raise naming the field. Known fields that the chosen ``rope_type`` does not use (say
-    ``beta_fast`` with ``"linear"``) are ignored, as HF does, since real configs carry such extras.
+    ``RopeScaling.from_dict(config.rope_parameters)`` reads a dict exactly as it appears in a model config
+    (``"type"`` is accepted for ``"rope_type"``, as in old configs, and Qwen2-VL's old ``"mrope"`` for
+    ``"default"``); unknown keys (typos) and keys missing for the ``rope_type`` raise naming the field. Known
+    fields that the chosen ``rope_type`` does not use (say ``beta_fast`` with ``"linear"``) are ignored, as HF
+    does, since real configs carry such extras.
+
+    Fields of every type: ``rope_theta`` (the base, v5 keeps it here; ``None``: not given),
+    ``partial_rotary_factor`` (the rotated fraction of the head dim; :class:`~omnipos.core.RotaryEmbedding` derives
+    ``rotary_dim`` from it), ``mrope_section`` / ``mrope_interleaved`` (multimodal RoPE, Qwen2/2.5/3-VL; read by
+    :class:`~omnipos.core.RotaryEmbedding`).
 
     Fields by ``rope_type``:
         - ``"default"``: none.
+        - ``"proportional"``: ``partial_rotary_factor`` (default 1), optional ``factor``; see
+          :func:`rope_frequencies` (Gemma 4).
         - ``"linear"``: ``factor`` (positions divided by it).
         - ``"dynamic"``: ``factor`` and the trained length ``max_position_embeddings`` (or
           ``original_max_position_embeddings``); the base grows only for sequences longer than that.
@@ -71,6 +84,8 @@ class RopeScaling:
     """
 
     rope_type: str = "default"
+    rope_theta: float | None = None
+    partial_rotary_factor: float | None = None
     factor: float | None = None
     original_max_position_embeddings: int | None = None
     max_position_embeddings: int | None = None
@@ -84,10 +99,30 @@ class RopeScaling:
     high_freq_factor: float | None = None
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    mrope_section: tuple[int, ...] | None = None
+    mrope_interleaved: bool | None = None
 
     def __post_init__(self) -> None:
         check_choice(self.rope_type, "scaling rope_type", ROPE_TYPES)
         kind = self.rope_type
+        if self.rope_theta is not None:
+            theta = _number(self.rope_theta, "scaling['rope_theta']")
+            if not theta > 1.0:
+                raise ValueError(f"scaling['rope_theta'] must be > 1, got {theta}")
+            object.__setattr__(self, "rope_theta", theta)
+        if self.partial_rotary_factor is not None:
+            factor = _number(self.partial_rotary_factor, "scaling['partial_rotary_factor']")
+            if not factor <= 1.0:
+                raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {factor}")
+            object.__setattr__(self, "partial_rotary_factor", factor)
+        if self.mrope_section is not None:
+            section = self.mrope_section
+            if isinstance(section, (str, bytes)) or not hasattr(section, "__iter__"):
+                raise TypeError(f"scaling['mrope_section'] must be a list of ints, got {type(section).__name__}")
+            object.__setattr__(self, "mrope_section", tuple(
+                check_positive_int(v, f"scaling['mrope_section'][{i}]") for i, v in enumerate(section)))
+        if self.mrope_interleaved is not None and not isinstance(self.mrope_interleaved, (bool, np.bool_)):
+            raise TypeError(f"scaling['mrope_interleaved'] must be a bool, got {self.mrope_interleaved!r}")
         for name in ("original_max_position_embeddings", "max_position_embeddings"):
             value = getattr(self, name)
             if value is not None:
@@ -122,6 +157,11 @@ class RopeScaling:
             )
         if kind in ("yarn", "llama3", "longrope"):
             need("original_max_position_embeddings")
+        if kind == "longrope" and self.original_max_position_embeddings < 2:
+            raise ValueError(
+                "scaling['original_max_position_embeddings'] must be >= 2 for rope_type='longrope' (its attention "
+                f"factor divides by log(original_max_position_embeddings)), got {self.original_max_position_embeddings}"
+            )
         if kind == "llama3":
             need("low_freq_factor", "high_freq_factor")
             if not self.high_freq_factor > self.low_freq_factor:
@@ -138,24 +178,24 @@ class RopeScaling:
             )
 
     @classmethod
-    def from_dict(cls, scaling: Mapping[str, Any]) -> RopeScaling:
-        """Read an HF ``rope_scaling`` / ``rope_parameters`` dict; see the class docstring for the keys."""
-        if not isinstance(scaling, Mapping):
-            raise TypeError(f"scaling must be a dict or RopeScaling, got {type(scaling).__name__}")
-        values = dict(scaling)
+    def from_dict(cls, scaling: Mapping[str, Any], *, layer_type: str | None = None) -> RopeScaling:
+        """Read an HF ``rope_scaling`` / ``rope_parameters`` dict; see the class docstring for the keys.
+
+        ``layer_type`` picks one entry of a dict nested by layer type (transformers v5:
+        ``{"full_attention": {...}, "sliding_attention": {...}}``); a nested dict without it is a ValueError.
+        """
+        values = dict(select_layer_type(scaling, layer_type))
         kind = values.pop("rope_type", None)
         legacy = values.pop("type", None)
         if kind is None:
             kind = legacy if legacy is not None else "default"
         elif legacy is not None and legacy != kind:
             raise ValueError(f"scaling has rope_type={kind!r} but type={legacy!r}; give one")
-        for key in _PASSIVE_KEYS:
-            values.pop(key, None)
-        fields = {f.name for f in dataclasses.fields(cls)} - {"rope_type"}
-        unknown = sorted(set(values) - fields)
+        kind = _ROPE_TYPE_ALIASES.get(kind, kind) if isinstance(kind, str) else kind
+        unknown = sorted(set(values) - _FIELDS)
         if unknown:
             raise ValueError(
-                f"scaling has unknown key(s) {unknown} for rope_type={kind!r}; known keys: {sorted(fields)}"
+                f"scaling has unknown key(s) {unknown} for rope_type={kind!r}; known keys: {sorted(_FIELDS)}"
             )
         if values.get("truncate") is None:
             values.pop("truncate", None)
@@ -171,18 +211,77 @@ class RopeScaling:
         return 1.0
 
 
-def as_rope_scaling(scaling: RopeScaling | Mapping[str, Any] | None, *, base: float | None = None) -> RopeScaling:
-    """``None`` / dict / :class:`RopeScaling` -> :class:`RopeScaling`; a dict's ``rope_theta`` must equal ``base``."""
-    if scaling is None:
-        return RopeScaling()
-    if isinstance(scaling, RopeScaling):
-        return scaling
-    if isinstance(scaling, Mapping) and base is not None and scaling.get("rope_theta") is not None:
-        if not math.isclose(float(scaling["rope_theta"]), float(base), rel_tol=1e-12):
+_FIELDS = frozenset(f.name for f in dataclasses.fields(RopeScaling)) - {"rope_type"}
+
+
+def select_layer_type(scaling: Mapping[str, Any], layer_type: str | None) -> Mapping[str, Any]:
+    """The rope dict for ``layer_type`` of a dict nested by layer type (transformers v5's per-layer-type
+    ``rope_parameters``: ``{"full_attention": {...}, "sliding_attention": {...}}``), or ``scaling`` itself when it is
+    flat and ``layer_type`` is None.
+
+    Nested means: no rope key (``rope_type``, ``type``, ``rope_theta``) at the top and every value a dict (or None,
+    a layer type without RoPE). Raises ValueError naming ``layer_type`` when it is missing for a nested dict, given
+    for a flat one, or not among the layer types.
+    """
+    if not isinstance(scaling, Mapping):
+        raise TypeError(f"scaling must be a dict or RopeScaling, got {type(scaling).__name__}")
+    nested = bool(scaling) and not any(key in scaling for key in _ROPE_KEYS) and all(
+        value is None or isinstance(value, Mapping) for value in scaling.values())
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a str (a key of the nested rope dict), got {type(layer_type).__name__}")
+    if not nested:
+        if layer_type is not None:
             raise ValueError(
-                f"scaling['rope_theta']={scaling['rope_theta']} disagrees with base={base}; pass base=rope_theta"
+                f"layer_type={layer_type!r} was given but scaling is not nested by layer type (it has the keys "
+                f"{sorted(scaling)}); pass layer_type only with a dict like {{'full_attention': {{...}}, ...}}"
             )
-    return RopeScaling.from_dict(scaling)
+        return scaling
+    if layer_type is None:
+        raise ValueError(
+            f"scaling is nested by layer type (keys {sorted(scaling)}): pass layer_type= one of them, e.g. "
+            f"layer_type={next(iter(scaling))!r}"
+        )
+    if layer_type not in scaling:
+        raise ValueError(f"layer_type={layer_type!r} is not a layer type of scaling; expected one of {sorted(scaling)}")
+    chosen = scaling[layer_type]
+    if chosen is None:
+        raise ValueError(f"scaling[{layer_type!r}] is None: layers of type {layer_type!r} use no RoPE")
+    return chosen
+
+
+def as_rope_scaling(scaling: RopeScaling | Mapping[str, Any] | None, *, base: float | None = None,
+                    layer_type: str | None = None) -> RopeScaling:
+    """``None`` / dict / :class:`RopeScaling` -> :class:`RopeScaling` (``layer_type`` picks a nested entry).
+
+    A ``rope_theta`` in the dict must agree with an explicit ``base`` (``None``: no base given)."""
+    if scaling is None:
+        result = RopeScaling()
+    elif isinstance(scaling, RopeScaling):
+        result = scaling
+    else:
+        result = RopeScaling.from_dict(scaling, layer_type=layer_type)
+    if layer_type is not None and not isinstance(scaling, Mapping):
+        raise ValueError(f"layer_type={layer_type!r} needs scaling to be a rope dict nested by layer type, got "
+                         f"{type(scaling).__name__}")
+    resolve_base(base, result)
+    return result
+
+
+def resolve_base(base: Any, scaling: RopeScaling, default: float = 10000.0) -> float:
+    """The frequency base: ``base`` when given, else the dict's ``rope_theta``, else ``default`` (10000).
+
+    An explicit ``base`` that disagrees with ``rope_theta`` is a ValueError: which one was meant?"""
+    theta = scaling.rope_theta
+    if base is None:
+        return float(theta) if theta is not None else float(default)
+    if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)):
+        raise TypeError(f"base must be a number, got {type(base).__name__} ({base!r})")
+    base = float(base)
+    if not math.isfinite(base) or not base > 1.0:
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    if theta is not None and not math.isclose(theta, base, rel_tol=1e-12):
+        raise ValueError(f"scaling['rope_theta']={theta} disagrees with base={base}; pass base=rope_theta or neither")
+    return base
 
 
 SeqLen = int | float | torch.Tensor | None
@@ -291,6 +390,18 @@ def _longrope_rope(dim: int, base: float, s: RopeScaling, seq_len: SeqLen, devic
     return (long if seq_len > trained else short), float(attention_factor)
 
 
+def _proportional_rope(dim: int, base: float, s: RopeScaling, seq_len: SeqLen,
+                       device: Any) -> tuple[torch.Tensor, float]:
+    """transformers' ``"proportional"`` (Gemma 4's full-attention layers): ``dim`` is the whole head dim; only the
+    first ``n = int(partial_rotary_factor * dim // 2)`` frequency slots turn, at ``base ** (-2i / dim)`` (the
+    exponent over the whole head dim, unlike partial rotary), the other ``dim // 2 - n`` slots get frequency 0
+    (cos 1, sin 0: those channels pass through); all divided by ``factor`` (default 1)."""
+    rotated = int((s.partial_rotary_factor if s.partial_rotary_factor is not None else 1.0) * dim // 2)
+    inv_freq = frequency_bands(dim, base=base, device=device)
+    inv_freq = torch.cat((inv_freq[:rotated], inv_freq.new_zeros(dim // 2 - rotated)))
+    return inv_freq / (float(s.factor) if s.factor is not None else 1.0), 1.0
+
+
 #: ``rope_type`` -> ``f(dim, base, scaling, seq_len, device) -> (inv_freq float64 [dim // 2], attention_factor)``.
 ROPE_FREQUENCY_FUNCTIONS: dict[str, Callable[..., tuple[torch.Tensor, float]]] = {
     "default": _default_rope,
@@ -299,16 +410,18 @@ ROPE_FREQUENCY_FUNCTIONS: dict[str, Callable[..., tuple[torch.Tensor, float]]] =
     "yarn": _yarn_rope,
     "llama3": _llama3_rope,
     "longrope": _longrope_rope,
+    "proportional": _proportional_rope,
 }
 
 
 def rope_frequencies(
     dim: int,
     *,
-    base: float = 10000.0,
+    base: float | None = None,
     scaling: RopeScaling | Mapping[str, Any] | None = None,
     seq_len: SeqLen = None,
     device: torch.device | str | None = None,
+    layer_type: str | None = None,
 ) -> tuple[torch.Tensor, float]:
     """RoPE inverse frequencies and attention factor, for every scaling in use (HF ``rope_type``).
 
@@ -316,27 +429,31 @@ def rope_frequencies(
     ``ROPE_INIT_FUNCTIONS`` (``modeling_rope_utils.py``), computed in float64 and without a config object.
 
     Args:
-        dim: the rotary dimension (``head_dim * partial_rotary_factor``); even, > 0.
-        base: ``rope_theta``.
-        scaling: ``None``, an HF ``rope_scaling`` dict exactly as in a model config, or :class:`RopeScaling`.
-            A dict's ``rope_theta`` must equal ``base``; its ``partial_rotary_factor`` is already in ``dim``.
+        dim: the rotary dimension (``head_dim * partial_rotary_factor``; a dict's ``partial_rotary_factor`` is
+            taken to be in ``dim`` already), even, > 0. For ``"proportional"`` the whole head dim (its
+            ``partial_rotary_factor`` says how many slots turn; the rest get frequency 0).
+        base: ``rope_theta``. ``None`` (the default): the dict's ``rope_theta``, else 10000. A base that disagrees
+            with the dict's ``rope_theta`` is a ValueError.
+        scaling: ``None``, an HF ``rope_scaling`` / v5 ``rope_parameters`` dict exactly as in a model config, or
+            :class:`RopeScaling`. ``mrope_section`` / ``mrope_interleaved`` are accepted (M-RoPE uses the plain
+            ladder; :class:`~omnipos.core.RotaryEmbedding` reads them).
         seq_len: the length being encoded, ``max(position) + 1``, for the two length-dependent types:
             ``"dynamic"`` (base grows past the trained length) and ``"longrope"`` (long factors past
             ``original_max_position_embeddings``, short factors otherwise and when ``None``). An int, or a
             0-d tensor (the result is then computed without leaving the device). Ignored by the other types.
             Nothing is remembered between calls.
         device: where to build the frequencies.
+        layer_type: for a ``rope_parameters`` dict nested by layer type (``{"full_attention": {...},
+            "sliding_attention": {...}}``), the entry to use; required for such a dict, refused for a flat one.
 
     Returns:
         ``(inv_freq, attention_factor)``: float64 ``Tensor[dim // 2]`` and the float multiplying cos and sin
         (1.0 except for yarn and longrope).
 
     Raises:
-        ValueError / TypeError: odd ``dim``, bad ``base``, unknown ``rope_type``, unknown or missing keys.
+        ValueError / TypeError: odd ``dim``, bad ``base``, unknown ``rope_type``, unknown or missing keys, a nested
+        dict without ``layer_type``.
     """
     dim = check_even_dim(dim)
-    base = _number(base, "base")
-    if not base > 1.0:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
-    s = as_rope_scaling(scaling, base=base)
-    return ROPE_FREQUENCY_FUNCTIONS[s.rope_type](dim, base, s, seq_len, device)
+    s = as_rope_scaling(scaling, base=base, layer_type=layer_type)
+    return ROPE_FREQUENCY_FUNCTIONS[s.rope_type](dim, resolve_base(base, s), s, seq_len, device)

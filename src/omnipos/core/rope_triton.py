@@ -36,9 +36,9 @@ if HAS_TRITON:
 
     @triton.jit
     def _rotate_tile(x_ptr, o_ptr, pos_ptr, row, s0, S, H2,
-                     x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss,
+                     x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss, p_sa,
                      inv_ptr, axis_ptr, attention_factor, sign,
-                     HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr, N_AXES: tl.constexpr,
+                     HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                      BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
                      INTERLEAVED: tl.constexpr):
         row = row.to(tl.int64)  # offsets of tensors past 2^31 elements
@@ -48,7 +48,7 @@ if HAS_TRITON:
         j_ok = j < HALF
         ok = s_ok[:, None] & j_ok[None, :]
         axis = tl.load(axis_ptr + j, mask=j_ok, other=0)
-        pos = tl.load(pos_ptr + row * p_sb + s[:, None] * p_ss + axis[None, :], mask=ok, other=0.0)
+        pos = tl.load(pos_ptr + row * p_sb + s[:, None] * p_ss + axis[None, :] * p_sa, mask=ok, other=0.0)
         turns = pos * tl.load(inv_ptr + j, mask=j_ok, other=0.0)[None, :]  # float64: cycles
         turns = turns - tl.floor(turns)
         phase = (turns * 6.283185307179586).to(tl.float32)
@@ -76,10 +76,10 @@ if HAS_TRITON:
     @triton.jit
     def _rope_qk_kernel(q_ptr, qo_ptr, qpos_ptr, k_ptr, ko_ptr, kpos_ptr, inv_ptr, axis_ptr,
                         S, HQ, HK, N_Q_PROGRAMS, S_BLOCKS,
-                        q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss,
-                        k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, kp_sb, kp_ss,
+                        q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss, qp_sa,
+                        k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, kp_sb, kp_ss, kp_sa,
                         attention_factor, sign,
-                        HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr, N_AXES: tl.constexpr,
+                        HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                         BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
                         INTERLEAVED: tl.constexpr):
         pid = tl.program_id(0)
@@ -87,15 +87,15 @@ if HAS_TRITON:
             row = pid // S_BLOCKS
             s0 = (pid % S_BLOCKS) * BLOCK_S
             _rotate_tile(q_ptr, qo_ptr, qpos_ptr, row, s0, S, HQ, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
-                         qp_sb, qp_ss, inv_ptr, axis_ptr, attention_factor, sign,
-                         HALF, REST, ROT, N_AXES, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
+                         qp_sb, qp_ss, qp_sa, inv_ptr, axis_ptr, attention_factor, sign,
+                         HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
         else:
             pid = pid - N_Q_PROGRAMS
             row = pid // S_BLOCKS
             s0 = (pid % S_BLOCKS) * BLOCK_S
             _rotate_tile(k_ptr, ko_ptr, kpos_ptr, row, s0, S, HK, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh,
-                         kp_sb, kp_ss, inv_ptr, axis_ptr, attention_factor, sign,
-                         HALF, REST, ROT, N_AXES, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
+                         kp_sb, kp_ss, kp_sa, inv_ptr, axis_ptr, attention_factor, sign,
+                         HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
 
 
 def _as_rows(x: torch.Tensor, seq_axis: int) -> tuple[torch.Tensor, int, int]:
@@ -108,10 +108,11 @@ def _as_rows(x: torch.Tensor, seq_axis: int) -> tuple[torch.Tensor, int, int]:
     return view, rows, h2
 
 
-def _row_positions(positions: torch.Tensor, x: torch.Tensor, seq_axis: int, n_axes: int | None) -> torch.Tensor:
-    """Positions broadcast against x's leading axes -> float64 ``[rows, S, n_axes]`` (stride 0 where broadcast)."""
+def _row_positions(positions: torch.Tensor, x: torch.Tensor, seq_axis: int, multi_axis: bool) -> torch.Tensor:
+    """Positions broadcast against x's leading axes -> float64 ``[rows, S, n]`` (stride 0 where broadcast; any
+    stride on the coordinate axis, e.g. HF's ``[3, batch, seq]`` ids permuted to ``[batch, seq, 3]``)."""
     pos = positions.to(torch.float64)
-    if n_axes is None:
+    if not multi_axis:
         pos = pos.unsqueeze(-1)
     lead = pos.shape[:-2]
     pos = pos.reshape(*lead, *([1] * (seq_axis - len(lead))), *pos.shape[-2:])
@@ -121,13 +122,17 @@ def _row_positions(positions: torch.Tensor, x: torch.Tensor, seq_axis: int, n_ax
 
 def rotate_qk(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inv_freq: torch.Tensor, *,
               seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float = 1.0,
-              n_axes: int | None = None, sign: float = 1.0) -> tuple[torch.Tensor, ...]:
-    """Launch the kernel on q (and k): returns fresh tensors of their shapes and dtypes (contiguous)."""
+              slot_axis: torch.Tensor | None = None, sign: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """Launch the kernel on q (and k): returns fresh tensors of their shapes and dtypes (contiguous).
+
+    ``inv_freq``: the float64 frequency of each of the ``rotary_dim // 2`` slots; ``slot_axis``: for positions
+    ``[..., seq, n]`` (axial RoPE, M-RoPE), the coordinate that turns each slot (None: 1-D positions)."""
     half = rotary_dim // 2
-    axes = n_axes or 1
-    per_axis = half // axes
-    turns_per_unit = (inv_freq.to(torch.float64) / (2 * math.pi)).repeat(axes).contiguous()
-    axis_of_slot = torch.arange(half, device=q.device, dtype=torch.int32) // per_axis
+    turns_per_unit = (inv_freq.to(torch.float64) / (2 * math.pi)).contiguous()
+    if slot_axis is None:
+        axis_of_slot = torch.zeros(half, device=q.device, dtype=torch.int32)
+    else:
+        axis_of_slot = slot_axis.to(device=q.device, dtype=torch.int32).contiguous()
     tensors = [q] if k is None else [q, k]
     views, outs, pos = [], [], []
     for t in tensors:
@@ -135,7 +140,7 @@ def rotate_qk(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, 
         out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
         views.append((view, rows, h2))
         outs.append(out.view(rows, t.shape[seq_axis], h2, t.shape[-1]))
-        pos.append(_row_positions(positions, t, seq_axis, n_axes))
+        pos.append(_row_positions(positions, t, seq_axis, slot_axis is not None))
     if k is None:
         views.append(views[0])
         outs.append(outs[0])
@@ -153,11 +158,11 @@ def rotate_qk(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, 
         qv, qo, qp, kv, ko, kp, turns_per_unit, axis_of_slot,
         seq, hq, hk, n_q, s_blocks,
         qv.stride(0), qv.stride(1), qv.stride(2), qo.stride(0), qo.stride(1), qo.stride(2),
-        qp.stride(0), qp.stride(1),
+        qp.stride(0), qp.stride(1), qp.stride(2),
         kv.stride(0), kv.stride(1), kv.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
-        kp.stride(0), kp.stride(1),
+        kp.stride(0), kp.stride(1), kp.stride(2),
         float(attention_factor), float(sign),
-        HALF=half, REST=rest, ROT=rotary_dim, N_AXES=axes, BLOCK_S=block_s,
+        HALF=half, REST=rest, ROT=rotary_dim, BLOCK_S=block_s,
         BLOCK_HALF=triton.next_power_of_2(half), BLOCK_REST=triton.next_power_of_2(max(rest, 1)),
         INTERLEAVED=interleaved,
     )
@@ -180,15 +185,18 @@ class _TritonRope(torch.autograd.Function):
         options = dict(ctx.options, sign=-ctx.options.get("sign", 1.0))
         gq = grads[0].contiguous()
         gk = grads[1].contiguous() if ctx.has_k else None
-        back = rotate_qk(gq, gk, positions, inv_freq, **options)
+        # the transpose of a rotation is the rotation the other way; through apply, so that under
+        # create_graph=True the backward is itself differentiable (double backward)
+        back = _TritonRope.apply(gq, gk, positions, inv_freq, options)
         return back[0], (back[1] if ctx.has_k else None), None, None, None
 
 
 def maybe_rotate(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inv_freq: torch.Tensor, *,
                  seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float = 1.0,
-                 n_axes: int | None = None) -> tuple[torch.Tensor, ...] | None:
+                 slot_axis: torch.Tensor | None = None) -> tuple[torch.Tensor, ...] | None:
     """Rotate q (and k) with the kernel when it applies to these tensors; ``None`` sends the caller to the eager
-    path. ``inv_freq`` are the float64 frequencies of one axis (``RotaryEmbedding.frequencies(positions)``)."""
+    path. ``inv_freq`` are the float64 frequencies of the slots (``RotaryEmbedding.frequencies(positions)``),
+    ``slot_axis`` the coordinate of each slot for multi-axis positions (``RotaryEmbedding.slot_axis``)."""
     if not HAS_TRITON or os.environ.get("OMNIPOS_DISABLE_TRITON") == "1":
         return None
     tensors = [q] if k is None else [q, k]
@@ -197,7 +205,7 @@ def maybe_rotate(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tenso
     if k is not None and k.dtype != q.dtype:
         return None
     options = dict(seq_axis=seq_axis, rotary_dim=rotary_dim, interleaved=interleaved,
-                   attention_factor=attention_factor, n_axes=n_axes)
+                   attention_factor=attention_factor, slot_axis=slot_axis)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return _TritonRope.apply(q, k, positions, inv_freq, options)
     return rotate_qk(q, k, positions, inv_freq, **options)

@@ -154,11 +154,14 @@ class SinusoidalEncoding(nn.Module):
 
     Args:
         dim: channels (even). base, layout: as in :func:`sinusoidal`.
-        scale: multiplier of the encoding. learnable_scale: learn it (initialised at ``scale``).
-        dtype: dtype of the encoding before scaling.
+        scale: multiplier of the encoding (finite). learnable_scale: learn it (initialised at ``scale``).
+        dtype: the initial dtype of the scale and so of the output; ``.half()`` / ``.double()`` / ``.to(dtype)``
+            change it like any module's. The sinusoid itself is computed in float32 (float64 for a float64 module)
+            from float64 phases and rounded once.
 
     Shape:
-        ``forward(positions)``: positions of any shape -> ``[*positions.shape, dim]``.
+        ``forward(positions)``: positions of any shape (differentiable when real-valued) ->
+        ``[*positions.shape, dim]`` of the module's dtype.
     """
 
     def __init__(
@@ -176,25 +179,42 @@ class SinusoidalEncoding(nn.Module):
         self.layout = check_choice(layout, "layout", LAYOUTS)
         layout_frequencies(dim, base=base, layout=layout)  # validates base and fairseq's dim early
         self.base = float(base)
-        self.dtype = dtype
-        if not math.isfinite(float(scale)):
-            raise ValueError(f"scale must be finite, got {scale}")
+        check_float_dtype(dtype)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(float(scale)):
+            raise ValueError(f"scale must be a finite number, got {scale!r}")
+        if abs(float(scale)) > torch.finfo(dtype).max:
+            raise ValueError(f"scale={scale} is beyond the range of dtype={dtype} (largest {torch.finfo(dtype).max})")
+        self.initial_scale = float(scale)
         self.learnable_scale = bool(learnable_scale)
         if self.learnable_scale:
-            self.scale = nn.Parameter(torch.tensor(float(scale), dtype=dtype))
-        else:
-            self.register_buffer("scale", torch.tensor(float(scale), dtype=dtype), persistent=False)
+            self.scale = nn.Parameter(torch.empty((), dtype=dtype))
+        else:  # a buffer, so that it (and the output) follows .half() / .double()
+            self.register_buffer("scale", torch.empty((), dtype=dtype), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Set the scale to its initial value (after meta-device construction and ``to_empty``)."""
+        with torch.no_grad():
+            self.scale.fill_(self.initial_scale)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The output dtype: the scale's, which follows ``.half()`` / ``.double()`` / ``.to(dtype)``."""
+        return self.scale.dtype
 
     def forward(self, positions: Any) -> torch.Tensor:
         if not isinstance(positions, torch.Tensor):
             positions = as_position_tensor(positions, device=self.scale.device)
-        pe = sinusoidal(positions, self.dim, base=self.base, layout=self.layout, dtype=self.dtype)
-        return pe * self.scale.to(pe.device)
+        out = self.scale.dtype
+        work = torch.float64 if out == torch.float64 else torch.float32
+        pe = sinusoidal(positions, self.dim, base=self.base, layout=self.layout, dtype=work)
+        return (pe * self.scale.to(device=pe.device, dtype=work)).to(out)
 
     def extra_repr(self) -> str:
+        scale = f"{float(self.scale):g}" if not self.scale.is_meta else "meta"
         return (
             f"dim={self.dim}, base={self.base:g}, layout={self.layout!r}, "
-            f"scale={float(self.scale):g}, learnable_scale={self.learnable_scale}"
+            f"scale={scale}, learnable_scale={self.learnable_scale}"
         )
 
 
