@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent('''
     assert pe.shape == (5, 2) and torch.isfinite(pe).all()
     assert omnipos.vision.sincos_2d((3, 4), 16).shape == (12, 16)
     encoder = omnipos.timeseries.TimelineEncoder(8)
-    out = encoder(torch.tensor([[0.0, 1.5, 30.0]]))
+    out = encoder(torch.tensor([[0.0, 1.5, 30.0]]), clock=0.0)
     assert out.shape == (1, 3, 8) and torch.isfinite(out).all()
 
     def refuses(call, extra):

@@ -30,7 +30,7 @@ def random_timelines(seed, batch=3, length=9, scale=5000.0):
 @pytest.mark.parametrize("harmonics", [1, 3])
 def test_periodic_matches_formula(harmonics):
     times, mask = random_timelines(harmonics, scale=1e4)
-    out = periodic_encoding(times, ("24h", "7d", 5.5), harmonics, mask=mask)
+    out = periodic_encoding(times, ("24h", "7d", 5.5), harmonics, mask=mask, clock=0)
     assert out.shape == (*times.shape, 2 * 3 * harmonics)
     ref = periodic_reference(times.numpy(), (24.0, 168.0, 5.5), harmonics)
     np.testing.assert_allclose(out[mask].numpy(), ref[mask.numpy()], atol=1e-6)
@@ -42,7 +42,7 @@ def test_periodic_matches_formula(harmonics):
 def test_periodic_equal_at_t_and_t_plus_period(t, period, harmonics):
     text, hours = period
     times = torch.tensor([[t, t + hours]], dtype=torch.float64)
-    out = periodic_encoding(times, (text,), harmonics, dtype=torch.float64)
+    out = periodic_encoding(times, (text,), harmonics, dtype=torch.float64, clock=0)
     torch.testing.assert_close(out[0, 0], out[0, 1], rtol=0, atol=1e-9)
 
 
@@ -50,32 +50,36 @@ def test_periodic_equal_at_t_and_t_plus_period(t, period, harmonics):
 def test_seeds_claim_dot_product_is_cosine_of_difference(t, horizon, u):
     """The seeds: the 24 h encodings of t + H and u have dot product cos(2 pi (t + H - u) / 24)."""
     times = torch.tensor([[min(t + horizon, u), max(t + horizon, u)]], dtype=torch.float64)
-    pe = periodic_encoding(times, ("24h",), dtype=torch.float64)[0]
+    pe = periodic_encoding(times, ("24h",), dtype=torch.float64, clock=0)[0]
     expected = math.cos(2 * math.pi * (t + horizon - u) / 24)
     assert abs(float(pe[0] @ pe[1]) - expected) < 1e-9
 
 
 def test_periodic_same_moment_in_minutes_hours_datetime64():
+    """One moment, given as hours or minutes since the epoch or as datetime64 relative to any origin (with the
+    clock of that origin), has one time of day."""
     start = np.datetime64("2023-05-06T07:08:09", "ns")
     hours = np.array([0.0, 3.75, 49.5, 400.25])
     stamps = start + (hours * 3600e9).astype("timedelta64[ns]")
-    in_hours = batch_timelines([hours + 7.0], origin="epoch")[0]
-    in_minutes = batch_timelines([(hours + 7.0) * 60], unit="min", origin="epoch")[0]
-    from_dt64 = batch_timelines([stamps], origin=start - np.timedelta64(7, "h"))[0]
-    a = periodic_encoding(in_hours, ("24h", "7d"), 2)
-    b = periodic_encoding(in_minutes, ("24h", "7d"), 2, unit="min")
-    c = periodic_encoding(from_dt64, ("24h", "7d"), 2)
+    since_epoch = (stamps - np.datetime64(0, "ns")) / np.timedelta64(1, "h")
+    in_hours = batch_timelines([since_epoch], origin="epoch")[0]
+    in_minutes = batch_timelines([since_epoch * 60], unit="min", origin="epoch")[0]
+    a = periodic_encoding(in_hours, ("24h", "7d"), 2, clock=0)
+    b = periodic_encoding(in_minutes, ("24h", "7d"), 2, unit="min", clock=0)
     torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    torch.testing.assert_close(a, c, rtol=0, atol=1e-6)
+    for origin in ("first", "epoch", start - np.timedelta64(7, "h"), "2000-01-01"):
+        times, _, clock = batch_timelines([stamps], origin=origin, return_clock=True)
+        c = periodic_encoding(times, ("24h", "7d"), 2, clock=clock)
+        torch.testing.assert_close(a, c, rtol=0, atol=1e-6, msg=str(origin))
 
 
 def test_periodic_bad_arguments():
     times = torch.tensor([[0.0, 1.0]])
     with pytest.raises(ValueError, match="positive"):
-        periodic_encoding(times, ("0h",))
+        periodic_encoding(times, ("0h",), clock=0)
     with pytest.raises(ValueError, match="known units"):
-        periodic_encoding(times, ("24 hours",))
+        periodic_encoding(times, ("24 hours",), clock=0)
     with pytest.raises(TypeError, match="sequence"):
-        periodic_encoding(times, "24h")
+        periodic_encoding(times, "24h", clock=0)
     with pytest.raises(ValueError, match=">= 1"):
-        periodic_encoding(times, harmonics=0)
+        periodic_encoding(times, harmonics=0, clock=0)

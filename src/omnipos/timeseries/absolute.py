@@ -7,6 +7,7 @@ same vector in any batch, at any padding, on any device.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -19,10 +20,12 @@ from ..core import (
     geometric_frequencies,
     sinusoid_of_turns,
 )
-from .durations import check_unit, parse_duration
-from .timelines import check_times, encode_valid
+from .durations import check_unit, positive_duration
+from .timelines import can_check_values, check_times, encode_valid
 
 __all__ = ["absolute_time_encoding", "absolute_cycles", "absolute_features"]
+
+_WHOLE_TURNS = 2.0**53
 
 
 def absolute_cycles(dim: int, min_period: Any, max_period: Any, unit: str = "h",
@@ -31,15 +34,15 @@ def absolute_cycles(dim: int, min_period: Any, max_period: Any, unit: str = "h",
     ``P_i = min_period * (max_period / min_period) ** (i / (dim/2 - 1))``, shortest first."""
     dim = check_even_dim(dim)
     unit = check_unit(unit)
-    low = parse_duration(min_period, unit, name="min_period")
-    high = parse_duration(max_period, unit, name="max_period")
-    if not low > 0:
-        raise ValueError(f"min_period must be a positive duration, got {min_period!r}")
+    low = positive_duration(min_period, unit, "min_period")
+    high = positive_duration(max_period, unit, "max_period")
     half = dim // 2
     if half == 1:
         return torch.tensor([1.0 / low], dtype=torch.float64, device=device)
     if not high > low:
         raise ValueError(f"max_period ({max_period!r}) must be longer than min_period ({min_period!r})")
+    if not math.isfinite(high / low):
+        raise ValueError(f"max_period / min_period ({max_period!r} / {min_period!r}) overflows float64")
     return geometric_frequencies(half, base=high / low, denominator=half - 1, device=device) / low
 
 
@@ -80,4 +83,9 @@ def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype:
     """The encoding of real events' times ``t [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``."""
     # the product is a fresh float64 buffer: let the core consume it instead of copying it again
     turns = t.to(torch.float64).unsqueeze(-1) * cycles
+    # beyond 2**53 turns a float64 phase is a whole number of turns (phase 0); a product that overflowed to inf
+    # is read the same way instead of becoming NaN (eager skips the pass when no phase gets that large)
+    if not can_check_values(t) or (t.numel() and bool(t.abs().max() * cycles.max() >= _WHOLE_TURNS)):
+        turns = torch.where(turns.abs() < _WHOLE_TURNS, turns, torch.zeros((), dtype=turns.dtype,
+                                                                           device=turns.device))
     return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)
