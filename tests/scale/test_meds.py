@@ -22,6 +22,13 @@ def assert_same_batch(got: EventBatch, expected: EventBatch) -> None:
         assert torch.equal(torch.nan_to_num(a, nan=-7.0) if a.is_floating_point() else a,
                            torch.nan_to_num(b, nan=-7.0) if b.is_floating_point() else b), key
     assert torch.equal(got.values.isnan(), expected.values.isnan())
+    assert (got.clock is None) == (expected.clock is None)
+    if expected.clock is not None:
+        assert got.clock.dtype == expected.clock.dtype and torch.equal(got.clock, expected.clock)
+    for key in ("static_codes", "static_mask", "window"):
+        assert torch.equal(getattr(got, key), getattr(expected, key)), key
+    assert torch.equal(torch.nan_to_num(got.static_values, nan=-7.0),
+                       torch.nan_to_num(expected.static_values, nan=-7.0))
 
 
 @pytest.fixture
@@ -36,15 +43,17 @@ def test_output_equals_eventbatch_from_parquet(tmp_path, root, shard_size):
     assert result.items == len(expected.subjects) and result.units == 4
     got = load_meds(tmp_path / "out")
     assert_same_batch(got, expected)
-    # ready for the encoder (its periodic part needs each row's clock, which load_meds does not store yet)
-    encoded = TimelineEncoder(8, components=("absolute", "gap"))(got.times, got.mask)
+    # ready for the encoder, periodic part included: each row's clock is stored
+    encoder = TimelineEncoder(8)
+    encoded = encoder(got)
+    torch.testing.assert_close(encoded, encoder(expected), rtol=0, atol=0)
     assert encoded.shape == (*got.times.shape, 8) and (encoded[~got.mask] == 0).all()
 
 
 def test_options_pass_through(tmp_path, meds_root):
     root = meds_root(tmp_path / "static", seed=4, static=True)
-    with pytest.raises(PrecomputeError) as info:  # MEDS static events have no time: refused unless asked
-        precompute_meds(root, tmp_path / "refused", progress=False)
+    with pytest.raises(PrecomputeError) as info:  # MEDS static events (no time) refused when asked to
+        precompute_meds(root, tmp_path / "refused", static="error", progress=False)
     assert "4 of 4 units failed" in str(info.value)
     assert "missing value (NaN/NaT/None) in column 'time'" in str(info.value)
     assert str(meds_data_files(root)[0]) in str(info.value)
@@ -74,7 +83,8 @@ def test_padding_groups_bound_memory_and_change_nothing(tmp_path, root, monkeypa
 def test_shard_layout(tmp_path, root):
     precompute_meds(root, tmp_path / "out", shard_size=2, progress=False)
     table = pq.read_table(tmp_path / "out" / "meds-00000-00000.parquet")
-    assert table.column_names == ["subject_id", "length", "times", "codes", "values"]
+    assert table.column_names == ["subject_id", "window", "length", "clock", "times", "codes", "values",
+                                  "static_codes", "static_values"]
     assert table.num_rows == 2
     vocab = json.loads(table.schema.metadata[b"omnipos.vocab"])
     frame = pd.read_parquet(meds_data_files(root)[0])
@@ -130,3 +140,16 @@ def test_bad_arguments(tmp_path, root):
         from omnipos.scale import load_graphs
 
         load_graphs(tmp_path / "out")
+
+
+def test_static_codes_windows_and_unknown_codes_survive_the_shards(tmp_path, meds_root):
+    """MEDS static events kept, long timelines split into windows, codes outside a vocabulary mapped to <unk>:
+    load_meds gives what EventBatch.from_parquet gives in one process."""
+    root = meds_root(tmp_path / "static", seed=5, static=True)
+    vocab = ["<pad>", "<unk>", "LAB//0", "LAB//1", "LAB//2"]  # most codes of the cohort are outside it
+    options = dict(static="keep", max_len=4, truncation="split", unknown_code="unk", vocab=vocab)
+    precompute_meds(root, tmp_path / "out", shard_size=2, progress=False, **options)
+    got = load_meds(tmp_path / "out")
+    expected = EventBatch.from_parquet(root / "data", **options)
+    assert (got.window > 0).any() and got.static_mask.any() and (got.codes == 1).any()  # the cases are exercised
+    assert_same_batch(got, expected)

@@ -3,10 +3,12 @@
 MEDS data shards (``<root>/data/**/*.parquet``, columns ``subject_id, time, code, numeric_value``) are
 partitioned by subject, so each file is an independent unit of work. A worker reads one file and runs
 :meth:`omnipos.timeseries.EventBatch.from_frame` over its subjects, ``shard_size`` subjects per output shard
-(``meds-UUUUU-PPPPP.parquet``: one row per subject, ``subject_id``, ``length``, and the lists ``times`` (float64
-offsets in the job's ``unit``), ``codes`` (int64 indices into the shard's vocabulary, stored in the file's
-metadata) and ``values`` (float32, NaN where none)). Padding is never stored; to bound memory, a shard's subjects
-are padded in groups of at most ``MAX_PADDED_EVENTS`` slots.
+(``meds-UUUUU-PPPPP.parquet``: one row per subject, or per window with ``truncation="split"``: ``subject_id``,
+``window``, ``length``, ``clock`` (float64, the clock time of the row's origin, so periodic features see clock
+time), the lists ``times`` (float64 offsets in the job's ``unit``), ``codes`` (int64 indices into the shard's
+vocabulary, stored in the file's metadata) and ``values`` (float32, NaN where none), and ``static_codes`` /
+``static_values`` (the subject's events without a time, with ``static="keep"``)). Padding is never stored; to
+bound memory, a shard's subjects are padded in groups of at most ``MAX_PADDED_EVENTS`` slots.
 
 :func:`load_meds` merges the shards into one :class:`omnipos.timeseries.EventBatch`, equal to
 ``EventBatch.from_parquet(<root>/data)``: subjects sorted, codes indexed in the sorted vocabulary of every code.
@@ -25,7 +27,7 @@ import numpy as np
 import torch
 
 from omnipos.core import check_choice, check_positive_int, lengths_to_mask
-from omnipos.timeseries import UNITS, EventBatch
+from omnipos.timeseries import PAD_CODE, UNITS, UNK_CODE, EventBatch
 
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
@@ -77,9 +79,10 @@ def precompute_meds(
         engine, address, num_cpus: where the files run, see :func:`omnipos.scale.make_engine`.
         shard_size: subjects per output shard (>= 1).
         resume, overwrite, progress: as in :func:`omnipos.scale.precompute_graphs`.
-        **event_options: passed to :meth:`omnipos.timeseries.EventBatch.from_frame`: ``unit`` (default hours),
-            ``origin``, ``drop_missing`` (MEDS static events have no time: pass ``drop_missing=True`` to drop
-            them), ``vocab``.
+        **event_options: passed to :meth:`omnipos.timeseries.EventBatch.from_frame`, with the defaults of
+            :meth:`~omnipos.timeseries.EventBatch.from_parquet` on a MEDS root: ``unit`` (hours), ``origin``,
+            ``static`` (``"keep"``: MEDS static events, which have no time, become each subject's static codes),
+            ``drop_missing``, ``vocab``, ``unknown_code``, ``max_len``, ``truncation``, ...
 
     Returns:
         A :class:`omnipos.scale.PrecomputeResult` (items are subjects).
@@ -97,6 +100,7 @@ def precompute_meds(
         if name not in accepted:
             raise TypeError(f"precompute_meds got an unknown option {name!r}; EventBatch.from_frame takes "
                             f"{', '.join(accepted)}")
+    event_options.setdefault("static", "keep")  # a MEDS root's static events, as from_parquet reads them
     if "unit" in event_options:
         check_choice(event_options["unit"], "unit", UNITS)
     if event_options.get("vocab") is not None:
@@ -131,14 +135,17 @@ def _padded_groups(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 
 def merge_vocabularies(vocabs: list[list[str]]) -> tuple[list[str], list[np.ndarray]]:
-    """One vocabulary for several EventBatch vocabularies (``vocab[0]`` the pad code): the common one when they
-    are all equal (a caller's ``vocab=``), else the pad code and the sorted union of the codes (what
-    ``EventBatch.from_frame`` builds over all rows). Also, for each input, the map old index -> new index."""
+    """One vocabulary for several EventBatch vocabularies: the common one when they are all equal (a caller's
+    ``vocab=``), else the special codes they start with (``"<pad>"``, and ``"<unk>"`` with ``unknown_code="unk"``)
+    then the sorted union of the codes (what ``EventBatch.from_frame`` builds over all rows). Also, for each
+    input, the map old index -> new index."""
     if all(v == vocabs[0] for v in vocabs[1:]):
         return list(vocabs[0]), [np.arange(len(v)) for v in vocabs]
-    codes = np.array(sorted(set().union(*(v[1:] for v in vocabs))), dtype=object)
-    merged = [vocabs[0][0]] + codes.tolist()
-    maps = [np.concatenate([[0], np.searchsorted(codes, np.array(v[1:], dtype=object)) + 1]).astype(np.int64)
+    special = [PAD_CODE] + ([UNK_CODE] if len(vocabs[0]) > 1 and vocabs[0][1] == UNK_CODE else [])
+    n = len(special)
+    codes = np.array(sorted(set().union(*(v[n:] for v in vocabs))), dtype=object)
+    merged = special + codes.tolist()
+    maps = [np.concatenate([np.arange(n), np.searchsorted(codes, np.array(v[n:], dtype=object)) + n]).astype(np.int64)
             for v in vocabs]
     return merged, maps
 
@@ -185,11 +192,20 @@ def _shard_parquet(batches: list[EventBatch]) -> bytes:
     times = np.concatenate([b.times[b.mask].numpy() for b in batches])
     codes = np.concatenate([m[b.codes[b.mask].numpy()] for b, m in zip(batches, maps)]).astype(np.int64)
     values = np.concatenate([b.values[b.mask].numpy() for b in batches])
+    static_lengths = torch.cat([b.static_mask.sum(1) for b in batches]).numpy().astype(np.int64)
+    static_codes = np.concatenate([m[b.static_codes[b.static_mask].numpy()] for b, m in zip(batches, maps)])
+    static_values = np.concatenate([b.static_values[b.static_mask].numpy() for b in batches])
     first = batches[0]
+    clock = (torch.cat([b.clock for b in batches]).numpy() if all(b.clock is not None for b in batches)
+             else np.full(lengths.size, np.nan))
     return to_parquet({"subject_id": column([s for b in batches for s in b.subjects]),
-                       "length": column(lengths, "int64"), "times": list_column(times, lengths, "float64"),
+                       "window": column(torch.cat([b.window for b in batches]).numpy(), "int64"),
+                       "length": column(lengths, "int64"), "clock": column(clock, "float64"),
+                       "times": list_column(times, lengths, "float64"),
                        "codes": list_column(codes, lengths, "int64"),
-                       "values": list_column(values, lengths, "float32")},
+                       "values": list_column(values, lengths, "float32"),
+                       "static_codes": list_column(static_codes.astype(np.int64), static_lengths, "int64"),
+                       "static_values": list_column(static_values, static_lengths, "float32")},
                       {"omnipos.vocab": json.dumps(vocab), "omnipos.unit": first.unit,
                        "omnipos.origin": str(first.origin)})
 
@@ -203,7 +219,7 @@ def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
         ValueError: a subject found in two data files (MEDS shards must partition the subjects).
     """
     manifest = Manifest.read(out_dir, KIND)
-    tables, vocabs, names = [], [], []
+    tables, vocabs, names = [], [], []  # each table: one row per subject (per window when split)
     for shard in manifest.shards():
         table, metadata = read_parquet(read_verified(manifest.out_dir, shard, verify))
         tables.append(table)
@@ -214,16 +230,18 @@ def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
     if not tables:
         return EventBatch(torch.zeros(0, 0, dtype=torch.float64), torch.zeros(0, 0, dtype=torch.long),
                           torch.zeros(0, 0), torch.zeros(0, 0, dtype=torch.bool), options.get("vocab") or
-                          ["<pad>"], [], unit=unit, origin=origin)
+                          [PAD_CODE], [], unit=unit, origin=origin, clock=torch.zeros(0, dtype=torch.float64))
     vocab, maps = merge_vocabularies(vocabs)
     subjects = [s for t in tables for s in t.column("subject_id").to_pylist()]
     lengths = np.concatenate([t.column("length").to_numpy() for t in tables])
     times = np.concatenate([flat_list(t.column("times")) for t in tables])
     codes = np.concatenate([m[flat_list(t.column("codes"))] for t, m in zip(tables, maps)])
     values = np.concatenate([flat_list(t.column("values")) for t in tables])
-    order = np.argsort(np.array(subjects), kind="stable")
+    windows = np.concatenate([t.column("window").to_numpy() for t in tables])
+    order = np.argsort(np.array(subjects), kind="stable")  # a subject's windows are consecutive, in one shard
     ordered = [subjects[i] for i in order]
-    repeated = [i for i in range(1, len(ordered)) if ordered[i] == ordered[i - 1]]
+    repeated = [i for i in range(1, len(ordered)) if ordered[i] == ordered[i - 1]
+                and windows[order[i]] != windows[order[i - 1]] + 1]
     if repeated:
         subject = ordered[repeated[0]]
         owners = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
@@ -237,5 +255,31 @@ def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
     pad = ~mask
     take = (lambda flat, fill: torch.from_numpy(flat)[index].masked_fill_(pad, fill)) if len(times) else (
         lambda flat, fill: torch.full(mask.shape, fill, dtype=torch.from_numpy(flat).dtype))
+    clock = torch.from_numpy(np.concatenate([t.column("clock").to_numpy() for t in tables]))[order]
+    static_lengths = np.concatenate([_list_lengths(t.column("static_codes")) for t in tables])
+    static_codes = np.concatenate([m[flat_list(t.column("static_codes")).astype(np.int64)]
+                                   for t, m in zip(tables, maps)])
+    static_values = np.concatenate([flat_list(t.column("static_values")) for t in tables])
+    static = [_padded(flat, static_lengths, order, fill)
+              for flat, fill in ((static_codes.astype(np.int64), 0), (static_values.astype(np.float32), float("nan")))]
     return EventBatch(take(times, 0.0), take(codes.astype(np.int64), 0), take(values, float("nan")), mask, vocab,
-                      ordered, unit=unit, origin=origin)
+                      ordered, unit=unit, origin=origin, clock=None if bool(clock.isnan().any()) else clock,
+                      static_codes=static[0][0], static_values=static[1][0], static_mask=static[0][1],
+                      window=torch.from_numpy(windows.astype(np.int64))[order])
+
+
+def _list_lengths(chunked: Any) -> np.ndarray:
+    """Row lengths of a (chunked) list column."""
+    return np.concatenate([np.diff(chunk.offsets.to_numpy()) for chunk in chunked.chunks] or [np.zeros(0, np.int64)])
+
+
+def _padded(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, fill: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``lengths`` cut from ``flat`` (in stored order), reordered by ``order`` and padded with ``fill``."""
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    ordered_lengths = torch.from_numpy(lengths.astype(np.int64))[order]
+    mask = lengths_to_mask(ordered_lengths)
+    index = (torch.from_numpy(starts)[order].unsqueeze(1) + torch.arange(mask.shape[1])).masked_fill_(~mask, 0)
+    values = torch.from_numpy(flat)
+    if values.numel() == 0:
+        return torch.full(mask.shape, fill, dtype=values.dtype), mask
+    return values[index].masked_fill_(~mask, fill), mask
