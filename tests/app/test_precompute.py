@@ -87,8 +87,12 @@ def test_precompute_meds(tmp_path, capsys):
     got = load_meds(out)
     expected = EventBatch.from_frame(frame, unit="d", drop_missing=True)
     assert got.subjects == expected.subjects == [1, 2, 3] and torch.equal(got.times, expected.times)
-    assert main(["precompute", "meds", str(tmp_path / "meds"), "--out", str(tmp_path / "o2"), "--no-progress"]) == 2
+    assert main(["precompute", "meds", str(tmp_path / "meds"), "--out", str(tmp_path / "o2"), "--static", "error",
+                 "--no-progress"]) == 2
     assert "missing value (NaN/NaT/None) in column 'time'" in capsys.readouterr().err
+    assert main(["precompute", "meds", str(tmp_path / "meds"), "--out", str(tmp_path / "o3"), "--no-progress"]) == 0
+    kept = load_meds(tmp_path / "o3")  # the default keeps subject 2's static event as a static code
+    assert kept.static_mask.sum().item() == 1 and kept.vocab[kept.static_codes[kept.static_mask].item()] == "C"
 
 
 def test_precompute_bad_options(tmp_path, capsys):

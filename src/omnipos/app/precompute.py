@@ -65,8 +65,11 @@ def add_precompute_parser(commands: Any) -> None:
     meds.add_argument("inputs", nargs=1, metavar="INPUT", help="the MEDS root (the folder holding data/)")
     meds.add_argument("--unit", default="h", help="time unit of the offsets (s, min, h, d, w; default h)")
     meds.add_argument("--origin", default="first", help="'first' (each subject's first event) or 'epoch'")
+    meds.add_argument("--static", choices=("keep", "drop", "error"), default="keep",
+                      help="events without a time (MEDS static events): each subject's static codes (default), "
+                           "dropped, or refused")
     meds.add_argument("--drop-missing", action="store_true",
-                      help="drop events with no time or code (MEDS static events) instead of failing")
+                      help="drop events with a missing code or value instead of failing")
     _common(meds, 10_000, "subjects")
     for parser in (graphs, reads, meds):
         parser.set_defaults(handler=run_precompute)
@@ -108,7 +111,7 @@ def run_precompute(args: argparse.Namespace) -> int:
                                             **read_options(args), **common)
         else:
             result = scale.precompute_meds(args.inputs[0], args.out, unit=args.unit, origin=args.origin,
-                                           drop_missing=args.drop_missing, **common)
+                                           static=args.static, drop_missing=args.drop_missing, **common)
     except scale.PrecomputeError as exc:
         print(exc.result.summary())
         print(f"omnipos precompute: error: {exc}", file=sys.stderr)
