@@ -1,0 +1,326 @@
+"""Multimodal RoPE position ids (Qwen2-VL, Qwen2.5-VL): three ids (t, h, w) per token of an image/video/text row.
+
+The rule of the released models (transformers 4.x ``get_rope_index``, the Qwen2.5-VL paper and PR):
+
+- text tokens count up by one and carry the same id on all three axes;
+- an image or video of grid ``(T, H, W)`` (patches, before merging) takes ``T * H * W / m**2`` tokens
+  (``m = spatial_merge_size``), in row-major order over the merged grid ``(T, H/m, W/m)``; token ``(t, h, w)`` gets
+  ``(start + floor(t * interval), start + h, start + w)``, ``start`` being the id the next text token would get;
+- the run after a vision block starts at the block's largest id + 1 (so a long video whose temporal ids run past
+  ``max(H, W) / m`` pushes the next text further; transformers 5.x uses ``start + max(H, W) / m`` instead, which
+  agrees for images and short videos and differs after long ones);
+- ``interval`` is 1 (Qwen2-VL, and images everywhere) or, for Qwen2.5-VL videos, the real-time
+  ``tokens_per_second * second_per_grid_ts[v]``, multiplied by ``t`` before it is floored (float64 here);
+- ``deltas = max(id) + 1 - (number of real tokens)`` per row: during decoding the next token of a row whose cache
+  holds ``n`` real tokens gets id ``n + delta`` on all three axes (:func:`mrope_decode_position_ids`).
+
+Everything is vectorised over rows and vision blocks (no Python loop over either; transformers loops over both).
+Images and videos are matched to the rows in order (all of row 0's images, then row 1's, ...), as transformers
+does; consecutive images with no text between them are split by their token counts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..core import check_integer_tensor, check_positive_int
+
+__all__ = ["TOKEN_TYPES", "mrope_decode_position_ids", "mrope_position_ids"]
+
+#: the values of ``mm_token_type_ids`` (transformers' convention)
+TOKEN_TYPES = {0: "text", 1: "image", 2: "video"}
+
+
+def _integer_tensor(value: Any, name: str, device: torch.device) -> torch.Tensor:
+    tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    check_integer_tensor(tensor, name, "an integer tensor")
+    return tensor.to(device=device, dtype=torch.int64)
+
+
+def _check_grids(grid_thw: Any, name: str, merge: int, device: torch.device) -> torch.Tensor:
+    """``[N, 3]`` (T, H, W) patch grids -> int64 on ``device``; every side >= 1, H and W multiples of ``merge``."""
+    if grid_thw is None:
+        return torch.zeros(0, 3, dtype=torch.int64, device=device)
+    grids = _integer_tensor(grid_thw, name, device)
+    if grids.ndim != 2 or grids.shape[1] != 3:
+        raise ValueError(f"{name} must be [num_inputs, 3] (T, H, W), got shape {tuple(grids.shape)}")
+    small = (grids < 1).any(dim=1)
+    if bool(small.any()):
+        i = int(small.nonzero()[0, 0])
+        raise ValueError(f"{name}[{i}] = {tuple(grids[i].tolist())}: T, H and W must be >= 1")
+    uneven = (grids[:, 1:] % merge != 0).any(dim=1)
+    if bool(uneven.any()):
+        i = int(uneven.nonzero()[0, 0])
+        raise ValueError(f"{name}[{i}] = {tuple(grids[i].tolist())}: H and W must be multiples of "
+                         f"spatial_merge_size={merge} (the merged grid is (T, H/{merge}, W/{merge}))")
+    return grids
+
+
+def _check_mask(attention_mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor:
+    mask = attention_mask if isinstance(attention_mask, torch.Tensor) else torch.as_tensor(attention_mask)
+    if mask.is_floating_point() or mask.is_complex():
+        raise TypeError(f"attention_mask must be bool or integer 0/1, got dtype {mask.dtype}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"attention_mask must have the shape of mm_token_type_ids {tuple(shape)}, got "
+                         f"{tuple(mask.shape)}")
+    mask = mask.to(device)
+    if mask.dtype != torch.bool:
+        bad = (mask != 0) & (mask != 1)
+        if bool(bad.any()):
+            row, col = bad.nonzero()[0].tolist()
+            raise ValueError(f"attention_mask must hold 0 (padding) or 1 (token); row {row}, position {col} holds "
+                             f"{int(mask[row, col])}")
+        mask = mask == 1
+    return mask
+
+
+def _check_intervals(second_per_grid_ts: Any, tokens_per_second: Any, num_videos: int,
+                     device: torch.device) -> torch.Tensor | None:
+    """float64 ``[num_videos]`` temporal intervals (Qwen2.5-VL), or None for an interval of 1 (Qwen2-VL)."""
+    if tokens_per_second is None:
+        if second_per_grid_ts is not None:
+            raise ValueError("second_per_grid_ts needs tokens_per_second (the vision config's tokens_per_second, "
+                             "e.g. 2 for Qwen2.5-VL): the interval is tokens_per_second * second_per_grid_ts")
+        return None
+    if isinstance(tokens_per_second, bool) or not isinstance(tokens_per_second, (int, float)):
+        raise TypeError(f"tokens_per_second must be a number, got {type(tokens_per_second).__name__}")
+    if not (math.isfinite(tokens_per_second) and tokens_per_second > 0):
+        raise ValueError(f"tokens_per_second must be finite and > 0, got {tokens_per_second}")
+    if second_per_grid_ts is None:  # transformers' default: one second per temporal grid step
+        return torch.full((num_videos,), float(tokens_per_second), dtype=torch.float64, device=device)
+    seconds = second_per_grid_ts if isinstance(second_per_grid_ts, torch.Tensor) else torch.as_tensor(
+        second_per_grid_ts, dtype=torch.float64)
+    if seconds.dtype == torch.bool or seconds.is_complex():
+        raise TypeError(f"second_per_grid_ts must be real numbers, got dtype {seconds.dtype}")
+    seconds = seconds.to(device=device, dtype=torch.float64)
+    if seconds.ndim != 1 or seconds.shape[0] != num_videos:
+        raise ValueError(f"second_per_grid_ts must have one entry per video: video_grid_thw has {num_videos} "
+                         f"videos, second_per_grid_ts has shape {tuple(seconds.shape)}")
+    bad = ~torch.isfinite(seconds) | (seconds < 0)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"second_per_grid_ts[{i}] = {float(seconds[i])}: seconds must be finite and >= 0")
+    return float(tokens_per_second) * seconds
+
+
+def _check_cu_seqlens(cu_seqlens: Any, batch: int, length: int, device: torch.device) -> torch.Tensor:
+    cu = _integer_tensor(cu_seqlens, "cu_seqlens", device)
+    total = batch * length
+    if cu.ndim != 1 or cu.numel() < 2:
+        raise ValueError(f"cu_seqlens must be [num_documents + 1] (0, end of document 0, ...), got shape "
+                         f"{tuple(cu.shape)}")
+    if int(cu[0]) != 0 or int(cu[-1]) != total:
+        raise ValueError(f"cu_seqlens must start at 0 and end at the number of tokens {total} "
+                         f"(mm_token_type_ids {batch} x {length}), got {int(cu[0])} ... {int(cu[-1])}")
+    steps = cu.diff()
+    if bool((steps < 0).any()):
+        i = int((steps < 0).nonzero()[0, 0])
+        raise ValueError(f"cu_seqlens must be non-decreasing; cu_seqlens[{i + 1}] = {int(cu[i + 1])} < "
+                         f"cu_seqlens[{i}] = {int(cu[i])}")
+    if batch > 1:  # a document may not run from one row into the next
+        row_ends = torch.arange(1, batch, device=device) * length
+        missing = ~torch.isin(row_ends, cu)
+        if bool(missing.any()):
+            row = int(missing.nonzero()[0, 0])
+            raise ValueError(f"cu_seqlens: a document runs from row {row} into row {row + 1}; with several rows "
+                             f"every row end (a multiple of {length}) must be a document boundary")
+    return cu
+
+
+def _place_blocks(types: torch.Tensor, new_run: torch.Tensor, grids: torch.Tensor, intervals: torch.Tensor | None,
+                  kind: int, name: str, merge: int, where: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Offsets (t, h, w) and id increments of the tokens of one modality (``kind``) in the flat token stream.
+
+    Returns ``(index [n], offsets [n, 3], increments [n])`` for the ``n`` tokens of this kind: the block's
+    advance (largest offset + 1) on its last token, 0 elsewhere."""
+    what = TOKEN_TYPES[kind]
+    index = (types == kind).nonzero().squeeze(1)
+    total = index.numel()
+    merged_h, merged_w = grids[:, 1] // merge, grids[:, 2] // merge
+    counts = grids[:, 0] * merged_h * merged_w
+    ends = counts.cumsum(0)
+    starts = ends - counts
+    expected = int(ends[-1]) if ends.numel() else 0
+    ordinal = torch.arange(total, device=types.device)
+
+    def block_text(i: int) -> str:
+        return (f"{name}[{i}] = {tuple(grids[i].tolist())} needs {int(counts[i])} tokens with "
+                f"spatial_merge_size={merge}")
+
+    # each run of this kind must begin a block: a run beginning inside one means the run before it was cut short
+    run_ordinal = ordinal[new_run[index]]
+    block = torch.searchsorted(ends, run_ordinal, right=True)
+    inside = (block < ends.numel()) & (starts[block.clamp(max=max(ends.numel() - 1, 0))] != run_ordinal) \
+        if ends.numel() else torch.zeros_like(block, dtype=torch.bool)
+    if bool(inside.any()):
+        j = int(inside.nonzero()[0, 0])
+        i = int(block[j])
+        before = int(run_ordinal[j]) - 1
+        raise ValueError(f"{where(int(index[before]))}: its {what} tokens end inside {what} {i} ({block_text(i)}): "
+                         f"fewer {what} tokens than {name} accounts for, or a {what} split by other tokens")
+    if total > expected:
+        raise ValueError(f"{where(int(index[expected]))} has more {what} tokens than {name} accounts for "
+                         f"({grids.shape[0]} {what}s, {expected} tokens in all)")
+    if total < expected:
+        i = int(torch.searchsorted(ends, torch.tensor(total, device=ends.device), right=True))
+        if total and int(starts[i]) != total:
+            raise ValueError(f"{where(int(index[-1]))}: its {what} tokens end inside {what} {i} ({block_text(i)}): "
+                             f"fewer {what} tokens than {name} accounts for")
+        raise ValueError(f"{name} has {grids.shape[0]} {what}s ({expected} tokens) but mm_token_type_ids holds "
+                         f"{total} {what} tokens: {what}s {i}.. have none (fewer {what} tokens than {name} accounts "
+                         f"for{'' if not total else '; the last ones are in ' + where(int(index[-1]))})")
+
+    block = torch.searchsorted(ends, ordinal, right=True)
+    local = ordinal - starts[block]
+    width, height = merged_w[block], merged_h[block]
+    w = local % width
+    h = (local // width) % height
+    t = local // (width * height)
+    if intervals is not None:
+        t = torch.floor(t.to(torch.float64) * intervals[block]).to(torch.int64)
+        t_max = torch.floor((grids[:, 0] - 1).to(torch.float64) * intervals).to(torch.int64)
+    else:
+        t_max = grids[:, 0] - 1
+    advance = torch.maximum(t_max, torch.maximum(merged_h, merged_w) - 1) + 1
+    increments = torch.where(local == counts[block] - 1, advance[block], torch.zeros_like(local))
+    return index, torch.stack([t, h, w], dim=-1), increments
+
+
+def mrope_position_ids(
+    mm_token_type_ids: torch.Tensor,
+    image_grid_thw: Any = None,
+    video_grid_thw: Any = None,
+    *,
+    spatial_merge_size: int = 2,
+    attention_mask: Any = None,
+    second_per_grid_ts: Any = None,
+    tokens_per_second: float | None = None,
+    cu_seqlens: Any = None,
+    pad_position: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """M-RoPE position ids of a batch of image/video/text rows (Qwen2-VL, Qwen2.5-VL; rule in the module docstring).
+
+    Args:
+        mm_token_type_ids: ``[B, L]`` integer, 0 text, 1 image, 2 video (the processor's ``mm_token_type_ids``).
+        image_grid_thw: ``[num_images, 3]`` integer (T, H, W) patch grids, in the order the images appear (row 0
+            first); ``None`` for none.
+        video_grid_thw: ``[num_videos, 3]``, likewise.
+        spatial_merge_size: the vision tower's ``spatial_merge_size`` ``m`` (2 in Qwen2/2.5/3-VL); H and W must be
+            multiples of it.
+        attention_mask: ``[B, L]`` bool or 0/1: padding (0) gets no id and is skipped, left, right or anywhere.
+        second_per_grid_ts: ``[num_videos]`` seconds per temporal grid step (Qwen2.5-VL's processor output);
+            needs ``tokens_per_second``. Default 1 second when ``tokens_per_second`` is given.
+        tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second``; None (Qwen2-VL): temporal ids step by
+            1 per grid step.
+        cu_seqlens: ``[D + 1]`` integer boundaries of packed documents in the flattened ``B * L`` tokens (flash-attn
+            varlen convention): positions restart at 0 in each document. Every row end must be a boundary.
+        pad_position: the id padded slots hold on all three axes (1, as transformers 4.x fills them; 5.x fills 0).
+            They are never read by attention; pick what your kernel expects.
+
+    Returns:
+        ``(position_ids [B, L, 3] int64, deltas [B, 1] int64)`` (omnipos' axes-last layout: transformers'
+        ``[3, B, L]`` is ``position_ids.permute(2, 0, 1)``). With ``cu_seqlens``, ``deltas`` is ``[D, 1]``, one per
+        document. A row (document) with no real token has delta 0.
+
+    Raises:
+        ValueError: ``mm_token_type_ids`` not ``[B, L]`` or holding values other than 0/1/2 (row and position
+        named); a grid side < 1 or H/W not a multiple of ``spatial_merge_size`` (grid index named); more or fewer
+        image/video tokens than the grids account for, or a block split by other tokens (row named);
+        ``second_per_grid_ts`` of the wrong length or not finite; bad ``attention_mask`` / ``cu_seqlens``.
+        TypeError: non-integer ids or grids.
+    """
+    types = mm_token_type_ids if isinstance(mm_token_type_ids, torch.Tensor) else torch.as_tensor(mm_token_type_ids)
+    check_integer_tensor(types, "mm_token_type_ids", "an integer tensor of 0 (text), 1 (image), 2 (video)")
+    if types.ndim != 2:
+        raise ValueError(f"mm_token_type_ids must be [B, L], got shape {tuple(types.shape)}")
+    device = types.device
+    bad = (types < 0) | (types > 2)
+    if bool(bad.any()):
+        row, col = bad.nonzero()[0].tolist()
+        raise ValueError(f"mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video); row {row}, position {col} "
+                         f"holds {int(types[row, col])}")
+    merge = check_positive_int(spatial_merge_size, "spatial_merge_size")
+    if isinstance(pad_position, bool) or not isinstance(pad_position, int):
+        raise TypeError(f"pad_position must be an int, got {type(pad_position).__name__}")
+    images = _check_grids(image_grid_thw, "image_grid_thw", merge, device)
+    videos = _check_grids(video_grid_thw, "video_grid_thw", merge, device)
+    intervals = _check_intervals(second_per_grid_ts, tokens_per_second, videos.shape[0], device)
+    batch, length = types.shape
+    valid = None if attention_mask is None else _check_mask(attention_mask, types.shape, device)
+
+    if valid is None:
+        rows = torch.arange(batch, device=device).repeat_interleave(length)
+        cols = torch.arange(length, device=device).repeat(batch)
+    else:
+        rows, cols = valid.nonzero(as_tuple=True)
+    if cu_seqlens is None:
+        segment, num_segments = rows, batch
+    else:
+        cu = _check_cu_seqlens(cu_seqlens, batch, length, device)
+        segment = torch.searchsorted(cu[1:], rows * length + cols, right=True)
+        num_segments = cu.numel() - 1
+    flat = types[rows, cols].to(torch.int64)
+
+    def where(token: int) -> str:
+        text = f"row {int(rows[token])}"
+        return text if cu_seqlens is None else text + f" (document {int(segment[token])})"
+
+    new_segment = torch.ones_like(flat, dtype=torch.bool)
+    new_segment[1:] = segment[1:] != segment[:-1]
+    new_run = new_segment.clone()
+    new_run[1:] |= flat[1:] != flat[:-1]
+
+    increments = torch.ones_like(flat)
+    offsets = torch.zeros(flat.numel(), 3, dtype=torch.int64, device=device)
+    for kind, grids, name, interval in ((1, images, "image_grid_thw", None), (2, videos, "video_grid_thw", intervals)):
+        index, block_offsets, block_increments = _place_blocks(flat, new_run, grids, interval, kind, name, merge, where)
+        offsets[index] = block_offsets
+        increments[index] = block_increments
+
+    # each token starts where the tokens before it in its segment have advanced to (exclusive, per-segment cumsum)
+    before = increments.cumsum(0) - increments
+    base = torch.zeros(num_segments, dtype=torch.int64, device=device)
+    base[segment[new_segment]] = before[new_segment]
+    ids = (before - base[segment]).unsqueeze(-1) + offsets
+    position_ids = torch.full((batch, length, 3), pad_position, dtype=torch.int64, device=device)
+    position_ids[rows, cols] = ids
+    advanced = torch.zeros(num_segments, dtype=torch.int64, device=device).index_add_(0, segment, increments)
+    tokens = torch.bincount(segment, minlength=num_segments)
+    return position_ids, (advanced - tokens).unsqueeze(-1)
+
+
+def mrope_decode_position_ids(deltas: torch.Tensor, cache_position: Any) -> torch.Tensor:
+    """M-RoPE ids of tokens generated after the prompt: text ids ``cache_position + delta`` on all three axes.
+
+    Args:
+        deltas: ``[B, 1]`` int64 from :func:`mrope_position_ids`.
+        cache_position: where the new tokens sit in the text stream counting only real tokens: an int (the same for
+            every row: the prompt length when it had no padding), ``[n]`` (shared, transformers' ``cache_position``)
+            or ``[B, n]`` (per row, e.g. ``attention_mask.sum(-1, keepdim=True)`` for the first step after a left- or
+            right-padded prompt).
+
+    Returns:
+        ``[B, n, 3]`` int64 (``n = 1`` for an int).
+    """
+    if not isinstance(deltas, torch.Tensor):
+        raise TypeError(f"deltas must be the [B, 1] tensor from mrope_position_ids, got {type(deltas).__name__}")
+    check_integer_tensor(deltas, "deltas")
+    if deltas.ndim != 2 or deltas.shape[1] != 1:
+        raise ValueError(f"deltas must be [B, 1], got shape {tuple(deltas.shape)}")
+    if isinstance(cache_position, bool):
+        raise TypeError("cache_position must be an int or an integer tensor, got a bool")
+    position = _integer_tensor(cache_position, "cache_position", deltas.device)
+    if position.ndim == 0:
+        position = position.reshape(1, 1)
+    elif position.ndim == 1:
+        position = position.unsqueeze(0)
+    elif position.ndim != 2 or position.shape[0] not in (1, deltas.shape[0]):
+        raise ValueError(f"cache_position must be an int, [n] or [B={deltas.shape[0]}, n], got shape "
+                         f"{tuple(position.shape)}")
+    if bool((position < 0).any()):
+        raise ValueError("cache_position must be >= 0")
+    ids = position + deltas.to(torch.int64)
+    return ids.unsqueeze(-1).expand(*ids.shape, 3).contiguous()
