@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..core import check_integer_tensor, check_positive_int
+from .grid import check_cu_seqlens
 
 __all__ = ["TOKEN_TYPES", "mrope_decode_position_ids", "mrope_position_ids"]
 
@@ -106,20 +107,9 @@ def _check_intervals(second_per_grid_ts: Any, tokens_per_second: Any, num_videos
     return float(tokens_per_second) * seconds
 
 
-def _check_cu_seqlens(cu_seqlens: Any, batch: int, length: int, device: torch.device) -> torch.Tensor:
-    cu = _integer_tensor(cu_seqlens, "cu_seqlens", device)
-    total = batch * length
-    if cu.ndim != 1 or cu.numel() < 2:
-        raise ValueError(f"cu_seqlens must be [num_documents + 1] (0, end of document 0, ...), got shape "
-                         f"{tuple(cu.shape)}")
-    if int(cu[0]) != 0 or int(cu[-1]) != total:
-        raise ValueError(f"cu_seqlens must start at 0 and end at the number of tokens {total} "
-                         f"(mm_token_type_ids {batch} x {length}), got {int(cu[0])} ... {int(cu[-1])}")
-    steps = cu.diff()
-    if bool((steps < 0).any()):
-        i = int((steps < 0).nonzero()[0, 0])
-        raise ValueError(f"cu_seqlens must be non-decreasing; cu_seqlens[{i + 1}] = {int(cu[i + 1])} < "
-                         f"cu_seqlens[{i}] = {int(cu[i])}")
+def _check_packed_rows(cu_seqlens: Any, batch: int, length: int, device: torch.device) -> torch.Tensor:
+    """Document boundaries over the flattened ``batch * length`` tokens; every row end must be one."""
+    cu = check_cu_seqlens(cu_seqlens, batch * length).to(device)
     if batch > 1:  # a document may not run from one row into the next
         row_ends = torch.arange(1, batch, device=device) * length
         missing = ~torch.isin(row_ends, cu)
@@ -259,7 +249,7 @@ def mrope_position_ids(
     if cu_seqlens is None:
         segment, num_segments = rows, batch
     else:
-        cu = _check_cu_seqlens(cu_seqlens, batch, length, device)
+        cu = _check_packed_rows(cu_seqlens, batch, length, device)
         segment = torch.searchsorted(cu[1:], rows * length + cols, right=True)
         num_segments = cu.numel() - 1
     flat = types[rows, cols].to(torch.int64)
