@@ -18,7 +18,7 @@ __all__ = ["check_image_sizes", "patch_padding_mask", "pixel_padding_mask", "pre
 
 def check_image_sizes(image_sizes: Any, patch_size: Any = None) -> torch.Tensor:
     """``[B, 2]`` integer (height, width) sizes -> int64 tensor (device kept); sides >= 1 and, when
-    ``patch_size`` is given, at least one patch."""
+    ``patch_size`` is given, at least one whole patch (callers that pad an image up to one patch do not pass it)."""
     if not isinstance(image_sizes, torch.Tensor):
         image_sizes = torch.as_tensor(image_sizes)
     check_integer_tensor(image_sizes, "image_sizes", "integers (height, width)")
@@ -49,9 +49,10 @@ def patch_padding_mask(image_sizes: Any, patch_size: Any, grid: Any) -> torch.Te
 
     Returns:
         ``[B, H * W]`` bool, row-major, True where the patch holds at least one real pixel (a patch cut by the
-        image's edge is real; its padded pixels should be zero, see :func:`pixel_padding_mask`).
+        image's edge is real, also when the image is smaller than one patch; its padded pixels should be zero, see
+        :func:`pixel_padding_mask`).
     """
-    sizes = check_image_sizes(image_sizes, patch_size)
+    sizes = check_image_sizes(image_sizes)
     patch = torch.tensor(check_size_pair(patch_size, "patch_size"), device=sizes.device)
     height, width = check_grid(grid)
     needed = -(-sizes // patch)  # ceil: patches per side that touch the image
