@@ -70,13 +70,16 @@ def patch_grid(image_size: Any, patch_size: Any, *, pad: bool = True) -> tuple[i
 
 
 def check_cu_seqlens(cu_seqlens: Any, total: int, name: str = "cu_seqlens") -> torch.Tensor:
-    """``[n + 1]`` integer boundaries ``0 = c_0 <= c_1 <= ... <= c_n = total`` of packed sequences -> int64 tensor."""
+    """``[n + 1]`` integer boundaries ``0 = c_0 <= c_1 <= ... <= c_n = total`` of packed sequences -> int64 tensor
+    (the values are checked in eager mode; while ``torch.compile`` traces only the shape and dtype)."""
     cu = cu_seqlens if isinstance(cu_seqlens, torch.Tensor) else torch.as_tensor(cu_seqlens)
     if cu.dtype == torch.bool or cu.is_floating_point() or cu.is_complex():
         raise TypeError(f"{name} must be integers, got dtype {cu.dtype}")
     if cu.ndim != 1 or cu.numel() < 2:
         raise ValueError(f"{name} must be [n + 1] boundaries (0, end of sequence 0, ...), got shape {tuple(cu.shape)}")
     cu = cu.to(torch.int64)
+    if torch.compiler.is_compiling():  # the value checks need a host sync: eager only
+        return cu
     if int(cu[0]) != 0 or int(cu[-1]) != total:
         raise ValueError(f"{name} must start at 0 and end at the number of tokens {total}, got {int(cu[0])} ... "
                          f"{int(cu[-1])}")

@@ -272,7 +272,7 @@ class RotaryEmbedding2D(nn.Module):
             cu = check_cu_seqlens(cu_seqlens, total).to(device)
         image = torch.searchsorted(cu[1:], torch.arange(total, device=device), right=True)
         lengths = cu.diff()
-        if num_prefix_tokens and bool((lengths < num_prefix_tokens).any()):
+        if num_prefix_tokens and not torch.compiler.is_compiling() and bool((lengths < num_prefix_tokens).any()):
             i = int((lengths < num_prefix_tokens).nonzero()[0, 0])
             raise ValueError(f"image {i} has {int(lengths[i])} tokens, fewer than num_prefix_tokens={num_prefix_tokens}")
         is_patch = torch.arange(total, device=device) - cu[image] >= num_prefix_tokens
@@ -288,7 +288,7 @@ class RotaryEmbedding2D(nn.Module):
                 if extent.shape != (cu.numel() - 1, 2):
                     raise ValueError(f"grids must be [n={cu.numel() - 1}, 2] (one grid per image), got shape "
                                      f"{tuple(extent.shape)}")
-                if bool((extent < 1).any()):
+                if not torch.compiler.is_compiling() and bool((extent < 1).any()):
                     raise ValueError("grids: each side must be >= 1")
                 extent = extent.to(torch.float64)
             coords = coords * (torch.tensor(self.ref_grid, dtype=torch.float64, device=device) / extent)[image]

@@ -89,7 +89,8 @@ def sincos_2d_from_coords(
     coords = as_position_tensor(coords, "coords")
     if coords.ndim < 1 or coords.shape[-1] != 2:
         raise ValueError(f"coords must have a trailing axis of 2 (y, x), got shape {tuple(coords.shape)}")
-    check_finite(coords, "coords")
+    if not torch.compiler.is_compiling():  # a host sync: eager only
+        check_finite(coords, "coords")
     quarter = dim // 4
     cycles = geometric_frequencies(quarter, base=base, denominator=quarter, device=coords.device)
     turns = coords.to(torch.float64).unsqueeze(-1) * (cycles / (2.0 * math.pi))  # [..., 2 (y, x), D/4]
