@@ -13,7 +13,21 @@ import torch
 
 from ..core import check_positive_int
 
-__all__ = ["check_cu_seqlens", "check_grid", "check_size_pair", "packed_patch_coords", "patch_grid"]
+__all__ = ["check_cu_seqlens", "check_grid", "check_size_pair", "packed_patch_coords", "patch_grid", "require_values",
+           "values_known"]
+
+
+def values_known(*tensors: Any) -> bool:
+    """Whether value checks (NaN, ranges, counts: a host sync) can run on ``tensors``: not while ``torch.compile``
+    traces (a compiled call trusts its inputs) and not for meta tensors (shapes without values)."""
+    return not torch.compiler.is_compiling() and not any(isinstance(t, torch.Tensor) and t.is_meta for t in tensors)
+
+
+def require_values(tensor: torch.Tensor, name: str, why: str) -> torch.Tensor:
+    """``tensor``, or a ValueError naming it when it is a meta tensor but its values decide the result's shape."""
+    if tensor.is_meta:
+        raise ValueError(f"{name} is a meta tensor (shapes without values), but {why}")
+    return tensor
 
 
 def check_size_pair(value: Any, name: str) -> tuple[int, int]:
@@ -21,7 +35,7 @@ def check_size_pair(value: Any, name: str) -> tuple[int, int]:
     if isinstance(value, torch.Tensor):
         if value.numel() not in (1, 2) or value.is_floating_point() or value.dtype == torch.bool:
             raise TypeError(f"{name} must be an int or a pair of ints (height, width), got tensor {value!r}")
-        value = value.tolist()
+        value = require_values(value, name, "a size needs its values").tolist()
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         side = check_positive_int(value, name)
         return side, side
@@ -78,7 +92,7 @@ def check_cu_seqlens(cu_seqlens: Any, total: int, name: str = "cu_seqlens") -> t
     if cu.ndim != 1 or cu.numel() < 2:
         raise ValueError(f"{name} must be [n + 1] boundaries (0, end of sequence 0, ...), got shape {tuple(cu.shape)}")
     cu = cu.to(torch.int64)
-    if torch.compiler.is_compiling():  # the value checks need a host sync: eager only
+    if not values_known(cu):  # the value checks need a host sync: eager only, and not on meta
         return cu
     if int(cu[0]) != 0 or int(cu[-1]) != total:
         raise ValueError(f"{name} must start at 0 and end at the number of tokens {total}, got {int(cu[0])} ... "
@@ -114,6 +128,7 @@ def packed_patch_coords(
     if sizes.ndim != 2 or sizes.shape[1] != 2:
         raise ValueError(f"grids must be [n, 2] (h, w) per image, got shape {tuple(sizes.shape)}")
     sizes = sizes.to(device=device if device is not None else sizes.device, dtype=torch.int64)
+    require_values(sizes, "grids", "the number of tokens depends on them")
     if sizes.numel() and bool((sizes < 1).any()):
         i = int((sizes < 1).any(dim=1).nonzero()[0, 0])
         raise ValueError(f"grids[{i}] = {tuple(sizes[i].tolist())}: each side must be >= 1")

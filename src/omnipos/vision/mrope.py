@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..core import check_integer_tensor, check_positive_int
-from .grid import check_cu_seqlens
+from .grid import check_cu_seqlens, require_values, values_known
 
 __all__ = ["TOKEN_TYPES", "mrope_decode_position_ids", "mrope_position_ids"]
 
@@ -38,6 +38,7 @@ TOKEN_TYPES = {0: "text", 1: "image", 2: "video"}
 def _integer_tensor(value: Any, name: str, device: torch.device) -> torch.Tensor:
     tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
     check_integer_tensor(tensor, name, "an integer tensor")
+    require_values(tensor, name, "M-RoPE position ids depend on its values")
     return tensor.to(device=device, dtype=torch.int64)
 
 
@@ -67,7 +68,7 @@ def _check_mask(attention_mask: Any, shape: torch.Size, device: torch.device) ->
     if tuple(mask.shape) != tuple(shape):
         raise ValueError(f"attention_mask must have the shape of mm_token_type_ids {tuple(shape)}, got "
                          f"{tuple(mask.shape)}")
-    mask = mask.to(device)
+    mask = require_values(mask, "attention_mask", "M-RoPE position ids depend on its values").to(device)
     if mask.dtype != torch.bool:
         bad = (mask != 0) & (mask != 1)
         if bool(bad.any()):
@@ -96,6 +97,7 @@ def _check_intervals(second_per_grid_ts: Any, tokens_per_second: Any, num_videos
         second_per_grid_ts, dtype=torch.float64)
     if seconds.dtype == torch.bool or seconds.is_complex():
         raise TypeError(f"second_per_grid_ts must be real numbers, got dtype {seconds.dtype}")
+    seconds = require_values(seconds, "second_per_grid_ts", "M-RoPE position ids depend on its values")
     seconds = seconds.to(device=device, dtype=torch.float64)
     if seconds.ndim != 1 or seconds.shape[0] != num_videos:
         raise ValueError(f"second_per_grid_ts must have one entry per video: video_grid_thw has {num_videos} "
@@ -224,6 +226,7 @@ def mrope_position_ids(
     """
     types = mm_token_type_ids if isinstance(mm_token_type_ids, torch.Tensor) else torch.as_tensor(mm_token_type_ids)
     check_integer_tensor(types, "mm_token_type_ids", "an integer tensor of 0 (text), 1 (image), 2 (video)")
+    require_values(types, "mm_token_type_ids", "the position ids depend on its values")
     if types.ndim != 2:
         raise ValueError(f"mm_token_type_ids must be [B, L], got shape {tuple(types.shape)}")
     device = types.device
@@ -310,7 +313,7 @@ def mrope_decode_position_ids(deltas: torch.Tensor, cache_position: Any) -> torc
     elif position.ndim != 2 or position.shape[0] not in (1, deltas.shape[0]):
         raise ValueError(f"cache_position must be an int, [n] or [B={deltas.shape[0]}, n], got shape "
                          f"{tuple(position.shape)}")
-    if bool((position < 0).any()):
+    if values_known(position) and bool((position < 0).any()):
         raise ValueError("cache_position must be >= 0")
     ids = position + deltas.to(torch.int64)
     return ids.unsqueeze(-1).expand(*ids.shape, 3).contiguous()

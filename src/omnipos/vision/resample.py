@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core import check_choice, check_positive_int
-from .grid import check_grid
+from .grid import check_grid, require_values, values_known
 
 __all__ = ["MODES", "PADDINGS", "resample_pos_embed", "resample_pos_embed_per_image", "source_grid"]
 
@@ -151,6 +151,7 @@ def _check_grids(grids: Any) -> tuple[list[tuple[int, int]], torch.Tensor | list
             raise TypeError(f"grids must be integer (h, w) pairs, got dtype {grids.dtype}")
         if grids.ndim != 2 or grids.shape[1] != 2:
             raise ValueError(f"grids must be [B, 2] (h, w) per image, got shape {tuple(grids.shape)}")
+        require_values(grids, "grids", "each image's table size depends on them")
         if grids.numel() and bool((grids < 1).any()):
             i = int((grids < 1).any(dim=1).nonzero()[0, 0])
             raise ValueError(f"grids[{i}] = {tuple(grids[i].tolist())}: each side must be >= 1")

@@ -38,7 +38,7 @@ from ..core import (
     renamed_argument,
     rope_cos_sin,
 )
-from .grid import check_cu_seqlens, check_grid
+from .grid import check_cu_seqlens, check_grid, values_known
 from .sincos import grid_coords
 
 __all__ = ["INDEXINGS", "RotaryEmbedding2D", "rope_2d_positions"]
@@ -263,7 +263,7 @@ class RotaryEmbedding2D(nn.Module):
         num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
         device = self._device()
         coords = coords.to(device=device, dtype=torch.float64)
-        if not torch.compiler.is_compiling():
+        if values_known(coords):
             check_finite(coords, "coords")
         total = coords.shape[0]
         if cu_seqlens is None:
@@ -272,7 +272,7 @@ class RotaryEmbedding2D(nn.Module):
             cu = check_cu_seqlens(cu_seqlens, total).to(device)
         image = torch.searchsorted(cu[1:], torch.arange(total, device=device), right=True)
         lengths = cu.diff()
-        if num_prefix_tokens and not torch.compiler.is_compiling() and bool((lengths < num_prefix_tokens).any()):
+        if num_prefix_tokens and values_known(lengths) and bool((lengths < num_prefix_tokens).any()):
             i = int((lengths < num_prefix_tokens).nonzero()[0, 0])
             raise ValueError(f"image {i} has {int(lengths[i])} tokens, fewer than num_prefix_tokens={num_prefix_tokens}")
         is_patch = torch.arange(total, device=device) - cu[image] >= num_prefix_tokens
@@ -288,7 +288,7 @@ class RotaryEmbedding2D(nn.Module):
                 if extent.shape != (cu.numel() - 1, 2):
                     raise ValueError(f"grids must be [n={cu.numel() - 1}, 2] (one grid per image), got shape "
                                      f"{tuple(extent.shape)}")
-                if not torch.compiler.is_compiling() and bool((extent < 1).any()):
+                if values_known(extent) and bool((extent < 1).any()):
                     raise ValueError("grids: each side must be >= 1")
                 extent = extent.to(torch.float64)
             coords = coords * (torch.tensor(self.ref_grid, dtype=torch.float64, device=device) / extent)[image]

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..core import check_float_dtype, check_positive_int
+from .grid import require_values
 
 __all__ = ["video_position_ids"]
 
@@ -68,7 +69,7 @@ def video_position_ids(
     if isinstance(grid_thw, torch.Tensor):
         if grid_thw.is_floating_point() or grid_thw.dtype == torch.bool or grid_thw.numel() != 3:
             raise TypeError(f"grid_thw must be three ints (T, H, W), got tensor {grid_thw!r}")
-        grid_thw = grid_thw.tolist()
+        grid_thw = require_values(grid_thw, "grid_thw", "the number of positions depends on it").tolist()
     if not isinstance(grid_thw, (tuple, list)) or len(grid_thw) != 3:
         raise TypeError(f"grid_thw must be three ints (T, H, W), got {grid_thw!r}")
     sizes = [check_positive_int(n, f"grid_thw[{i}] ({axis})") for i, (n, axis) in enumerate(zip(grid_thw, "THW"))]
