@@ -154,13 +154,28 @@ def test_per_image_equals_siglip2_resize_positional_embeddings(dtype):
     table = torch.randn(16, 16, 32).to(dtype)  # SigLIP2: position_embedding.weight.reshape(16, 16, D)
     grids = torch.tensor(GRIDS)
     ref = Siglip2VisionEmbeddings.resize_positional_embeddings(table, grids, max_length=600)
-    out, mask = resample_pos_embed_per_image(table, grids, max_length=600, padding="first")
+    out, mask = resample_pos_embed_per_image(table, grids, max_length=600, padding="first", exact=True)
     assert out.dtype == dtype and mask.dtype == torch.bool
-    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)  # exact: F.interpolate per distinct grid, bit for bit
     assert mask.sum(1).tolist() == [h * w for h, w in GRIDS]
-    zeros, mask_zeros = resample_pos_embed_per_image(table, grids, max_length=600)  # timm's padding: nothing added
+    fast, _ = resample_pos_embed_per_image(table, grids, max_length=600, padding="first")  # separable matrices
+    rtol = 0 if dtype == torch.float32 else 2**-7  # float32 summation order, then at most one bfloat16 step
+    torch.testing.assert_close(fast.float(), ref.float(), rtol=rtol, atol=1e-5)
+    zeros, mask_zeros = resample_pos_embed_per_image(table, grids, max_length=600, exact=True)  # timm's padding
     torch.testing.assert_close(zeros[mask], ref[mask], rtol=0, atol=0)
     assert bool((zeros[~mask] == 0).all()) and torch.equal(mask, mask_zeros)
+
+
+@pytest.mark.parametrize("mode, antialias", [("bilinear", True), ("bilinear", False), ("bicubic", True),
+                                             ("bicubic", False), ("nearest", False), ("nearest-exact", False),
+                                             ("area", False)])
+def test_per_image_separable_resampling_equals_interpolate_in_every_mode(mode, antialias):
+    table = torch.randn(16, 12, 24, dtype=torch.float64)
+    out, _ = resample_pos_embed_per_image(table, GRIDS, max_length=600, mode=mode, antialias=antialias)
+    ref, _ = resample_pos_embed_per_image(table, GRIDS, max_length=600, mode=mode, antialias=antialias, exact=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)  # float64: the separable form is the same operator
+    out32, _ = resample_pos_embed_per_image(table.float(), GRIDS, max_length=600, mode=mode, antialias=antialias)
+    torch.testing.assert_close(out32.double(), ref, rtol=0, atol=1e-5)
 
 
 def test_per_image_equals_timm_naflexvit_learned_path():
@@ -182,14 +197,17 @@ def test_per_image_equals_timm_naflexvit_learned_path():
     with torch.no_grad():
         embeds._apply_learned_naflex_pos_embed(x, patch_coord)
         out, mask = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
-                                                 mode=embeds.pos_embed_interp_mode)  # bicubic, antialias
+                                                 mode=embeds.pos_embed_interp_mode, exact=True)  # bicubic, AA
+        fast, _ = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
+                                               mode=embeds.pos_embed_interp_mode)
     torch.testing.assert_close(out, x, rtol=0, atol=0)
+    torch.testing.assert_close(fast, x, rtol=0, atol=1e-5)
 
 
 def test_per_image_flat_table_with_prefix_rows_equals_resample_pos_embed():
     table = torch.randn(1 + 12 * 20, 16)  # a timm ViT table (cls row first) trained on a 12 x 20 grid
     out, mask = resample_pos_embed_per_image(table, GRIDS, max_length=1 + 576, old_grid=(12, 20), num_prefix_tokens=1,
-                                             mode="bicubic")
+                                             mode="bicubic", exact=True)
     for i, grid in enumerate(GRIDS):
         ref = resample_pos_embed(table, grid, old_grid=(12, 20), num_prefix_tokens=1)
         torch.testing.assert_close(out[i, : 1 + grid[0] * grid[1]], ref, rtol=0, atol=0)

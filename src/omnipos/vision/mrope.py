@@ -70,9 +70,9 @@ def _check_mask(attention_mask: Any, shape: torch.Size, device: torch.device) ->
                          f"{tuple(mask.shape)}")
     mask = require_values(mask, "attention_mask", "M-RoPE position ids depend on its values").to(device)
     if mask.dtype != torch.bool:
-        bad = (mask != 0) & (mask != 1)
-        if bool(bad.any()):
-            row, col = bad.nonzero()[0].tolist()
+        low, high = torch.aminmax(mask) if mask.numel() else (0, 0)
+        if int(low) < 0 or int(high) > 1:
+            row, col = ((mask != 0) & (mask != 1)).nonzero()[0].tolist()
             raise ValueError(f"attention_mask must hold 0 (padding) or 1 (token); row {row}, position {col} holds "
                              f"{int(mask[row, col])}")
         mask = mask == 1
@@ -122,63 +122,70 @@ def _check_packed_rows(cu_seqlens: Any, batch: int, length: int, device: torch.d
     return cu
 
 
-def _place_blocks(types: torch.Tensor, new_run: torch.Tensor, grids: torch.Tensor, intervals: torch.Tensor | None,
-                  kind: int, name: str, merge: int, where: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Offsets (t, h, w) and id increments of the tokens of one modality (``kind``) in the flat token stream.
+def _place_blocks(positions: torch.Tensor, new_run: torch.Tensor, grids: torch.Tensor,
+                  intervals: torch.Tensor | None, kind: int, name: str, merge: int,
+                  where: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tokens of one modality, at flat ``positions [n]`` (in order), cut into the blocks of ``grids``.
 
-    Returns ``(index [n], offsets [n, 3], increments [n])`` for the ``n`` tokens of this kind: the block's
-    advance (largest offset + 1) on its last token, 0 elsewhere."""
+    Returns ``(offsets [n, 3], last [num_blocks], advance [num_blocks])``: each token's (t, h, w) in its block; the
+    flat position of each block's last token, and the block's advance (its largest offset + 1)."""
     what = TOKEN_TYPES[kind]
-    index = (types == kind).nonzero().squeeze(1)
-    total = index.numel()
+    device = positions.device
+    total = positions.numel()
     merged_h, merged_w = grids[:, 1] // merge, grids[:, 2] // merge
     counts = grids[:, 0] * merged_h * merged_w
     ends = counts.cumsum(0)
     starts = ends - counts
     expected = int(ends[-1]) if ends.numel() else 0
-    ordinal = torch.arange(total, device=types.device)
 
     def block_text(i: int) -> str:
         return (f"{name}[{i}] = {tuple(grids[i].tolist())} needs {int(counts[i])} tokens with "
                 f"spatial_merge_size={merge}")
 
     # each run of this kind must begin a block: a run beginning inside one means the run before it was cut short
-    run_ordinal = ordinal[new_run[index]]
-    block = torch.searchsorted(ends, run_ordinal, right=True)
-    inside = (block < ends.numel()) & (starts[block.clamp(max=max(ends.numel() - 1, 0))] != run_ordinal) \
-        if ends.numel() else torch.zeros_like(block, dtype=torch.bool)
-    if bool(inside.any()):
-        j = int(inside.nonzero()[0, 0])
-        i = int(block[j])
-        before = int(run_ordinal[j]) - 1
-        raise ValueError(f"{where(int(index[before]))}: its {what} tokens end inside {what} {i} ({block_text(i)}): "
-                         f"fewer {what} tokens than {name} accounts for, or a {what} split by other tokens")
+    run_ordinal = new_run[positions].nonzero().squeeze(1)  # k of the k-th token of this kind, where runs begin
+    if ends.numel():
+        block = torch.searchsorted(ends, run_ordinal, right=True)
+        inside = (block < ends.numel()) & (starts[block.clamp(max=ends.numel() - 1)] != run_ordinal)
+        if bool(inside.any()):
+            j = int(inside.nonzero()[0, 0])
+            i = int(block[j])
+            raise ValueError(f"{where(int(positions[int(run_ordinal[j]) - 1]))}: its {what} tokens end inside {what} "
+                             f"{i} ({block_text(i)}): fewer {what} tokens than {name} accounts for, or a {what} "
+                             "split by other tokens")
     if total > expected:
-        raise ValueError(f"{where(int(index[expected]))} has more {what} tokens than {name} accounts for "
+        raise ValueError(f"{where(int(positions[expected]))} has more {what} tokens than {name} accounts for "
                          f"({grids.shape[0]} {what}s, {expected} tokens in all)")
     if total < expected:
         i = int(torch.searchsorted(ends, torch.tensor(total, device=ends.device), right=True))
         if total and int(starts[i]) != total:
-            raise ValueError(f"{where(int(index[-1]))}: its {what} tokens end inside {what} {i} ({block_text(i)}): "
-                             f"fewer {what} tokens than {name} accounts for")
+            raise ValueError(f"{where(int(positions[-1]))}: its {what} tokens end inside {what} {i} "
+                             f"({block_text(i)}): fewer {what} tokens than {name} accounts for")
         raise ValueError(f"{name} has {grids.shape[0]} {what}s ({expected} tokens) but mm_token_type_ids holds "
                          f"{total} {what} tokens: {what}s {i}.. have none (fewer {what} tokens than {name} accounts "
-                         f"for{'' if not total else '; the last ones are in ' + where(int(index[-1]))})")
+                         f"for{'' if not total else '; the last ones are in ' + where(int(positions[-1]))})")
+    if not total:
+        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        return torch.zeros(0, 3, dtype=torch.int64, device=device), empty, empty
 
-    block = torch.searchsorted(ends, ordinal, right=True)
-    local = ordinal - starts[block]
-    width, height = merged_w[block], merged_h[block]
-    w = local % width
-    h = (local // width) % height
-    t = local // (width * height)
+    # block by block, no search; the divisions in float64 (exact for integers far beyond any sequence length, and
+    # much faster than int64 ones)
+    block = torch.repeat_interleave(torch.arange(grids.shape[0], device=device), counts, output_size=total)
+    local = torch.arange(total, device=device) - torch.repeat_interleave(starts, counts, output_size=total)
+    local_f = local.to(torch.float64)
+    width_f = merged_w.to(torch.float64)[block]
+    rows = torch.floor(local_f / width_f)
+    w = local_f - rows * width_f
+    height_f = merged_h.to(torch.float64)[block]
+    t = torch.floor(rows / height_f)
+    h = rows - t * height_f
     if intervals is not None:
-        t = torch.floor(t.to(torch.float64) * intervals[block]).to(torch.int64)
+        t = torch.floor(t * intervals[block])
         t_max = torch.floor((grids[:, 0] - 1).to(torch.float64) * intervals).to(torch.int64)
     else:
         t_max = grids[:, 0] - 1
     advance = torch.maximum(t_max, torch.maximum(merged_h, merged_w) - 1) + 1
-    increments = torch.where(local == counts[block] - 1, advance[block], torch.zeros_like(local))
-    return index, torch.stack([t, h, w], dim=-1), increments
+    return torch.stack([t, h, w], dim=-1).to(torch.int64), positions[ends - 1], advance
 
 
 def mrope_position_ids(
@@ -230,9 +237,9 @@ def mrope_position_ids(
     if types.ndim != 2:
         raise ValueError(f"mm_token_type_ids must be [B, L], got shape {tuple(types.shape)}")
     device = types.device
-    bad = (types < 0) | (types > 2)
-    if bool(bad.any()):
-        row, col = bad.nonzero()[0].tolist()
+    low, high = torch.aminmax(types) if types.numel() else (0, 0)
+    if int(low) < 0 or int(high) > 2:
+        row, col = ((types < 0) | (types > 2)).nonzero()[0].tolist()
         raise ValueError(f"mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video); row {row}, position {col} "
                          f"holds {int(types[row, col])}")
     merge = check_positive_int(spatial_merge_size, "spatial_merge_size")
@@ -244,45 +251,59 @@ def mrope_position_ids(
     batch, length = types.shape
     valid = None if attention_mask is None else _check_mask(attention_mask, types.shape, device)
 
+    # everything runs over the flat [B * L] positions (no gather of the real tokens, no per-row loop); a token's
+    # "previous" token is the previous real one in its row, so padding anywhere (left, right, holes) is skipped
+    count = batch * length
+    types = types.to(torch.int64)
+    flat = types.reshape(-1)
     if valid is None:
-        rows = torch.arange(batch, device=device).repeat_interleave(length)
-        cols = torch.arange(length, device=device).repeat(batch)
+        real = torch.ones(count, dtype=torch.bool, device=device)
+        new_run = torch.ones(batch, length, dtype=torch.bool, device=device)
+        new_run[:, 1:] = types[:, 1:] != types[:, :-1]
+        previous = None
     else:
-        rows, cols = valid.nonzero(as_tuple=True)
-    if cu_seqlens is None:
-        segment, num_segments = rows, batch
-    else:
+        real = valid.reshape(-1)
+        column = torch.arange(length, device=device)
+        seen = torch.where(valid, column, torch.full((), -1, dtype=torch.int64, device=device)).cummax(1).values
+        previous = torch.cat([seen.new_full((batch, 1), -1), seen[:, :-1]], dim=1)  # [B, L]
+        new_run = (previous < 0) | (types.gather(1, previous.clamp(min=0)) != types)
+    new_run = new_run.reshape(-1)
+    if cu_seqlens is not None:  # a document boundary between a token and its previous one starts a run too
         cu = _check_packed_rows(cu_seqlens, batch, length, device)
-        segment = torch.searchsorted(cu[1:], rows * length + cols, right=True)
-        num_segments = cu.numel() - 1
-    flat = types[rows, cols].to(torch.int64)
+        position = torch.arange(count, device=device)
+        segment = torch.searchsorted(cu[1:], position, right=True)
+        before = position - 1 if previous is None else \
+            (previous + torch.arange(batch, device=device).unsqueeze(1) * length).reshape(-1)
+        new_run |= segment[before.clamp(min=0)] != segment
 
-    def where(token: int) -> str:
-        text = f"row {int(rows[token])}"
-        return text if cu_seqlens is None else text + f" (document {int(segment[token])})"
+    def where(pos: int) -> str:
+        text = f"row {pos // length}"
+        return text if cu_seqlens is None else text + f" (document {int(segment[pos])})"
 
-    new_segment = torch.ones_like(flat, dtype=torch.bool)
-    new_segment[1:] = segment[1:] != segment[:-1]
-    new_run = new_segment.clone()
-    new_run[1:] |= flat[1:] != flat[:-1]
-
-    increments = torch.ones_like(flat)
-    offsets = torch.zeros(flat.numel(), 3, dtype=torch.int64, device=device)
+    increments = (real & (flat == 0)).to(torch.int64)  # text: +1; a vision block: its advance on its last token
+    placed = []
     for kind, grids, name, interval in ((1, images, "image_grid_thw", None), (2, videos, "video_grid_thw", intervals)):
-        index, block_offsets, block_increments = _place_blocks(flat, new_run, grids, interval, kind, name, merge, where)
-        offsets[index] = block_offsets
-        increments[index] = block_increments
+        positions = (real & (flat == kind)).nonzero().squeeze(1)
+        offsets, last, advance = _place_blocks(positions, new_run, grids, interval, kind, name, merge, where)
+        increments[last] = advance
+        placed.append((positions, offsets))
 
-    # each token starts where the tokens before it in its segment have advanced to (exclusive, per-segment cumsum)
-    before = increments.cumsum(0) - increments
-    base = torch.zeros(num_segments, dtype=torch.int64, device=device)
-    base[segment[new_segment]] = before[new_segment]
-    ids = (before - base[segment]).unsqueeze(-1) + offsets
-    position_ids = torch.full((batch, length, 3), pad_position, dtype=torch.int64, device=device)
-    position_ids[rows, cols] = ids
-    advanced = torch.zeros(num_segments, dtype=torch.int64, device=device).index_add_(0, segment, increments)
-    tokens = torch.bincount(segment, minlength=num_segments)
-    return position_ids, (advanced - tokens).unsqueeze(-1)
+    # a token starts where the tokens before it in its row (document) have advanced to: an exclusive cumsum
+    if cu_seqlens is None:
+        steps = increments.view(batch, length)
+        start = (steps.cumsum(1) - steps).reshape(-1)
+        advanced, tokens = steps.sum(1), real.view(batch, length).sum(1)
+    else:
+        totals = torch.cat([increments.new_zeros(1), increments.cumsum(0)])
+        start = totals[:-1] - totals[cu[:-1]][segment]
+        reals = torch.cat([increments.new_zeros(1), real.to(torch.int64).cumsum(0)])
+        advanced, tokens = totals[cu[1:]] - totals[cu[:-1]], reals[cu[1:]] - reals[cu[:-1]]
+    ids = start.unsqueeze(-1).repeat(1, 3)
+    for positions, offsets in placed:
+        ids.index_add_(0, positions, offsets)
+    if valid is not None:
+        ids.masked_fill_(~real.unsqueeze(-1), pad_position)
+    return ids.view(batch, length, 3), (advanced - tokens).unsqueeze(-1)
 
 
 def mrope_decode_position_ids(deltas: torch.Tensor, cache_position: Any) -> torch.Tensor:
