@@ -16,29 +16,12 @@ Medians of interleaved calls after warm-up; speedup = transformers time / omnipo
 from __future__ import annotations
 
 import random
-import statistics
-import time
 
 import torch
-from _harness import Bench, common_arguments, synchronize
+from _harness import Bench, common_arguments
+from bench_vision import interleaved
 
 from omnipos.vision import mrope_position_ids, resample_pos_embed_per_image
-
-
-def interleaved(ours, peer, *, repeats: int, device: torch.device, warmup: int = 2) -> tuple[float, float]:
-    """Median seconds of ``ours()`` and ``peer()``, called alternately (a shared machine's load hits both alike)."""
-    for _ in range(warmup):
-        ours(), peer()
-    samples: tuple[list[float], list[float]] = ([], [])
-    for i in range(repeats):
-        pair = [(ours, samples[0]), (peer, samples[1])]
-        for fn, bucket in pair if i % 2 else pair[::-1]:
-            synchronize(device)
-            t0 = time.perf_counter()
-            fn()
-            synchronize(device)
-            bucket.append(time.perf_counter() - t0)
-    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 def qwen2_vl():
@@ -105,7 +88,7 @@ def main() -> None:
         ref_ids, ref_deltas = peer()
         same = torch.equal(ids, ref_ids.permute(1, 2, 0)) and torch.equal(deltas, ref_deltas.to(deltas.device))
         assert same, "mrope_position_ids differs from transformers' get_rope_index"  # bit for bit
-        t_ours, t_peer = interleaved(ours, peer, repeats=repeats, device=device, warmup=1)
+        t_ours, t_peer = interleaved(ours, peer, repeats=repeats, device=device)
         bench.row(case=f"M-RoPE ids, {rows} rows x 5 vision inputs, L={types.shape[1]}", omnipos_ms=t_ours * 1e3,
                   transformers_ms=t_peer * 1e3, speedup=t_peer / t_ours, max_abs_diff=0.0)
 
