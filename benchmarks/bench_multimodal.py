@@ -77,10 +77,10 @@ def main() -> None:
         types, mask, images, videos = (t.to(device) for t in vl_batch(rows, 5))
         repeats = 3 if args.quick or rows > 64 else args.repeats
 
-        def ours():
+        def ours(types=types, images=images, videos=videos, mask=mask):
             return mrope_position_ids(types, images, videos, attention_mask=mask, pad_position=0)
 
-        def peer():
+        def peer(types=types, images=images, videos=videos, mask=mask):
             return model.get_rope_index(torch.zeros_like(types), mm_token_type_ids=types, image_grid_thw=images,
                                         video_grid_thw=videos, attention_mask=mask)
 

@@ -244,7 +244,7 @@ def test_resample_valid_tables_of_extreme_magnitude(old, new, prefix, scale, dty
                              mode="bilinear")
     assert out.shape == (prefix + new[0] * new[1], 8) and out.dtype == dtype
     assert torch.isfinite(out.double()).all()  # bilinear is a convex combination: it never overshoots
-    out, mask = resample_pos_embed_per_image(table.reshape(-1, 8)[prefix:].reshape(old, old, 8), [new, (1, 1), new],
+    out, _ = resample_pos_embed_per_image(table.reshape(-1, 8)[prefix:].reshape(old, old, 8), [new, (1, 1), new],
                                              max_length=40, mode="bilinear")
     assert torch.isfinite(out.double()).all()
 
@@ -256,7 +256,7 @@ def test_meta_tensors_flow_through_or_are_refused_by_name():
     meta = torch.device("meta")
     out = resample_pos_embed(torch.empty(1, 17, 8, device=meta), (3, 5))
     assert out.is_meta and out.shape == (1, 16, 8)
-    out, mask = resample_pos_embed_per_image(torch.empty(4, 4, 8, device=meta), [(2, 3), (3, 2)], max_length=8)
+    out, _ = resample_pos_embed_per_image(torch.empty(4, 4, 8, device=meta), [(2, 3), (3, 2)], max_length=8)
     assert out.is_meta and out.shape == (2, 8, 8)
     assert sincos_2d_from_coords(torch.empty(5, 2, device=meta), 8).is_meta
     rope = RotaryEmbedding2D(8)

@@ -196,7 +196,7 @@ def test_per_image_equals_timm_naflexvit_learned_path():
     x = torch.zeros(len(GRIDS), max_length, 32)
     with torch.no_grad():
         embeds._apply_learned_naflex_pos_embed(x, patch_coord)
-        out, mask = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
+        out, _ = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
                                                  mode=embeds.pos_embed_interp_mode, exact=True)  # bicubic, AA
         fast, _ = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
                                                mode=embeds.pos_embed_interp_mode)
@@ -218,6 +218,7 @@ def test_per_image_list_and_tensor_grids_agree_and_images_are_batch_invariant():
     table = torch.randn(7, 9, 8, dtype=torch.float64)
     out, mask = resample_pos_embed_per_image(table, torch.tensor(GRIDS), max_length=576)
     out_list, mask_list = resample_pos_embed_per_image(table, GRIDS, max_length=576)
+    assert torch.equal(mask, mask_list)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, out_list, rtol=0, atol=0)
     for i, grid in enumerate(GRIDS):  # an image's rows do not depend on the other images in the batch

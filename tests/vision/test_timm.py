@@ -313,31 +313,30 @@ def test_model_ema_v3_deep_copies_an_adapted_model():
     assert ema.module.omnipos_positions is not model.omnipos_positions
 
 
-def test_two_threads_at_different_sizes():
-    for encoding in ("learned", "rope"):
-        torch.manual_seed(0)
-        model = adapt_vit(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1).eval(),
-                          encoding=encoding)
-        inputs = {1: torch.randn(1, 3, 96, 64), 2: torch.randn(1, 3, 48, 160)}
-        with torch.no_grad():
-            expected = {k: model(v) for k, v in inputs.items()}
-        errors, barrier = [], threading.Barrier(2)
+@pytest.mark.parametrize("encoding", ["learned", "rope"])
+def test_two_threads_at_different_sizes(encoding):
+    torch.manual_seed(0)
+    model = adapt_vit(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1).eval(), encoding=encoding)
+    inputs = {1: torch.randn(1, 3, 96, 64), 2: torch.randn(1, 3, 48, 160)}
+    with torch.no_grad():
+        expected = {k: model(v) for k, v in inputs.items()}
+    errors, barrier = [], threading.Barrier(2)
 
-        def work(size):
-            try:
-                barrier.wait()
-                for _ in range(10):
-                    with torch.no_grad():
-                        torch.testing.assert_close(model(inputs[size]), expected[size], rtol=0, atol=0)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
+    def work(size):
+        try:
+            barrier.wait()
+            for _ in range(10):
+                with torch.no_grad():
+                    torch.testing.assert_close(model(inputs[size]), expected[size], rtol=0, atol=0)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
 
-        threads = [threading.Thread(target=work, args=(s,)) for s in (1, 2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors[0]
+    threads = [threading.Thread(target=work, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
 
 
 def test_meta_device_model_adapts_and_initialises():
@@ -356,7 +355,7 @@ def test_meta_device_model_adapts_and_initialises():
 
 
 def test_static_img_size_equals_timm_set_input_size():
-    model, twin = _pair("vit_tiny_patch16_224", **SMALL)
+    model, _ = _pair("vit_tiny_patch16_224", **SMALL)
     static = timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL).eval()
     static.load_state_dict(model.state_dict())
     adapt_vit(model, img_size=(272, 192), dynamic=False)

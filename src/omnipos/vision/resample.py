@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core import check_choice, check_positive_int
-from .grid import check_grid, require_values, values_known
+from .grid import check_grid, require_values
 
 __all__ = ["MODES", "PADDINGS", "resample_pos_embed", "resample_pos_embed_per_image", "source_grid"]
 

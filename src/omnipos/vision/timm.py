@@ -39,7 +39,7 @@ from ..core import apply_rotary, check_choice, check_positive_int, renamed_argum
 from .grid import check_grid, check_size_pair, patch_grid
 from .masks import check_image_sizes, patch_padding_mask, pixel_padding_mask, prefix_attention_mask
 from .resample import MODES, resample_pos_embed, source_grid
-from .sincos import CONVENTIONS, grid_coords, sincos_2d
+from .sincos import CONVENTIONS, sincos_2d
 
 __all__ = ["ENCODINGS", "SUPPORTED_MODELS", "PositionAdapter", "adapt_vit", "resize_state_dict"]
 
