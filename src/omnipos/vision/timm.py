@@ -8,7 +8,8 @@ Everything timm-specific in omnipos lives here.
   ``(grid, dtype, device)`` and cached (timm's ``dynamic_img_size=True`` resamples on every forward); the cache
   is keyed on the table's identity and version counter, so a new or edited table is never served stale.
   ``model(x, image_sizes=...)`` runs a padded batch of different sizes, each image with its own grid's positions
-  and the padding masked out of attention and pooling.
+  and the padding masked out of attention and pooling (the distinct grids are read on the host: under
+  ``torch.compile`` that call breaks the graph there; a plain ``model(x)`` compiles without breaks).
 
 How a model is adapted, without closures or hooks: its class becomes a subclass of its timm class defined here
 (``AdaptedVisionTransformer``, ``AdaptedVisionTransformerDistilled``, ``AdaptedEva``, ``AdaptedNaFlexVit``; the
