@@ -180,6 +180,17 @@ def test_padding_slots_hold_pad_position_and_rows_without_vision():
     assert zero[0, :2].tolist() == [[0, 0, 0]] * 2
 
 
+def test_padding_between_text_tokens_is_skipped_but_inside_an_image_is_refused():
+    types = [[0, 0, 0, 1, 1, 0, 0]]
+    holes = [[1, 0, 1, 1, 1, 0, 1]]  # a padded slot between two text tokens, another after the image
+    expected, expected_deltas = reference(types, [[1, 2, 4]], [], 2, holes)
+    ids, deltas = mrope_position_ids(torch.tensor(types), [[1, 2, 4]], attention_mask=torch.tensor(holes))
+    assert torch.equal(ids, expected) and torch.equal(deltas, expected_deltas)
+    with pytest.raises(ValueError, match="row 0.*split"):  # 4 image tokens, a padded slot in the middle
+        mrope_position_ids(torch.tensor([[0, 1, 1, 0, 1, 1, 0]]), [[1, 2, 8]],
+                           attention_mask=torch.tensor([[1, 1, 1, 0, 1, 1, 1]]))
+
+
 def test_consecutive_images_without_text_between_are_split_by_their_grids():
     types = torch.tensor([[0] + [1] * (2 + 4) + [0]])
     ids, _ = mrope_position_ids(types, [[1, 2, 4], [1, 4, 4]])

@@ -168,24 +168,27 @@ def _place_blocks(positions: torch.Tensor, new_run: torch.Tensor, grids: torch.T
         empty = torch.zeros(0, dtype=torch.int64, device=device)
         return torch.zeros(0, 3, dtype=torch.int64, device=device), empty, empty
 
-    # block by block, no search; the divisions in float64 (exact for integers far beyond any sequence length, and
-    # much faster than int64 ones)
-    block = torch.repeat_interleave(torch.arange(grids.shape[0], device=device), counts, output_size=total)
-    local = torch.arange(total, device=device) - torch.repeat_interleave(starts, counts, output_size=total)
-    local_f = local.to(torch.float64)
-    width_f = merged_w.to(torch.float64)[block]
-    rows = torch.floor(local_f / width_f)
-    w = local_f - rows * width_f
-    height_f = merged_h.to(torch.float64)[block]
-    t = torch.floor(rows / height_f)
-    h = rows - t * height_f
+    # token by token without a search or a division per token: a block is T * H/m rows of W/m tokens; the few rows
+    # get their (t, h) with small divisions, every token its row by repeat_interleave and its w by subtraction
+    rows_per_block = grids[:, 0] * merged_h
+    row_count = int(rows_per_block.sum())
+    row_block = torch.repeat_interleave(torch.arange(grids.shape[0], device=device), rows_per_block,
+                                        output_size=row_count)
+    row_in_block = torch.arange(row_count, device=device) - torch.repeat_interleave(
+        rows_per_block.cumsum(0) - rows_per_block, rows_per_block, output_size=row_count)
+    t_row, h_row = row_in_block // merged_h[row_block], row_in_block % merged_h[row_block]
     if intervals is not None:
-        t = torch.floor(t * intervals[block])
+        t_row = torch.floor(t_row.to(torch.float64) * intervals[row_block]).to(torch.int64)
         t_max = torch.floor((grids[:, 0] - 1).to(torch.float64) * intervals).to(torch.int64)
     else:
         t_max = grids[:, 0] - 1
+    row_width = merged_w[row_block]
+    token_row = torch.repeat_interleave(torch.arange(row_count, device=device), row_width, output_size=total)
+    row_start = row_width.cumsum(0) - row_width
+    offsets = torch.stack([t_row, h_row, -row_start], dim=-1)[token_row]
+    offsets[:, 2] += torch.arange(total, device=device)  # w = token index - its row's first token index
     advance = torch.maximum(t_max, torch.maximum(merged_h, merged_w) - 1) + 1
-    return torch.stack([t, h, w], dim=-1).to(torch.int64), positions[ends - 1], advance
+    return offsets, positions[ends - 1], advance
 
 
 def mrope_position_ids(
@@ -209,7 +212,8 @@ def mrope_position_ids(
         video_grid_thw: ``[num_videos, 3]``, likewise.
         spatial_merge_size: the vision tower's ``spatial_merge_size`` ``m`` (2 in Qwen2/2.5/3-VL); H and W must be
             multiples of it.
-        attention_mask: ``[B, L]`` bool or 0/1: padding (0) gets no id and is skipped, left, right or anywhere.
+        attention_mask: ``[B, L]`` bool or 0/1: padding (0) gets no id and is skipped, left, right or between
+            text tokens; padding inside an image's or video's tokens splits it and is refused.
         second_per_grid_ts: ``[num_videos]`` seconds per temporal grid step (Qwen2.5-VL's processor output);
             needs ``tokens_per_second``. Default 1 second when ``tokens_per_second`` is given.
         tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second``; None (Qwen2-VL): temporal ids step by
@@ -251,34 +255,26 @@ def mrope_position_ids(
     batch, length = types.shape
     valid = None if attention_mask is None else _check_mask(attention_mask, types.shape, device)
 
-    # everything runs over the flat [B * L] positions (no gather of the real tokens, no per-row loop); a token's
-    # "previous" token is the previous real one in its row, so padding anywhere (left, right, holes) is skipped
+    # everything runs over the flat [B * L] positions (no gather of the real tokens, no per-row loop). A run of one
+    # token type begins where the type changes, after padding, and at each document start (cu_seqlens)
     count = batch * length
     types = types.to(torch.int64)
     flat = types.reshape(-1)
-    if valid is None:
-        real = torch.ones(count, dtype=torch.bool, device=device)
-        new_run = torch.ones(batch, length, dtype=torch.bool, device=device)
-        new_run[:, 1:] = types[:, 1:] != types[:, :-1]
-        previous = None
-    else:
+    new_run = torch.ones(batch, length, dtype=torch.bool, device=device)
+    new_run[:, 1:] = types[:, 1:] != types[:, :-1]
+    if valid is not None:
+        new_run[:, 1:] |= ~valid[:, :-1]
         real = valid.reshape(-1)
-        column = torch.arange(length, device=device)
-        seen = torch.where(valid, column, torch.full((), -1, dtype=torch.int64, device=device)).cummax(1).values
-        previous = torch.cat([seen.new_full((batch, 1), -1), seen[:, :-1]], dim=1)  # [B, L]
-        new_run = (previous < 0) | (types.gather(1, previous.clamp(min=0)) != types)
+    else:
+        real = torch.ones(count, dtype=torch.bool, device=device)
     new_run = new_run.reshape(-1)
-    if cu_seqlens is not None:  # a document boundary between a token and its previous one starts a run too
+    if cu_seqlens is not None:
         cu = _check_packed_rows(cu_seqlens, batch, length, device)
-        position = torch.arange(count, device=device)
-        segment = torch.searchsorted(cu[1:], position, right=True)
-        before = position - 1 if previous is None else \
-            (previous + torch.arange(batch, device=device).unsqueeze(1) * length).reshape(-1)
-        new_run |= segment[before.clamp(min=0)] != segment
+        new_run[cu[:-1].clamp(max=max(count - 1, 0))] = True
 
     def where(pos: int) -> str:
         text = f"row {pos // length}"
-        return text if cu_seqlens is None else text + f" (document {int(segment[pos])})"
+        return text if cu_seqlens is None else text + f" (document {int(torch.searchsorted(cu[1:], pos, right=True))})"
 
     increments = (real & (flat == 0)).to(torch.int64)  # text: +1; a vision block: its advance on its last token
     placed = []
@@ -295,14 +291,15 @@ def mrope_position_ids(
         advanced, tokens = steps.sum(1), real.view(batch, length).sum(1)
     else:
         totals = torch.cat([increments.new_zeros(1), increments.cumsum(0)])
-        start = totals[:-1] - totals[cu[:-1]][segment]
+        lengths = cu.diff()
+        start = totals[:-1] - torch.repeat_interleave(totals[cu[:-1]], lengths, output_size=count)
         reals = torch.cat([increments.new_zeros(1), real.to(torch.int64).cumsum(0)])
         advanced, tokens = totals[cu[1:]] - totals[cu[:-1]], reals[cu[1:]] - reals[cu[:-1]]
+    if valid is not None:
+        start = torch.where(real, start, torch.full((), pad_position, dtype=torch.int64, device=device))
     ids = start.unsqueeze(-1).repeat(1, 3)
     for positions, offsets in placed:
-        ids.index_add_(0, positions, offsets)
-    if valid is not None:
-        ids.masked_fill_(~real.unsqueeze(-1), pad_position)
+        ids.index_put_((positions,), offsets, accumulate=True)
     return ids.view(batch, length, 3), (advanced - tokens).unsqueeze(-1)
 
 
