@@ -47,7 +47,8 @@ def reference(types, image_grids, video_grids, merge, mask=None, seconds=None, t
             full[c] = list(v)
         out.append(full)
         deltas.append([(max(max(v) for v in ids) + 1 if ids else 0) - len(ids)])
-    return torch.tensor(out), torch.tensor(deltas)
+    length = len(types[0]) if types else 0
+    return torch.tensor(out, dtype=torch.int64).reshape(len(types), length, 3), torch.tensor(deltas, dtype=torch.int64)
 
 
 def random_batch(rng, rows, *, merge=2, videos=True, padding="right", max_blocks=3, short_videos=False,
@@ -232,9 +233,9 @@ def test_property_equals_the_reference(seed, padding, merge, qwen25):
     seconds = [rng.choice([0.0, 0.3, 0.5, 1.0, 2.5]) for _ in videos] if qwen25 else None
     tps = rng.choice([1, 2, 4]) if qwen25 else None
     expected, expected_deltas = reference(types, images, videos, merge, mask, seconds, tps)
-    ids, deltas = mrope_position_ids(torch.tensor(types), as_grids(images), as_grids(videos), spatial_merge_size=merge,
-                                     attention_mask=torch.tensor(mask), second_per_grid_ts=seconds,
-                                     tokens_per_second=tps)
+    ids, deltas = mrope_position_ids(torch.tensor(types, dtype=torch.int64), as_grids(images), as_grids(videos),
+                                     spatial_merge_size=merge, attention_mask=torch.tensor(mask, dtype=torch.int64),
+                                     second_per_grid_ts=seconds, tokens_per_second=tps)
     assert torch.equal(ids, expected) and torch.equal(deltas, expected_deltas)
 
 
