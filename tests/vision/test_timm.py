@@ -236,6 +236,24 @@ def test_edit_through_data_is_never_served_stale():
         torch.testing.assert_close(model(x), twin(x), rtol=0, atol=1e-5)
 
 
+def test_verify_false_trusts_version_counters_only():
+    model, twin = _pair("vit_tiny_patch16_224", **SMALL)
+    adapt_vit(model)
+    model.omnipos_positions.verify = False
+    x = torch.randn(1, 3, 272, 192)
+    with torch.no_grad():
+        stale = model(x)
+        model.pos_embed.data.mul_(-1.5)  # invisible to the version counter: served from the cache, as documented
+        torch.testing.assert_close(model(x), stale, rtol=0, atol=0)
+        model.pos_embed.mul_(1.0)  # an in-place op the version counter sees
+        twin.pos_embed.mul_(-1.5)
+        torch.testing.assert_close(model(x), twin(x), rtol=0, atol=1e-5)
+    with pytest.raises(TypeError, match="verify"):
+        from omnipos.vision.timm import PositionAdapter
+
+        PositionAdapter(dim=8, source_grid=(2, 2), table_prefix=0, verify="yes")
+
+
 def test_eva_rope_cache_follows_its_learned_frequencies():
     model, twin = _pair("vit_small_patch16_rope_mixed_224", **TINY)
     adapt_vit(model)

@@ -257,7 +257,9 @@ class PositionAdapter(nn.Module):
     table each forward builds its own differentiable one. A cache entry is keyed on the weights it was built from
     (identity, storage and ``_version``), so replacing, reloading or editing ``pos_embed`` in place (``.data`` too)
     rebuilds it; an edit through ``.data`` (invisible to version counters) is caught by comparing the table with a
-    snapshot taken at build time. The cache is not pickled or deep-copied (a copy starts empty).
+    snapshot taken at build time (one pass over the table per forward, far cheaper than a resample; set
+    ``verify=False`` to trust identity and version counters alone, if nothing writes the table through ``.data``).
+    The cache is not pickled or deep-copied (a copy starts empty).
     """
 
     def __init__(
@@ -273,9 +275,13 @@ class PositionAdapter(nn.Module):
         ref_grid: Any = None,
         rope: nn.Module | None = None,
         num_prefix_tokens: int = 0,
+        verify: bool = True,
         embed_dim: int | None = None,
     ) -> None:
         super().__init__()
+        if not isinstance(verify, bool):
+            raise TypeError(f"verify must be a bool, got {verify!r}")
+        self.verify = verify
         self.dim = check_positive_int(renamed_argument(dim, embed_dim, "dim", "embed_dim"), "dim (embed_dim)")
         self.source_grid = check_grid(source_grid, "source_grid")
         self.table_prefix = check_positive_int(table_prefix, "table_prefix", minimum=0)
@@ -321,7 +327,7 @@ class PositionAdapter(nn.Module):
         full_key = (kind, key, torch.is_inference_mode_enabled(), version)
         cache = self._cache
         entry = cache.get(full_key)
-        if entry is not None and all(ref() is w and _same_bits(w, snap)
+        if entry is not None and all(ref() is w and (not self.verify or _same_bits(w, snap))
                                      for ref, snap, w in zip(entry[0], entry[1], weights)):
             self.hits += 1
             return entry[2]
