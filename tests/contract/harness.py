@@ -92,6 +92,19 @@ def assert_same(a: Any, b: Any, *, exact: bool = True, what: str = "") -> None:
             torch.testing.assert_close(x, y, msg=what or None)
 
 
+class _Bound(nn.Module):
+    """``case.call(module, args)`` as a module's forward, so ``functional_call`` swaps the parameters of a case whose
+    call is not ``module(*args)`` (another method, keyword arguments)."""
+
+    def __init__(self, case: Case, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        self.case = case
+
+    def forward(self, *args: Any) -> Any:
+        return self.case.call(self.module, args)
+
+
 def _target(case: Case) -> Any:
     return case.make() if case.make is not None else case.fn
 
@@ -164,8 +177,9 @@ def check_grad(case: Case) -> None:
         for j, i in enumerate(case.grad_inputs):
             call_args[i] = flat[j]
         if params:
-            values = dict(zip([n for n, p in target.named_parameters() if p.requires_grad], flat[len(case.grad_inputs):]))
-            out = torch.func.functional_call(target, values, tuple(call_args))
+            names = [n for n, p in target.named_parameters() if p.requires_grad]
+            values = {f"module.{n}": v for n, v in zip(names, flat[len(case.grad_inputs):])}
+            out = torch.func.functional_call(_Bound(case, target), values, tuple(call_args))  # through case.call
         else:
             out = case.call(target, tuple(call_args))
         return tuple(t for t in _tensors(out) if t.is_floating_point())

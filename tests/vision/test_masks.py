@@ -22,10 +22,12 @@ def test_patch_grid():
 
 
 def test_patch_larger_than_image():
-    with pytest.raises(ValueError, match="larger than the image"):
-        patch_grid((8, 200), 16)
-    with pytest.raises(ValueError, match="larger than image 1"):
-        patch_padding_mask([[32, 32], [32, 8]], 16, (2, 2))
+    # padded (timm's dynamic_img_pad): an image smaller than a patch is one partly-padded patch
+    assert patch_grid((8, 200), 16) == (1, 13)
+    mask = patch_padding_mask([[32, 32], [32, 8]], 16, (2, 2))
+    assert mask.tolist() == [[True, True, True, True], [True, False, True, False]]
+    with pytest.raises(ValueError, match="larger than the image"):  # without padding it cannot be cut into patches
+        patch_grid((8, 200), 16, pad=False)
 
 
 @pytest.mark.parametrize("bad", [(0, 16), (-16, 16), (16, 0)])

@@ -8,7 +8,7 @@ from timm.layers import resample_abs_pos_embed
 from transformers import ViTConfig
 from transformers.models.vit.modeling_vit import ViTEmbeddings
 
-from omnipos.vision import resample_pos_embed
+from omnipos.vision import resample_pos_embed, resample_pos_embed_per_image
 
 
 @pytest.mark.parametrize(
@@ -133,3 +133,127 @@ def test_bad_inputs():
         resample_pos_embed(torch.zeros(1, 17, 8, dtype=torch.long), (3, 3))
     with pytest.raises(ValueError, match=r"\[N, D\]"):
         resample_pos_embed(torch.zeros(17), (3, 3))
+
+
+def test_zero_channels_is_refused_by_name():  # issue 14: D=0 leaked a RuntimeError from F.interpolate
+    with pytest.raises(ValueError, match="pos_embed has 0 channels"):
+        resample_pos_embed(torch.zeros(1, 17, 0), (3, 3))
+    with pytest.raises(ValueError, match="table has 0 channels"):
+        resample_pos_embed_per_image(torch.zeros(4, 4, 0), [(2, 2)], max_length=4)
+
+
+# -- one table per image (SigLIP2 / NaFlexViT) -----------------------------------------------------------------------
+
+GRIDS = [(8, 20), (16, 16), (8, 20), (3, 5), (24, 24), (1, 1), (3, 5), (20, 8)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_per_image_equals_siglip2_resize_positional_embeddings(dtype):
+    from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
+
+    table = torch.randn(16, 16, 32).to(dtype)  # SigLIP2: position_embedding.weight.reshape(16, 16, D)
+    grids = torch.tensor(GRIDS)
+    ref = Siglip2VisionEmbeddings.resize_positional_embeddings(table, grids, max_length=600)
+    out, mask = resample_pos_embed_per_image(table, grids, max_length=600, padding="first", exact=True)
+    assert out.dtype == dtype and mask.dtype == torch.bool
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)  # exact: F.interpolate per distinct grid, bit for bit
+    assert mask.sum(1).tolist() == [h * w for h, w in GRIDS]
+    fast, _ = resample_pos_embed_per_image(table, grids, max_length=600, padding="first")  # separable matrices
+    rtol = 0 if dtype == torch.float32 else 2**-7  # float32 summation order, then at most one bfloat16 step
+    torch.testing.assert_close(fast.float(), ref.float(), rtol=rtol, atol=1e-5)
+    zeros, mask_zeros = resample_pos_embed_per_image(table, grids, max_length=600, exact=True)  # timm's padding
+    torch.testing.assert_close(zeros[mask], ref[mask], rtol=0, atol=0)
+    assert bool((zeros[~mask] == 0).all()) and torch.equal(mask, mask_zeros)
+
+
+@pytest.mark.parametrize("mode, antialias", [("bilinear", True), ("bilinear", False), ("bicubic", True),
+                                             ("bicubic", False), ("nearest", False), ("nearest-exact", False),
+                                             ("area", False)])
+def test_per_image_separable_resampling_equals_interpolate_in_every_mode(mode, antialias):
+    table = torch.randn(16, 12, 24, dtype=torch.float64)
+    out, _ = resample_pos_embed_per_image(table, GRIDS, max_length=600, mode=mode, antialias=antialias)
+    ref, _ = resample_pos_embed_per_image(table, GRIDS, max_length=600, mode=mode, antialias=antialias, exact=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)  # float64: the separable form is the same operator
+    out32, _ = resample_pos_embed_per_image(table.float(), GRIDS, max_length=600, mode=mode, antialias=antialias)
+    torch.testing.assert_close(out32.double(), ref, rtol=0, atol=1e-5)
+
+
+def test_per_image_equals_timm_naflexvit_learned_path():
+    import timm
+
+    from omnipos.vision import packed_patch_coords
+
+    torch.manual_seed(0)
+    model = timm.create_model("naflexvit_base_patch16_gap", pretrained=False, depth=1, embed_dim=32, num_heads=2)
+    embeds = model.embeds
+    with torch.no_grad():
+        embeds.pos_embed.normal_()
+    max_length = 600
+    coords, cu = packed_patch_coords(GRIDS)
+    patch_coord = torch.zeros(len(GRIDS), max_length, 2, dtype=torch.long)
+    for i in range(len(GRIDS)):  # NaFlex's padded [B, N, 2] layout: each image's own row-major coordinates first
+        patch_coord[i, : cu[i + 1] - cu[i]] = coords[cu[i]: cu[i + 1]]
+    x = torch.zeros(len(GRIDS), max_length, 32)
+    with torch.no_grad():
+        embeds._apply_learned_naflex_pos_embed(x, patch_coord)
+        out, _ = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
+                                                 mode=embeds.pos_embed_interp_mode, exact=True)  # bicubic, AA
+        fast, _ = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
+                                               mode=embeds.pos_embed_interp_mode)
+    torch.testing.assert_close(out, x, rtol=0, atol=0)
+    torch.testing.assert_close(fast, x, rtol=0, atol=1e-5)
+
+
+def test_per_image_flat_table_with_prefix_rows_equals_resample_pos_embed():
+    table = torch.randn(1 + 12 * 20, 16)  # a timm ViT table (cls row first) trained on a 12 x 20 grid
+    out, mask = resample_pos_embed_per_image(table, GRIDS, max_length=1 + 576, old_grid=(12, 20), num_prefix_tokens=1,
+                                             mode="bicubic", exact=True)
+    for i, grid in enumerate(GRIDS):
+        ref = resample_pos_embed(table, grid, old_grid=(12, 20), num_prefix_tokens=1)
+        torch.testing.assert_close(out[i, : 1 + grid[0] * grid[1]], ref, rtol=0, atol=0)
+        assert mask[i].sum() == 1 + grid[0] * grid[1]
+
+
+def test_per_image_list_and_tensor_grids_agree_and_images_are_batch_invariant():
+    table = torch.randn(7, 9, 8, dtype=torch.float64)
+    out, mask = resample_pos_embed_per_image(table, torch.tensor(GRIDS), max_length=576)
+    out_list, mask_list = resample_pos_embed_per_image(table, GRIDS, max_length=576)
+    assert torch.equal(mask, mask_list)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, out_list, rtol=0, atol=0)
+    for i, grid in enumerate(GRIDS):  # an image's rows do not depend on the other images in the batch
+        alone, _ = resample_pos_embed_per_image(table, [grid], max_length=576)
+        torch.testing.assert_close(out[i], alone[0], rtol=0, atol=0)
+    empty, empty_mask = resample_pos_embed_per_image(table, [], max_length=4)
+    assert empty.shape == (0, 4, 8) and empty_mask.shape == (0, 4)
+
+
+def test_per_image_max_length_too_small_names_the_image():
+    with pytest.raises(ValueError, match="max_length=300 is smaller than image 4's"):
+        resample_pos_embed_per_image(torch.randn(4, 4, 8), torch.tensor(GRIDS[:5]), max_length=300)
+    with pytest.raises(ValueError, match="max_length=15 is smaller than image 1's 1 prefix"):
+        resample_pos_embed_per_image(torch.randn(17, 8), [(2, 2), (3, 5)], max_length=15, num_prefix_tokens=1)
+
+
+def test_per_image_bad_inputs():
+    table = torch.randn(4, 4, 8)
+    with pytest.raises(ValueError, match=r"grids\[1\]"):
+        resample_pos_embed_per_image(table, torch.tensor([[2, 2], [0, 3]]), max_length=16)
+    with pytest.raises(ValueError, match=r"grids\[0\]"):
+        resample_pos_embed_per_image(table, [(2, -1)], max_length=16)
+    with pytest.raises(TypeError, match="grids"):
+        resample_pos_embed_per_image(table, torch.tensor([[2.0, 2.0]]), max_length=16)
+    with pytest.raises(ValueError, match=r"grids must be \[B, 2\]"):
+        resample_pos_embed_per_image(table, torch.tensor([2, 2]), max_length=16)
+    with pytest.raises(ValueError, match="padding"):
+        resample_pos_embed_per_image(table, [(2, 2)], max_length=16, padding="last")
+    with pytest.raises(ValueError, match="max_length"):
+        resample_pos_embed_per_image(table, [(2, 2)], max_length=0)
+    with pytest.raises(ValueError, match="old_grid"):
+        resample_pos_embed_per_image(table, [(2, 2)], max_length=16, old_grid=(2, 8))
+    with pytest.raises(ValueError, match="not a square grid"):
+        resample_pos_embed_per_image(torch.randn(12, 8), [(2, 2)], max_length=16)
+    with pytest.raises(ValueError, match="num_prefix_tokens"):
+        resample_pos_embed_per_image(table, [(2, 2)], max_length=16, num_prefix_tokens=1)
+    with pytest.raises(TypeError, match="floating"):
+        resample_pos_embed_per_image(table.long(), [(2, 2)], max_length=16)

@@ -131,7 +131,7 @@ def test_adapt_vit_with_rope_equals_hand_built_eva_attention(indexing, ref_grid)
         expected = tokens + block.ls1(_reference_block_attention(block.attn, block.norm1(tokens),
                                                                  timm_rope.get_embed(list(grid)), 3))
         expected = expected + block.ls2(block.mlp(block.norm2(expected)))
-        torch.testing.assert_close(model.blocks(tokens), expected, rtol=0, atol=1e-4)
+        torch.testing.assert_close(model.forward_features(x), model.norm(expected), rtol=0, atol=1e-4)
         # the state dict keeps timm's keys, and a mixed batch gives each image what it gets alone
         assert set(model.state_dict()) == set(timm.create_model(
             "vit_tiny_patch16_224", pretrained=False, depth=1, reg_tokens=2, pos_embed="none").state_dict())
@@ -155,3 +155,110 @@ def test_adapt_vit_rope_bad_inputs():
         adapt_vit(model, encoding="rope", rope=RotaryEmbedding2D(64, mixed=True, num_heads=3))
     with pytest.raises(ValueError, match="encoding='rope'"):
         adapt_vit(model, rope=RotaryEmbedding2D(64))
+
+
+# -- packed images (NaFlex / flash-attn varlen): [N_total, heads, head_dim] + coords + cu_seqlens ----------------------
+
+PACKED_GRIDS = [(3, 4), (2, 5), (4, 4), (1, 1)]
+
+
+@pytest.mark.parametrize("kwargs", [dict(indexing="ij"), dict(indexing="xy", base=100.0),
+                                    dict(indexing="ij", ref_grid=(8, 8)), dict(layout="half"),
+                                    dict(indexing="xy", mixed=True, num_heads=3)])
+@pytest.mark.parametrize("prefix", [0, 2])
+def test_packed_equals_each_image_alone(kwargs, prefix):
+    from omnipos.vision import packed_patch_coords
+
+    torch.manual_seed(0)
+    rope = RotaryEmbedding2D(16, **kwargs)
+    coords, cu = packed_patch_coords(PACKED_GRIDS, num_prefix_tokens=prefix)
+    q, k = torch.randn(int(cu[-1]), 3, 16), torch.randn(int(cu[-1]), 3, 16)
+    q_rot, k_rot = rope.forward_packed(q, k, coords, cu, num_prefix_tokens=prefix)
+    torch.testing.assert_close(rope.rotate_packed(q, coords, cu, num_prefix_tokens=prefix), q_rot, rtol=0, atol=0)
+    for i, grid in enumerate(PACKED_GRIDS):
+        part = slice(int(cu[i]), int(cu[i + 1]))
+        alone = rope.rotate(q[part].transpose(0, 1), grid, num_prefix_tokens=prefix).transpose(0, 1)  # [heads, N, d]
+        torch.testing.assert_close(q_rot[part], alone, rtol=0, atol=1e-6)
+        alone_k = rope.rotate(k[part].transpose(0, 1), grid, num_prefix_tokens=prefix).transpose(0, 1)
+        torch.testing.assert_close(k_rot[part], alone_k, rtol=0, atol=1e-6)
+
+
+def test_packed_ref_grid_reads_each_images_grid_from_its_coordinates_or_grids():
+    from omnipos.vision import packed_patch_coords
+
+    rope = RotaryEmbedding2D(16, ref_grid=(16, 16))
+    coords, cu = packed_patch_coords(PACKED_GRIDS, num_prefix_tokens=1)
+    derived = rope.cos_sin_packed(coords, cu, num_prefix_tokens=1)
+    given_grids = rope.cos_sin_packed(coords, cu, num_prefix_tokens=1, grids=PACKED_GRIDS)
+    torch.testing.assert_close(derived, given_grids, rtol=0, atol=0)
+    cos, sin = derived
+    assert torch.equal(cos[cu[:-1]], torch.ones(len(PACKED_GRIDS), 16))  # prefix tokens: no rotation
+    assert torch.equal(sin[cu[:-1]], torch.zeros(len(PACKED_GRIDS), 16))
+
+
+def test_packed_axial_x_may_have_any_middle_axes():
+    rope = RotaryEmbedding2D(8)
+    coords = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]])
+    x = torch.randn(4, 2, 3, 8)
+    out = rope.rotate_packed(x, coords)
+    torch.testing.assert_close(out[:, 1, 2], rope.rotate(x[:, 1, 2], (2, 2)), rtol=0, atol=1e-6)
+
+
+def test_packed_bad_inputs():
+    rope = RotaryEmbedding2D(8)
+    coords = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]])
+    with pytest.raises(ValueError, match="N_total=4"):
+        rope.rotate_packed(torch.randn(5, 2, 8), coords)
+    with pytest.raises(ValueError, match=r"coords must be \[N_total, 2\]"):
+        rope.rotate_packed(torch.randn(4, 2, 8), coords[:, :1])
+    with pytest.raises(ValueError, match="coords"):
+        rope.rotate_packed(torch.randn(4, 2, 8), coords.double().fill_(float("nan")))
+    with pytest.raises(ValueError, match="cu_seqlens must start at 0 and end at the number of tokens 4"):
+        rope.rotate_packed(torch.randn(4, 2, 8), coords, [0, 3])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        rope.rotate_packed(torch.randn(4, 2, 8), coords, [0, 3, 1, 4])
+    with pytest.raises(ValueError, match="image 1 has 1 tokens, fewer than num_prefix_tokens=2"):
+        rope.rotate_packed(torch.randn(4, 2, 8), coords, [0, 3, 4], num_prefix_tokens=2)
+    mixed = RotaryEmbedding2D(8, mixed=True, num_heads=2)
+    with pytest.raises(ValueError, match="heads=2"):
+        mixed.rotate_packed(torch.randn(4, 3, 8), coords)
+    ref = RotaryEmbedding2D(8, ref_grid=(4, 4))
+    with pytest.raises(ValueError, match="grids must be"):
+        ref.rotate_packed(torch.randn(4, 2, 8), coords, [0, 2, 4], grids=[(2, 2)])
+
+
+# -- module contract details (the harness runs the rest) --------------------------------------------------------------
+
+
+def test_mixed_reset_parameters_redraws_like_init():
+    torch.manual_seed(3)
+    fresh = RotaryEmbedding2D(16, mixed=True, num_heads=4)
+    torch.manual_seed(3)
+    with torch.device("meta"):
+        meta = RotaryEmbedding2D(16, mixed=True, num_heads=4)
+    meta.to_empty(device="cpu")
+    torch.manual_seed(3)
+    meta.reset_parameters()
+    torch.testing.assert_close(meta.freqs, fresh.freqs, rtol=0, atol=0)
+    assert fresh.freqs.dtype == torch.float32
+    assert RotaryEmbedding2D(16, mixed=True, num_heads=4, dtype=torch.float64).freqs.dtype == torch.float64
+
+
+def test_mixed_in_float64_computes_in_float64():
+    rope = RotaryEmbedding2D(16, mixed=True, num_heads=2).double()
+    cos, _ = rope.cos_sin((3, 3))
+    assert cos.dtype == torch.float64
+    q = torch.randn(1, 2, 9, 16, dtype=torch.float64)
+    angles = rope.mixed_angles(rope.positions((3, 3)))  # float64 reference of the rotation
+    c, s = torch.cos(angles), torch.sin(angles)
+    x0, x1 = q[..., 0::2], q[..., 1::2]
+    expected = torch.stack([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1).flatten(-2)
+    torch.testing.assert_close(rope.rotate(q, (3, 3)), expected, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -10.0])
+def test_mixed_base_must_be_finite_and_positive(value):  # issue 14: mixed_temperature=nan was accepted
+    with pytest.raises(ValueError, match="mixed_base"):
+        RotaryEmbedding2D(16, mixed=True, num_heads=2, mixed_base=value)
+    with pytest.raises(ValueError, match="mixed_base"):
+        RotaryEmbedding2D(16, mixed=True, num_heads=2, mixed_temperature=value)

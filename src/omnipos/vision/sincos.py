@@ -28,7 +28,7 @@ from ..core import (
     renamed_argument,
     sinusoid_of_turns,
 )
-from .grid import check_grid
+from .grid import check_grid, values_known
 
 __all__ = ["CONVENTIONS", "sincos_2d", "sincos_2d_from_coords", "grid_coords"]
 
@@ -89,7 +89,8 @@ def sincos_2d_from_coords(
     coords = as_position_tensor(coords, "coords")
     if coords.ndim < 1 or coords.shape[-1] != 2:
         raise ValueError(f"coords must have a trailing axis of 2 (y, x), got shape {tuple(coords.shape)}")
-    check_finite(coords, "coords")
+    if values_known(coords):  # a host sync: eager only, and not on meta
+        check_finite(coords, "coords")
     quarter = dim // 4
     cycles = geometric_frequencies(quarter, base=base, denominator=quarter, device=coords.device)
     turns = coords.to(torch.float64).unsqueeze(-1) * (cycles / (2.0 * math.pi))  # [..., 2 (y, x), D/4]
