@@ -82,14 +82,15 @@ def as_position_tensor(positions: Any, name: str = "positions", *, device: torch
     return tensor
 
 
-def can_inspect_values(*tensors: torch.Tensor) -> bool:
+def can_inspect_values(*tensors: Any) -> bool:
     """Whether checks that read values on the host (NaN, ranges, sortedness, ``.item()``) can run now.
 
     False while ``torch.compile`` traces (a host sync would break the graph: such checks stay in eager mode, and
-    a compiled call trusts its inputs) and for meta tensors (shapes without values). Shape and dtype checks never
-    need this: they run everywhere.
+    a compiled call trusts its inputs) and when any of ``tensors`` is a meta tensor (shapes without values);
+    arguments that are not tensors (None, lists) are ignored. Shape and dtype checks never need this: they run
+    everywhere. The one test every domain uses for "may I look at the values?".
     """
-    return not torch.compiler.is_compiling() and not any(t.is_meta for t in tensors)
+    return not torch.compiler.is_compiling() and not any(isinstance(t, torch.Tensor) and t.is_meta for t in tensors)
 
 
 def check_finite(tensor: torch.Tensor, name: str) -> None:

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ..core import (
+    can_inspect_values,
     check_choice,
     check_float_dtype,
     check_integer_tensor,
@@ -256,11 +257,6 @@ def encode(
                          max_len=max_len, device=device, token_dtype=token_dtype)
 
 
-def _values_unavailable(tensor: torch.Tensor) -> bool:
-    """True where a value check cannot run: under torch.compile (it would be a host sync) or on the meta device."""
-    return torch.compiler.is_compiling() or tensor.is_meta
-
-
 def check_tokens(tokens: Any, name: str = "tokens") -> torch.Tensor:
     """Refuse anything but an integer tensor of token ids (TypeError naming ``name``); return it unchanged.
 
@@ -270,7 +266,7 @@ def check_tokens(tokens: Any, name: str = "tokens") -> torch.Tensor:
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} must be an integer tensor of token ids, got {type(tokens).__name__}")
     check_integer_tensor(tokens, name, "an integer tensor of token ids")
-    if tokens.numel() and not _values_unavailable(tokens):
+    if tokens.numel() and not not can_inspect_values(tokens):
         low, high = (int(v) for v in torch.aminmax(tokens))
         if low < 0 or high >= 2 * SOFT_MASK:
             raise ValueError(f"{name} must hold token ids in 0..{2 * SOFT_MASK - 1}, got values in {low}..{high}")

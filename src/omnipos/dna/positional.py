@@ -32,6 +32,7 @@ from torch import nn
 
 from ..core import (
     as_position_tensor,
+    can_inspect_values,
     check_even_dim,
     check_finite,
     check_float_dtype,
@@ -59,7 +60,7 @@ def _padding(lengths: Any, max_len: Any, bytes_per_position: int,
         raise ValueError(f"{name}: integer lengths must be 1-D [B], got shape {tuple(lengths.shape)}")
     if max_len is not None:
         max_len = check_positive_int(max_len, "max_len", minimum=0)
-    if torch.compiler.is_compiling() or lengths.is_meta:
+    if not can_inspect_values(lengths):
         if max_len is None and lengths.is_meta:
             raise ValueError(f"{name}: lengths on the meta device have no values; pass max_len= to set the "
                              "output width")
@@ -119,7 +120,7 @@ def _check_base(base: Any) -> float:
 def _from_lengths(lengths: torch.Tensor, dim: int, base: float, strand_aware: bool, max_len: int | None,
                   dtype: torch.dtype) -> torch.Tensor:
     lengths, real = _padding(lengths, max_len, dim * dtype.itemsize, "lengths_or_positions")
-    if torch.compiler.is_compiling() or lengths.is_meta:
+    if not can_inspect_values(lengths):
         # The direct formula: traceable (no cache, no data-dependent unique) and meta-friendly.
         p = torch.arange(real.shape[1], device=lengths.device, dtype=torch.float64)
         c = p - (lengths.to(torch.float64).unsqueeze(1) - 1.0) / 2.0
@@ -178,7 +179,7 @@ def rc_symmetric_encoding(
             raise ValueError("max_len applies to lengths; centered positions already have their shape")
         check_batch_bytes(max(values.numel(), 1), dim, 8 + dtype.itemsize,
                           f"dim={dim} for {values.numel():,} positions")
-        if not torch.compiler.is_compiling() and not values.is_meta:
+        if can_inspect_values(values):
             check_finite(values, "lengths_or_positions")
         out = _channels(values.to(torch.float64), dim, base, strand_aware, dtype)
         if mask is not None:

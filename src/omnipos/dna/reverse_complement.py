@@ -15,7 +15,7 @@ from typing import Any, overload
 
 import torch
 
-from ..core import mask_to_lengths
+from ..core import can_inspect_values, mask_to_lengths
 from .alphabet import IUPAC_COMPLEMENT, PAD, check_bool_mask, check_tokens, complement_tokens
 from .rows import take_rows
 
@@ -40,7 +40,7 @@ def check_mask(mask: Any, shape: torch.Size, name: str = "mask") -> torch.Tensor
     the meta device.
     """
     mask = check_bool_mask(mask, shape, name)
-    if (mask.ndim == 2 and mask.shape[1] > 1 and not torch.compiler.is_compiling() and not mask.is_meta
+    if (mask.ndim == 2 and mask.shape[1] > 1 and can_inspect_values(mask)
             and bool((mask[:, 1:] & ~mask[:, :-1]).any())):
         raise ValueError(f"{name} must have its padding at the end of each row (True entries first)")
     return mask
@@ -48,7 +48,7 @@ def check_mask(mask: Any, shape: torch.Size, name: str = "mask") -> torch.Tensor
 
 def _all_real(mask: torch.Tensor) -> bool:
     """True when no row is padded (eager only: under compile or on meta the general path runs)."""
-    return not torch.compiler.is_compiling() and not mask.is_meta and bool(mask.all())
+    return can_inspect_values(mask) and bool(mask.all())
 
 
 def flip_within_lengths(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

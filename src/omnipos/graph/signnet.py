@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import check_positive_int
+from ..core import can_inspect_values, check_positive_int
 
 __all__ = ["SignNet"]
 
@@ -93,7 +93,7 @@ class SignNet(nn.Module):
             raise TypeError(f"batch must be an integer tensor, got {getattr(batch, 'dtype', type(batch))}")
         if batch.shape != pe.shape[:1]:
             raise ValueError(f"batch must have shape [N] = [{pe.shape[0]}], got {tuple(batch.shape)}")
-        if torch.compiler.is_compiling() or not batch.numel() or batch.device.type == "meta":
+        if not can_inspect_values(batch) or not batch.numel():
             return
         low, high = int(batch.min()), int(batch.max())
         if low < 0 or high >= eigenvalues.shape[0]:
@@ -110,7 +110,7 @@ class SignNet(nn.Module):
             batch = torch.zeros(nodes, dtype=torch.long, device=pe.device)
         batch = batch.long()
         valid = (mask if mask is not None else torch.ones_like(eigenvalues, dtype=torch.bool))[batch]  # [N, k]
-        if not torch.compiler.is_compiling() and pe.device.type != "meta":
+        if can_inspect_values(pe):
             chosen = torch.where(valid, pe, 0.0), torch.where(valid, eigenvalues[batch], 0.0)
             if not bool(torch.isfinite(chosen[0]).all() & torch.isfinite(chosen[1]).all()):
                 raise ValueError("pe and eigenvalues must be finite where mask is True")

@@ -14,6 +14,7 @@ import torch
 
 from ..core import (
     SINUSOID_LAYOUTS,
+    can_inspect_values,
     check_choice,
     check_even_dim,
     check_float_dtype,
@@ -21,7 +22,7 @@ from ..core import (
     sinusoid_of_turns,
 )
 from .durations import check_unit, positive_duration
-from .timelines import can_check_values, check_times, encode_valid
+from .timelines import check_times, encode_valid
 
 __all__ = ["absolute_time_encoding", "absolute_cycles", "absolute_features"]
 
@@ -85,7 +86,7 @@ def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype:
     turns = t.to(torch.float64).unsqueeze(-1) * cycles
     # beyond 2**53 turns a float64 phase is a whole number of turns (phase 0); a product that overflowed to inf
     # is read the same way instead of becoming NaN (eager skips the pass when no phase gets that large)
-    if not can_check_values(t) or (t.numel() and bool(t.abs().max() * cycles.max() >= _WHOLE_TURNS)):
+    if not can_inspect_values(t) or (t.numel() and bool(t.abs().max() * cycles.max() >= _WHOLE_TURNS)):
         turns = torch.where(turns.abs() < _WHOLE_TURNS, turns, torch.zeros((), dtype=turns.dtype,
                                                                            device=turns.device))
     return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import can_inspect_values
 from .durations import UNITS
 
 __all__ = ["timezone_name", "timezone_table", "timezone_tensors", "local_offset", "clock_tensor", "phase_shift"]
@@ -168,7 +169,7 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock") -> torch.
         if value.ndim > times.ndim - 1:
             raise ValueError(f"{name} {tuple(value.shape)} has more axes than times without its last axis "
                              f"{tuple(times.shape[:-1])}")
-        if not torch.compiler.is_compiling() and not value.is_meta and value.numel() and \
+        if can_inspect_values(value) and value.numel() and \
                 not bool((value.abs() <= MAX_CLOCK).all()):
             bad = value[~(value.abs() <= MAX_CLOCK)][0].item()
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got {bad}")

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import ConstantBuffers, check_choice, check_float_dtype, check_positive_int
+from ..core import ConstantBuffers, can_inspect_values, check_choice, check_float_dtype, check_positive_int
 from .absolute import absolute_cycles, absolute_features
 from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
 from .durations import UNITS, check_unit, positive_duration
@@ -24,7 +24,7 @@ from .periodic import (
     phase_remainders,
 )
 from .time2vec import Time2Vec
-from .timelines import can_check_values, check_module_device, check_times, checked_gaps
+from .timelines import check_module_device, check_times, checked_gaps
 
 __all__ = ["TimelineEncoder", "COMPONENTS", "COMBINES"]
 
@@ -217,7 +217,7 @@ class TimelineEncoder(ConstantBuffers):
         out_dtype = self.dtype
         if times.numel() == 0:
             return torch.zeros(*times.shape, self.dim, dtype=out_dtype, device=times.device)
-        if not can_check_values(times, mask):
+        if not can_inspect_values(times, mask):
             return self._dense(times, mask, gaps, clocks)
         length = times.shape[-1]
         rows_t, rows_m = times.reshape(-1, length), mask.reshape(-1, length)

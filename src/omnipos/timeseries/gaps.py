@@ -18,6 +18,7 @@ from torch import nn
 from ..core import (
     SINUSOID_LAYOUTS,
     ConstantBuffers,
+    can_inspect_values,
     check_choice,
     check_float_dtype,
     check_positive_int,
@@ -25,7 +26,7 @@ from ..core import (
     sinusoid_of_turns,
 )
 from .durations import check_unit, parse_durations, positive_duration
-from .timelines import can_check_values, check_module_device, check_times, checked_gaps, encode_valid
+from .timelines import check_module_device, check_times, checked_gaps, encode_valid
 
 __all__ = ["time_gaps", "log_gap_encoding", "log_gap_cycles", "log_gap_features", "GapBucketEmbedding",
            "DEFAULT_GAP_BOUNDARIES"]
@@ -45,7 +46,7 @@ def time_gaps(times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Te
 
 def _check_gaps(gaps: Any, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     gaps, mask = check_times(gaps, mask, name="gaps", check_sorted=False)
-    if not can_check_values(gaps, mask):
+    if not can_inspect_values(gaps, mask):
         return gaps, mask
     negative = gaps < 0 if mask is None else mask & (gaps < 0)
     if bool(negative.any()):
@@ -100,7 +101,7 @@ def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout
     ratio = g / scale
     x = torch.log1p(ratio)
     # a gap / scale beyond float64 (1e300 h / "1e-10h") is still a finite log: log(g) - log(scale)
-    if not can_check_values(g) or bool(torch.isinf(ratio).any()):
+    if not can_inspect_values(g) or bool(torch.isinf(ratio).any()):
         big = torch.isinf(ratio)
         safe = torch.where(big, g, torch.ones((), dtype=g.dtype, device=g.device))  # no inf/NaN gradient
         x = torch.where(big, torch.log(safe) - math.log(scale), x)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core import check_positive_int, renamed_argument
-from .timelines import can_check_values, check_mask, check_module_device, check_times, encode_valid
+from ..core import can_inspect_values, check_positive_int, renamed_argument
+from .timelines import check_mask, check_module_device, check_times, encode_valid
 
 __all__ = ["Time2Vec"]
 
@@ -79,7 +79,7 @@ class Time2Vec(nn.Module):
         dtype = self.linear.weight.dtype if dtype is None else dtype
         work = torch.float32 if self.linear.weight.dtype in (torch.float16, torch.bfloat16) else \
             self.linear.weight.dtype
-        if can_check_values(t) and t.numel() and t.is_floating_point() and \
+        if can_inspect_values(t) and t.numel() and t.is_floating_point() and \
                 bool(t.abs().max() > torch.finfo(work).max):
             raise ValueError(f"times reach {t.abs().max().item():.3g}, beyond what Time2Vec computes in ({work}); "
                              f"give times relative to a nearby origin (origin='first') or in a larger unit")

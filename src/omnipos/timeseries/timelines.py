@@ -14,17 +14,10 @@ from typing import Any
 
 import torch
 
-from ..core import pad_packed
+from ..core import can_inspect_values, pad_packed
 
-__all__ = ["can_check_values", "check_times", "check_mask", "check_module_device", "checked_gaps",
+__all__ = ["can_inspect_values", "check_times", "check_mask", "check_module_device", "checked_gaps",
            "previous_event_times", "encode_valid"]
-
-
-def can_check_values(*tensors: torch.Tensor | None) -> bool:
-    """True when value checks (host syncs) may run: eager mode and no meta tensor among ``tensors``."""
-    if torch.compiler.is_compiling():
-        return False
-    return not any(t is not None and t.is_meta for t in tensors)
 
 
 def check_mask(mask: Any, shape: torch.Size, device: torch.device, name: str = "times") -> torch.Tensor | None:
@@ -69,7 +62,7 @@ def check_times(
     if not times.is_floating_point():
         times = times.to(torch.float64)
     mask = check_mask(mask, times.shape, times.device, name)
-    if not can_check_values(times, mask):
+    if not can_inspect_values(times, mask):
         return times, mask
     if times.numel():
         finite = torch.isfinite(times)
@@ -90,7 +83,7 @@ def checked_gaps(times: torch.Tensor, mask: torch.Tensor | None, *, name: str = 
     gaps = times - prev
     if mask is not None:
         gaps = gaps.masked_fill(~mask, 0)
-    if can_check_values(times, mask):
+    if can_inspect_values(times, mask):
         bad = gaps < 0
         if bool(bad.any()):
             index = tuple(bad.nonzero()[0].tolist())
@@ -112,7 +105,7 @@ def previous_event_times(times: torch.Tensor, mask: torch.Tensor | None) -> torc
     shifted = torch.cat([times[..., :1], times[..., :-1]], dim=-1)
     if mask is None:
         return shifted
-    if can_check_values(times, mask) and not bool((mask[..., 1:] & ~mask[..., :-1]).any()):
+    if can_inspect_values(times, mask) and not bool((mask[..., 1:] & ~mask[..., :-1]).any()):
         return shifted
     idx = torch.arange(times.shape[-1], device=times.device).expand(times.shape)
     last_real = torch.where(mask, idx, torch.full_like(idx, -1)).cummax(-1).values
@@ -131,7 +124,7 @@ def encode_valid(values: torch.Tensor, mask: torch.Tensor | None, encode: Any) -
     """
     if mask is None:
         return encode(values)
-    if can_check_values(values, mask):
+    if can_inspect_values(values, mask):
         return pad_packed(encode(values[mask]), mask, 0)
     keep = mask.reshape(*mask.shape, *([1] * (values.ndim - mask.ndim)))
     safe = torch.where(keep, values, torch.zeros((), dtype=values.dtype, device=values.device))

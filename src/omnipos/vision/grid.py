@@ -11,16 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_positive_int
+from ..core import can_inspect_values, check_positive_int
 
-__all__ = ["check_cu_seqlens", "check_grid", "check_size_pair", "packed_patch_coords", "patch_grid", "require_values",
-           "values_known"]
-
-
-def values_known(*tensors: Any) -> bool:
-    """Whether value checks (NaN, ranges, counts: a host sync) can run on ``tensors``: not while ``torch.compile``
-    traces (a compiled call trusts its inputs) and not for meta tensors (shapes without values)."""
-    return not torch.compiler.is_compiling() and not any(isinstance(t, torch.Tensor) and t.is_meta for t in tensors)
+__all__ = ["check_cu_seqlens", "check_grid", "check_size_pair", "packed_patch_coords", "patch_grid", "require_values"]
 
 
 def require_values(tensor: torch.Tensor, name: str, why: str) -> torch.Tensor:
@@ -92,7 +85,7 @@ def check_cu_seqlens(cu_seqlens: Any, total: int, name: str = "cu_seqlens") -> t
     if cu.ndim != 1 or cu.numel() < 2:
         raise ValueError(f"{name} must be [n + 1] boundaries (0, end of sequence 0, ...), got shape {tuple(cu.shape)}")
     cu = cu.to(torch.int64)
-    if not values_known(cu):  # the value checks need a host sync: eager only, and not on meta
+    if not can_inspect_values(cu):  # the value checks need a host sync: eager only, and not on meta
         return cu
     if int(cu[0]) != 0 or int(cu[-1]) != total:
         raise ValueError(f"{name} must start at 0 and end at the number of tokens {total}, got {int(cu[0])} ... "

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from ..core import check_integer_tensor, check_positive_int
-from .grid import check_cu_seqlens, require_values, values_known
+from ..core import can_inspect_values, check_integer_tensor, check_positive_int
+from .grid import check_cu_seqlens, require_values
 
 __all__ = ["TOKEN_TYPES", "mrope_decode_position_ids", "mrope_position_ids"]
 
@@ -331,7 +331,7 @@ def mrope_decode_position_ids(deltas: torch.Tensor, cache_position: Any) -> torc
     elif position.ndim != 2 or position.shape[0] not in (1, deltas.shape[0]):
         raise ValueError(f"cache_position must be an int, [n] or [B={deltas.shape[0]}, n], got shape "
                          f"{tuple(position.shape)}")
-    if values_known(position) and bool((position < 0).any()):
+    if can_inspect_values(position) and bool((position < 0).any()):
         raise ValueError("cache_position must be >= 0")
     ids = position + deltas.to(torch.int64)
     return ids.unsqueeze(-1).expand(*ids.shape, 3).contiguous()

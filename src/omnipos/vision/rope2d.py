@@ -31,6 +31,7 @@ from ..core import (
     ROPE_LAYOUTS,
     RotaryEmbedding,
     apply_rotary,
+    can_inspect_values,
     check_choice,
     check_finite,
     check_float_dtype,
@@ -38,7 +39,7 @@ from ..core import (
     renamed_argument,
     rope_cos_sin,
 )
-from .grid import check_cu_seqlens, check_grid, values_known
+from .grid import check_cu_seqlens, check_grid
 from .sincos import grid_coords
 
 __all__ = ["INDEXINGS", "RotaryEmbedding2D", "rope_2d_positions"]
@@ -126,7 +127,8 @@ class RotaryEmbedding2D(nn.Module):
         super().__init__()
         self.dim = check_positive_int(renamed_argument(dim, head_dim, "dim", "head_dim"), "dim (head_dim)")
         if self.dim % 4:
-            raise ValueError(f"dim (head_dim) must be divisible by 4 for 2-D RoPE (2 axes x channel pairs), got {self.dim}")
+            raise ValueError(f"dim (head_dim) must be divisible by 4 for 2-D RoPE (2 axes x channel pairs), "
+                             f"got {self.dim}")
         mixed_base = renamed_argument(mixed_base, mixed_temperature, "mixed_base", "mixed_temperature", default=10.0)
         if isinstance(mixed_base, bool) or not isinstance(mixed_base, (int, float)):
             raise TypeError(f"mixed_base must be a number, got {type(mixed_base).__name__}")
@@ -263,7 +265,7 @@ class RotaryEmbedding2D(nn.Module):
         num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
         device = self._device()
         coords = coords.to(device=device, dtype=torch.float64)
-        if values_known(coords):
+        if can_inspect_values(coords):
             check_finite(coords, "coords")
         total = coords.shape[0]
         if cu_seqlens is None:
@@ -272,14 +274,16 @@ class RotaryEmbedding2D(nn.Module):
             cu = check_cu_seqlens(cu_seqlens, total).to(device)
         image = torch.searchsorted(cu[1:], torch.arange(total, device=device), right=True)
         lengths = cu.diff()
-        if num_prefix_tokens and values_known(lengths) and bool((lengths < num_prefix_tokens).any()):
+        if num_prefix_tokens and can_inspect_values(lengths) and bool((lengths < num_prefix_tokens).any()):
             i = int((lengths < num_prefix_tokens).nonzero()[0, 0])
-            raise ValueError(f"image {i} has {int(lengths[i])} tokens, fewer than num_prefix_tokens={num_prefix_tokens}")
+            raise ValueError(f"image {i} has {int(lengths[i])} tokens, fewer than "
+                             f"num_prefix_tokens={num_prefix_tokens}")
         is_patch = torch.arange(total, device=device) - cu[image] >= num_prefix_tokens
         if self.ref_grid is not None:
             if grids is None:
                 extent = torch.zeros(cu.numel() - 1, 2, dtype=torch.float64, device=device)
-                masked = torch.where(is_patch.unsqueeze(-1), coords, torch.zeros((), dtype=torch.float64, device=device))
+                zero = torch.zeros((), dtype=torch.float64, device=device)
+                masked = torch.where(is_patch.unsqueeze(-1), coords, zero)
                 extent = extent.scatter_reduce_(0, image.unsqueeze(-1).expand(-1, 2), masked, "amax") + 1
             else:
                 extent = torch.as_tensor(grids, device=device)
@@ -288,7 +292,7 @@ class RotaryEmbedding2D(nn.Module):
                 if extent.shape != (cu.numel() - 1, 2):
                     raise ValueError(f"grids must be [n={cu.numel() - 1}, 2] (one grid per image), got shape "
                                      f"{tuple(extent.shape)}")
-                if values_known(extent) and bool((extent < 1).any()):
+                if can_inspect_values(extent) and bool((extent < 1).any()):
                     raise ValueError("grids: each side must be >= 1")
                 extent = extent.to(torch.float64)
             coords = coords * (torch.tensor(self.ref_grid, dtype=torch.float64, device=device) / extent)[image]

@@ -20,6 +20,7 @@ import torch
 
 from ..core import (
     as_position_tensor,
+    can_inspect_values,
     check_choice,
     check_finite,
     check_float_dtype,
@@ -28,7 +29,7 @@ from ..core import (
     renamed_argument,
     sinusoid_of_turns,
 )
-from .grid import check_grid, values_known
+from .grid import check_grid
 
 __all__ = ["CONVENTIONS", "sincos_2d", "sincos_2d_from_coords", "grid_coords"]
 
@@ -89,7 +90,7 @@ def sincos_2d_from_coords(
     coords = as_position_tensor(coords, "coords")
     if coords.ndim < 1 or coords.shape[-1] != 2:
         raise ValueError(f"coords must have a trailing axis of 2 (y, x), got shape {tuple(coords.shape)}")
-    if values_known(coords):  # a host sync: eager only, and not on meta
+    if can_inspect_values(coords):  # a host sync: eager only, and not on meta
         check_finite(coords, "coords")
     quarter = dim // 4
     cycles = geometric_frequencies(quarter, base=base, denominator=quarter, device=coords.device)

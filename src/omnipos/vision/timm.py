@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import apply_rotary, check_choice, check_positive_int, renamed_argument
-from .grid import check_grid, check_size_pair, patch_grid, values_known
+from ..core import apply_rotary, can_inspect_values, check_choice, check_positive_int, renamed_argument
+from .grid import check_grid, check_size_pair, patch_grid
 from .masks import check_image_sizes, patch_padding_mask, pixel_padding_mask, prefix_attention_mask
 from .resample import MODES, resample_pos_embed, source_grid
 from .sincos import CONVENTIONS, sincos_2d
@@ -319,7 +319,7 @@ class PositionAdapter(nn.Module):
         equal the snapshot taken when it was built: an edit through ``.data`` (which no version counter sees) is
         caught by that comparison (one pass over the table, far cheaper than resampling it)."""
         records = torch.is_grad_enabled() and any(w.requires_grad for w in weights)
-        if records or not values_known(*weights):  # recording autograd, compiling, or meta weights: no cache
+        if records or not can_inspect_values(*weights):  # recording autograd, compiling, or meta weights: no cache
             return build()
         version = _weights_key(weights)
         if version is None:
