@@ -27,7 +27,7 @@ INTEGRATIONS = {
     "torch_geometric": {"omnipos.graph.pyg", "omnipos.scale.graphs"},
     "networkx": {"omnipos.graph.networkx"},
     "pandas": {"omnipos.timeseries.events", "omnipos.scale.meds"},
-    "pyarrow": {"omnipos.timeseries.events", "omnipos.scale.parquet"},
+    "pyarrow": {"omnipos.timeseries.meds", "omnipos.scale.parquet"},
     "dnaio": {"omnipos.dna.dnaio"},
     "ray": {"omnipos.scale.engine"},
     "matplotlib": set(),

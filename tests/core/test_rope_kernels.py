@@ -3,14 +3,11 @@
 
 import pytest
 import torch
+from support.rope import randn
 
 from omnipos.core import RotaryEmbedding, apply_rotary
 
 transformers = pytest.importorskip("transformers")
-
-
-def randn(*shape, seed=0, dtype=torch.float32):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])

@@ -5,14 +5,11 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from support.rope import randn
 
 from omnipos.core import RotaryEmbedding, convert_rope_layout
 
 transformers = pytest.importorskip("transformers")
-
-
-def randn(*shape, seed=0, dtype=torch.float32):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 def test_axial_half_layout_is_the_interleaved_model_after_conversion():

@@ -11,28 +11,9 @@ from hypothesis import strategies as st
 from omnipos.core import RotaryEmbedding, apply_rotary, convert_rope_layout, packed_positions, rope_frequencies
 
 transformers = pytest.importorskip("transformers")
+from support.rope import randn, reference_rotate
 from transformers import LlamaConfig  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
-
-
-def reference_rotate(x, positions, inv_freq, layout, rotary_dim, attention_factor=1.0):
-    """The definition, in float64 NumPy: pairs (i, i + R/2) or (2i, 2i + 1) turned by p * inv_freq_i."""
-    x = np.asarray(x, dtype=np.float64)
-    angles = np.asarray(positions, dtype=np.float64)[..., None] * np.asarray(inv_freq, dtype=np.float64)
-    c, s = np.cos(angles) * attention_factor, np.sin(angles) * attention_factor
-    out = x.copy()
-    h = rotary_dim // 2
-    idx1, idx2 = (np.arange(h), np.arange(h) + h) if layout == "half" else (np.arange(0, rotary_dim, 2),
-                                                                            np.arange(1, rotary_dim, 2))
-    x1, x2 = x[..., idx1], x[..., idx2]
-    out[..., idx1] = x1 * c - x2 * s
-    out[..., idx2] = x2 * c + x1 * s
-    return out
-
-
-def randn(*shape, seed=0, dtype=torch.float32):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
 
 # -- HF transformers (layout "half") -----------------------------------------------------------------------------
 
@@ -437,8 +418,6 @@ def test_bad_calls():
         convert_rope_layout(torch.ones(30, 4), 4, to="half")
     with pytest.raises(ValueError, match="to must be one of"):
         convert_rope_layout(torch.ones(32, 4), 4, to="neox")
-
-
 
 
 # -- M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) ------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 import numpy as np
 import pytest
 import torch
+from support.timeseries import random_timelines
 
 from omnipos.timeseries import absolute_time_encoding, batch_timelines
 
@@ -15,13 +16,6 @@ def absolute_reference(t, dim, lo, hi):
     out = np.empty(phase.shape[:-1] + (dim,))
     out[..., 0::2], out[..., 1::2] = np.sin(phase), np.cos(phase)
     return out
-
-
-def random_timelines(seed, batch=3, length=9, scale=5000.0):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(0, length + 1, size=batch)
-    lengths[0] = length
-    return batch_timelines([np.sort(rng.uniform(-scale, scale, n)) for n in lengths], origin="epoch")
 
 
 @pytest.mark.parametrize("dim", [2, 8, 64])

@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.timeseries import meds_frame, reference
 
 from omnipos.timeseries import EventBatch, TimelineEncoder
 
@@ -20,16 +21,6 @@ def random_frame(seed=0, subjects=12, events=200):
         "numeric_value": np.where(rng.random(events) < 0.5, rng.normal(size=events), np.nan),
     })
     return df.sample(frac=1.0, random_state=seed).reset_index(drop=True)  # any row order
-
-
-def reference(df, unit_seconds=3600.0):
-    """The straightforward per-subject loop: stable sort, subtract the first time."""
-    out = {}
-    for sid, g in df.groupby("subject_id", sort=True):
-        g = g.sort_values("time", kind="stable")
-        hours = (g["time"] - g["time"].iloc[0]).dt.total_seconds().to_numpy() / unit_seconds
-        out[sid] = (hours, g["code"].tolist(), g["numeric_value"].to_numpy())
-    return out
 
 
 def test_from_frame_matches_per_subject_reference():
@@ -292,82 +283,6 @@ def test_a_batch_without_clock_is_refused_by_periodic_features():
 
 
 # --- issue 17: MEDS folders in the real layout ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def meds_root(tmp_path_factory):
-    """A MEDS cohort written by meds-testing-helpers: data/{train,tuning,held_out}/*.parquet (subject_id int64,
-    time timestamp[us], code string, numeric_value float32; static rows with a null time),
-    metadata/dataset.json, codes.parquet, subject_splits.parquet."""
-    from meds_testing_helpers.dataset import MEDSDataset
-    from meds_testing_helpers.static_sample_data import SIMPLE_STATIC_SHARDED_BY_SPLIT
-
-    root = tmp_path_factory.mktemp("meds")
-    MEDSDataset.from_yaml(SIMPLE_STATIC_SHARDED_BY_SPLIT).write(root)
-    assert (root / "metadata" / "dataset.json").is_file() and (root / "data" / "train" / "0.parquet").is_file()
-    return root
-
-
-def meds_frame(root, pattern="data/**/*.parquet"):
-    import pyarrow.parquet as pq
-
-    return pd.concat([pq.read_table(p).to_pandas() for p in sorted(root.glob(pattern))], ignore_index=True)
-
-
-def test_meds_root_reads_every_shard_with_static_events_kept(meds_root):
-    df = meds_frame(meds_root)
-    assert df["time"].dtype == "datetime64[us]" and df["time"].isna().any()
-    batch = EventBatch.from_parquet(meds_root)
-    timed = df[df["time"].notna()]
-    expected = EventBatch.from_frame(timed)
-    assert batch.subjects == sorted(df["subject_id"].unique()) == expected.subjects
-    assert torch.equal(batch.times, expected.times) and torch.equal(batch.mask, expected.mask)
-    assert [[batch.vocab[i] for i in row] for row in batch.codes.tolist()] == \
-        [[expected.vocab[i] for i in row] for row in expected.codes.tolist()]
-    ref = reference(timed)
-    for row, sid in enumerate(batch.subjects):
-        np.testing.assert_array_equal(batch.times[row, : len(ref[sid][0])].numpy(), ref[sid][0])
-        static = df[(df["subject_id"] == sid) & df["time"].isna()]
-        n = int(batch.static_mask[row].sum())
-        assert [batch.vocab[c] for c in batch.static_codes[row, :n]] == static["code"].tolist()
-        np.testing.assert_array_equal(batch.static_values[row, :n].numpy(), static["numeric_value"].to_numpy())
-    assert "static=" in repr(batch)
-
-
-def test_meds_split_glob_and_list_of_shards(meds_root):
-    import pyarrow.parquet as pq
-
-    splits = pq.read_table(meds_root / "metadata" / "subject_splits.parquet").to_pandas()
-    train = EventBatch.from_parquet(meds_root, split="train")
-    assert train.subjects == sorted(splits.loc[splits["split"] == "train", "subject_id"])
-    both = EventBatch.from_parquet(meds_root, split=["tuning", "held_out"])
-    assert both.subjects == sorted(splits.loc[splits["split"] != "train", "subject_id"])
-    glob = EventBatch.from_parquet(str(meds_root / "data" / "train" / "*.parquet"))
-    listed = EventBatch.from_parquet(sorted((meds_root / "data" / "train").glob("*.parquet")))
-    for other in (glob, listed):
-        assert other.subjects == train.subjects and torch.equal(other.times, train.times)
-    with pytest.raises(ValueError, match=r"split 'test' is not in .*'held_out', 'train', 'tuning'"):
-        EventBatch.from_parquet(meds_root, split="test")
-    with pytest.raises(ValueError, match="split= needs a MEDS root"):
-        EventBatch.from_parquet(meds_root / "data", split="train")
-    with pytest.raises(FileNotFoundError, match="no Parquet file matches"):
-        EventBatch.from_parquet(str(meds_root / "data" / "nowhere" / "*.parquet"))
-
-
-def test_meds_static_policies_and_errors_name_the_shard(meds_root):
-    with pytest.raises(ValueError, match=r"column 'time' for subject \d+ in data/\S+\.parquet at row 0.*"
-                                         r"static='keep'"):
-        EventBatch.from_parquet(meds_root, static="error")
-    dropped = EventBatch.from_parquet(meds_root, static="drop")
-    kept = EventBatch.from_parquet(meds_root)
-    assert dropped.static_codes.shape == (len(kept), 0) and torch.equal(dropped.times, kept.times)
-    assert torch.equal(EventBatch.from_parquet(meds_root, static="error", drop_missing=True).times, kept.times)
-    with pytest.raises(ValueError, match="static must be one of"):
-        EventBatch.from_parquet(meds_root, static="ignore")
-    frame = meds_frame(meds_root)
-    with pytest.raises(ValueError, match=r"column 'time' for subject \d+ at row 0 .*static='keep'"):
-        EventBatch.from_frame(frame)                                    # a DataFrame: static='error' by default
-    assert torch.equal(EventBatch.from_frame(frame, static="keep").static_codes, kept.static_codes)
 
 
 def test_unknown_codes_map_to_unk_or_raise(meds_root):

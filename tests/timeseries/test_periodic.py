@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from support.timeseries import random_timelines
 
 from omnipos.timeseries import batch_timelines, periodic_encoding
 
@@ -18,13 +19,6 @@ def periodic_reference(t, periods, harmonics):
             phase = 2 * np.pi * h * np.asarray(t, dtype=np.float64) / p
             chans += [np.sin(phase), np.cos(phase)]
     return np.stack(chans, axis=-1)
-
-
-def random_timelines(seed, batch=3, length=9, scale=5000.0):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(0, length + 1, size=batch)
-    lengths[0] = length
-    return batch_timelines([np.sort(rng.uniform(-scale, scale, n)) for n in lengths], origin="epoch")
 
 
 @pytest.mark.parametrize("harmonics", [1, 3])

@@ -1,7 +1,7 @@
 """Event tables (MEDS: ``subject_id, time, code, numeric_value``) -> padded tensors. Extra ``[clinical]``.
 
-The only module of :mod:`omnipos.timeseries` that imports pandas / pyarrow, and only when called. The whole table
-is handled at once: one stable sort by (subject, time), one factorisation of subjects and of codes, one pad
+The only module of :mod:`omnipos.timeseries` that imports pandas, and only when called (Parquet files are read by
+:mod:`omnipos.timeseries.meds`, the pyarrow side). The whole table is handled at once: one stable sort by (subject, time), one factorisation of subjects and of codes, one pad
 through :func:`omnipos.core.pad_packed`; no per-subject Python loop.
 
 MEDS (the Medical Event Data Standard) stores a cohort as a folder: ``data/**/*.parquet`` shards of events
@@ -12,11 +12,9 @@ Events with a null time are *static* (eye colour, sex): they belong to the subje
 
 from __future__ import annotations
 
-import glob as _glob
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +31,7 @@ from .calendar import (
     read_times,
 )
 from .durations import check_unit
+from .meds import read_meds_table
 
 __all__ = ["EventBatch", "require_pandas", "PAD_CODE", "UNK_CODE", "TRUNCATIONS", "STATIC_POLICIES",
            "UNKNOWN_CODE_POLICIES"]
@@ -55,15 +54,6 @@ def require_pandas():
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError("event tables need pandas and pyarrow: pip install 'omnipos[clinical]'") from exc
     return pandas
-
-
-def _require_pyarrow():
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError("reading Parquet needs pyarrow: pip install 'omnipos[clinical]'") from exc
-    return pyarrow
 
 
 class EventBatch:
@@ -548,90 +538,13 @@ def _at_row(df: Any, i: int) -> str:
     return f"at row {label!r} (position {i})"
 
 
-# --- Parquet / MEDS sources --------------------------------------------------------------------------------------
-
-
-def meds_root(path: Path) -> bool:
-    """True for a MEDS root: a folder holding a ``data/`` folder."""
-    return path.is_dir() and (path / "data").is_dir()
-
-
-def parquet_files(source: Any) -> tuple[list[Path], Path | None]:
-    """The Parquet files a source names, sorted, and the MEDS root when the source is one."""
-    if isinstance(source, (list, tuple)):
-        if not source:
-            raise ValueError("the list of Parquet files is empty")
-        files = [Path(p) for p in source]
-        for f in files:
-            if not f.is_file():
-                raise FileNotFoundError(f"no Parquet file at {f}")
-        return files, None
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"path must be a MEDS root, a folder, a file, a glob or a list of files, got "
-                        f"{type(source).__name__}")
-    text = os.fspath(source)
-    if any(ch in text for ch in "*?[") and not Path(text).exists():
-        files = sorted(Path(p) for p in _glob.glob(text, recursive=True) if Path(p).is_file())
-        if not files:
-            raise FileNotFoundError(f"no Parquet file matches {text!r}")
-        return files, None
-    path = Path(text)
-    if not path.exists():
-        raise FileNotFoundError(f"no Parquet file or folder at {path}")
-    if path.is_file():
-        return [path], None
-    root = path if meds_root(path) else None
-    files = sorted((path / "data" if root else path).rglob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"no *.parquet files under {path / 'data' if root else path}")
-    return files, root
-
-
-def split_subjects(root: Path | None, split: str | Sequence[str], subject: str) -> list[Any]:
-    """Subject ids of one or more named splits from ``metadata/subject_splits.parquet``."""
-    pa = _require_pyarrow()
-    if root is None:
-        raise ValueError("split= needs a MEDS root (a folder with data/ and metadata/subject_splits.parquet)")
-    names = [split] if isinstance(split, str) else list(split)
-    where = root / "metadata" / "subject_splits.parquet"
-    if not where.is_file():
-        raise FileNotFoundError(f"split={split!r} needs {where}, which does not exist")
-    table = pa.parquet.read_table(where).to_pandas()
-    if "split" not in table.columns or subject not in table.columns:
-        raise ValueError(f"{where} must have columns {subject!r} and 'split', has {list(table.columns)}")
-    known = sorted(set(table["split"].astype(str)))
-    for name in names:
-        if name not in known:
-            raise ValueError(f"split {name!r} is not in {where}; its splits: {known}")
-    return table.loc[table["split"].isin(names), subject].tolist()
-
-
 def _read_parquet_events(source: Any, columns: list[str], subject: str,
                          split: str | Sequence[str] | None) -> Any:
+    """The events of Parquet shards as one DataFrame whose index is (shard file, row in it), so that error
+    messages name both."""
     pd = require_pandas()
-    pa = _require_pyarrow()
-    files, root = parquet_files(source)
-    wanted = None if split is None else split_subjects(root, split, subject)
-    tables, names = [], []
-    for f in files:
-        try:
-            table = pa.parquet.read_table(f, columns=columns)
-        except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError / KeyError alike
-            raise ValueError(f"{f}: cannot read columns {', '.join(columns)} (missing, corrupt or not Parquet): "
-                             f"{type(exc).__name__}: {exc}") from None
-        if wanted is not None:
-            table = table.filter(pa.compute.is_in(table[subject], value_set=pa.array(wanted,
-                                                                                      type=table[subject].type)))
-        tables.append(table)
-        names.append(str(f.relative_to(root)) if root is not None else str(f))
-    try:
-        merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    except pa.ArrowInvalid as exc:
-        raise ValueError(f"the Parquet files do not share one schema ({exc}); MEDS shards must (time: "
-                         f"timestamp[us], numeric_value: float32)") from None
-    df = merged.to_pandas()
-    # error messages name the shard and the row within it
-    df.index = pd.MultiIndex.from_arrays(
-        [pd.Categorical(np.repeat(names, [t.num_rows for t in tables])),
-         np.concatenate([np.arange(t.num_rows) for t in tables])], names=["file", "row"])
+    table, files, rows = read_meds_table(source, columns, subject, split)
+    df = table.to_pandas()
+    df.index = pd.MultiIndex.from_arrays([pd.Categorical(np.repeat(files, rows)),
+                                          np.concatenate([np.arange(n) for n in rows])], names=["file", "row"])
     return df
