@@ -1,0 +1,440 @@
+"""Eigensolvers behind the spectral encodings (:func:`omnipos.graph.laplacian_pe`,
+:func:`omnipos.graph.magnetic_laplacian_pe`): batched dense ``eigh`` for many small graphs, and the lowest
+eigenpairs of one large sparse graph in bounded memory.
+
+Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
+
+1. The graph is split into connected components (its Laplacian is block diagonal over them, so its spectrum is
+   the union of theirs). A component's null space is known exactly where there is one (``sqrt(degree)`` for the
+   normalised Laplacian, ones for ``D - A``) and is deflated, never computed.
+2. Components of at most ``dense_max_nodes`` nodes are solved together by batched dense ``eigh`` (chunks of
+   bounded memory); larger ones by one sparse solver each (``solver=``):
+
+   - ``"shift-invert"``: Lanczos (ARPACK) on ``(L + sigma I)^-1`` with a sparse LU of ``L + sigma I``
+     (``sigma = 1e-6 * bound``; SuperLU with the minimum-degree ordering of ``A + A^T``, no pivoting: the matrix
+     is Hermitian positive definite). Converges in a few dozen solves whatever the spectral gap; chosen by
+     ``"auto"`` when the reverse Cuthill-McKee envelope of the component (a bound on the factor's size for a
+     profile ordering; the minimum-degree factor is smaller on every graph measured) is at most
+     :data:`FILL_BUDGET` entries: meshes, geometric graphs, long paths and rings.
+   - ``"lobpcg"``: block LOBPCG (SciPy) with a smoothed-aggregation AMG preconditioner (pyamg, the ``[graph]``
+     extra) of ``L + 1e-5 I`` whose near-null space is the known null vector; the block is ``count + 4`` wide
+     so that repeated eigenvalues are found (single-vector Lanczos can miss copies). Chosen by ``"auto"`` when
+     the factor would be too large and a short Lanczos probe shows a small spectral gap (below
+     :data:`GAP_PROBE`): large meshes, rings with chords.
+   - ``"lanczos"``: implicitly restarted Lanczos (ARPACK) on ``bound * I - L`` with the null space deflated
+     (Wielandt), largest algebraic. Chosen by ``"auto"`` for graphs with a large spectral gap and too much fill
+     (hubs, expanders: Barabasi-Albert), where it converges in a few hundred matrix-vector products and AMG
+     coarsens badly.
+
+   Every solver starts from fixed vectors (a seeded generator), so results are the same run to run, and ends
+   with a Rayleigh-Ritz step on ``L`` (orthonormal vectors, eigenvalues as Rayleigh quotients). Accuracy
+   reached: residuals ``||L v - lambda v||`` below ~1e-8 (ARPACK at tolerance 1e-10, LOBPCG at 1e-8),
+   eigenvalues to ~1e-12, vectors to ~1e-8 / gap; measured against dense float64 ``eigh`` in the tests.
+3. The components' eigenpairs are merged (the lowest ``count`` overall; the eigenspace at the cut is completed
+   where the solvers found all of it) and given the canonical basis of :func:`omnipos.graph.canonical_basis`,
+   computed per component and merged in pivot order, which equals the canonical basis of the whole graph.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._input import parallel_map
+from .sign import CANONICAL_TOL, EIGENVALUE_TOL, canonical_basis, eigenvalue_clusters
+
+__all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "batched_eigh", "graph_eigenpairs", "sparse_eigenpairs",
+           "check_solver"]
+
+SOLVERS = ("auto", "shift-invert", "lobpcg", "lanczos")
+#: Largest reverse Cuthill-McKee envelope (entries of the factor under a profile ordering) for which ``"auto"``
+#: factorises ``L + sigma I`` (3e7 float64 entries: 240 MB).
+FILL_BUDGET = 30_000_000
+#: ``"auto"`` uses LOBPCG + AMG when a 40-step Lanczos probe puts the lowest non-trivial eigenvalue below this
+#: (times the spectrum bound), Lanczos otherwise.
+GAP_PROBE = 0.02
+#: Extra eigenpairs the iterative solvers compute beyond those asked for (complete eigenspaces at the cut).
+EXTRA = 4
+# Below this much eigh work (sum of G * n^3; 2e6 is ~130 graphs of 25 nodes, ~8 ms of LAPACK), splitting it
+# over threads costs more than it saves.
+_PARALLEL_MIN_WORK = 2_000_000
+# Elements of dense [G, n, n] blocks solved at once on the large-graph path (float64: 256 MB).
+_CHUNK_ELEMENTS = 32_000_000
+
+
+def check_solver(solver: Any) -> str:
+    if not isinstance(solver, str) or solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}; got {solver!r}")
+    return solver
+
+
+def batched_eigh(stacks: list[torch.Tensor], workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``torch.linalg.eigh`` of each ``[G, n, n]`` stack. On the CPU the stacks are cut into ``workers`` slices
+    solved on worker threads (torch releases the GIL inside LAPACK, so the slices run in parallel)."""
+    work = sum(s.shape[0] * s.shape[-1] ** 3 for s in stacks)
+    if not stacks or workers <= 1 or work < _PARALLEL_MIN_WORK or stacks[0].device.type != "cpu":
+        return [torch.linalg.eigh(s) for s in stacks]
+    pieces = [s.tensor_split(min(workers, s.shape[0])) for s in stacks]
+    solved = iter(parallel_map(torch.linalg.eigh, [p for parts in pieces for p in parts], workers))
+    out = []
+    for parts in pieces:
+        chunk = [next(solved) for _ in parts]
+        out.append((torch.cat([c[0] for c in chunk]), torch.cat([c[1] for c in chunk])))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one connected component, sparse
+
+
+def rcm_envelope(pattern: Any) -> int:
+    """Envelope (profile) size of a symmetric sparse pattern under reverse Cuthill-McKee: the number of entries
+    of its Cholesky / no-pivoting LU factor under that ordering, at most."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    pattern = sp.csr_matrix((np.ones(pattern.nnz), pattern.indices, pattern.indptr), shape=pattern.shape)
+    order = reverse_cuthill_mckee(pattern, symmetric_mode=True)
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    coo = pattern.tocoo()
+    rows, cols = position[coo.row], position[coo.col]
+    first = np.arange(order.size)
+    np.minimum.at(first, rows, cols)
+    return int((np.arange(order.size) - first).sum()) + order.size
+
+
+def _start_block(n: int, width: int, dtype: np.dtype) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    block = rng.standard_normal((n, width))
+    if np.issubdtype(dtype, np.complexfloating):
+        block = block + 1j * rng.standard_normal((n, width))
+    return block.astype(dtype)
+
+
+def _rayleigh_ritz(lap: Any, vectors: np.ndarray, null: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Orthonormalise ``vectors`` (against ``null`` too) and return the Ritz pairs of ``lap`` on their span."""
+    if null is not None:
+        vectors = vectors - np.outer(null, null.conj() @ vectors)
+    basis, _ = np.linalg.qr(vectors)
+    projected = basis.conj().T @ (lap @ basis)
+    values, small = np.linalg.eigh((projected + projected.conj().T) / 2)
+    return values, basis @ small
+
+
+def sparse_eigenpairs(lap: Any, count: int, *, null: np.ndarray | None = None, bound: float = 2.0,
+                      solver: str = "auto") -> tuple[np.ndarray, np.ndarray, str]:
+    """The ``count`` lowest eigenpairs of the Hermitian positive semi-definite sparse ``lap`` of one connected
+    graph (SciPy CSR, real or complex), never densified.
+
+    Args:
+        lap: ``[n, n]`` SciPy sparse matrix.
+        count: eigenpairs wanted (``< n``).
+        null: unit vector spanning the null space, when it is known (it is returned first, not computed).
+        bound: an upper bound of the spectrum (2 for normalised Laplacians).
+        solver: see the module docstring.
+
+    Returns:
+        ``(values [m], vectors [n, m], solver used)``, ascending, ``m >= count`` (up to :data:`EXTRA` more).
+    """
+    n = lap.shape[0]
+    solver = check_solver(solver)
+    wanted = count - (null is not None)
+    width = min(wanted + EXTRA, n - 2 - (null is not None))
+    if wanted <= 0 or width <= 0:
+        values, vectors = np.zeros(0), np.zeros((n, 0), dtype=lap.dtype)
+        solver = "none"
+    else:
+        if solver == "auto":
+            solver = _choose(lap, null, bound)
+        if solver == "lobpcg" and not _have_pyamg():
+            solver = "lanczos"
+        if solver == "shift-invert":
+            vectors = _shift_invert(lap, width, null, bound)
+        elif solver == "lobpcg":
+            vectors = _lobpcg(lap, width, null)
+        else:
+            vectors = _lanczos(lap, width, null, bound)
+        values, vectors = _rayleigh_ritz(lap, vectors, null)
+        residual = np.linalg.norm(lap @ vectors[:, :wanted] - vectors[:, :wanted] * values[:wanted], axis=0)
+        if residual.size and residual.max() > 1e-6 * bound:
+            warnings.warn(f"{solver} eigensolver reached residual {residual.max():.2e} only (of ||L v - lambda v||); "
+                          "the encoding is inaccurate there", RuntimeWarning, stacklevel=3)
+    if null is not None:
+        values = np.concatenate([[0.0], values])
+        vectors = np.concatenate([null[:, None].astype(vectors.dtype), vectors], axis=1)
+    return values, vectors, solver
+
+
+def _have_pyamg() -> bool:
+    try:
+        import pyamg  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _choose(lap: Any, null: np.ndarray | None, bound: float) -> str:
+    """``"auto"``: Lanczos where a short probe shows a large spectral gap (it then converges in a few hundred
+    products, with no factorisation); otherwise shift-invert where the factor stays small, else LOBPCG + AMG."""
+    if _probe_gap(lap, null, bound) >= GAP_PROBE * bound:
+        return "lanczos"
+    if rcm_envelope(lap) <= FILL_BUDGET:
+        return "shift-invert"
+    return "lobpcg" if _have_pyamg() else "lanczos"
+
+
+def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30) -> float:
+    """Lowest Ritz value of a ``steps``-step Lanczos run (plain three-term recurrence, orthogonal to ``null``): an
+    upper estimate of the lowest non-trivial eigenvalue, good to its order of magnitude where that is large.
+    Measured: Barabasi-Albert graphs ~0.28, grids, geometric graphs and rings with chords < 0.003."""
+    n = lap.shape[0]
+    steps = min(steps, n - 2)
+    v = _deflate(null, _start_block(n, 1, lap.dtype)[:, 0])
+    v = v / np.linalg.norm(v)
+    previous = np.zeros_like(v)
+    alpha, beta = [], [0.0]
+    for _ in range(steps):
+        w = _deflate(null, lap @ v) - beta[-1] * previous
+        a = float(np.real(np.vdot(v, w)))
+        w = w - a * v
+        alpha.append(a)
+        b = float(np.linalg.norm(w))
+        if b < 1e-12:
+            break
+        beta.append(b)
+        previous, v = v, w / b
+    from scipy.linalg import eigvalsh_tridiagonal
+
+    return float(eigvalsh_tridiagonal(np.array(alpha), np.array(beta[1:len(alpha)]))[0])
+
+
+def _deflate(null: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+    if null is None:
+        return x
+    if x.ndim == 1:
+        return x - null * (null.conj() @ x)
+    return x - np.outer(null, null.conj() @ x)
+
+
+def _arpack_largest(matvec: Any, n: int, width: int, dtype: np.dtype, tol: float) -> np.ndarray:
+    from scipy.sparse.linalg import LinearOperator, eigs, eigsh
+
+    op = LinearOperator((n, n), matvec=matvec, dtype=dtype)
+    start = _start_block(n, 1, dtype)[:, 0]
+    ncv = min(n, max(2 * width + 1, 20))
+    if np.issubdtype(dtype, np.complexfloating):  # ARPACK has no complex Hermitian driver
+        _, vectors = eigs(op, k=width, which="LR", v0=start, tol=tol, ncv=ncv)
+    else:
+        _, vectors = eigsh(op, k=width, which="LA", v0=start, tol=tol, ncv=ncv)
+    return vectors
+
+
+def _shift_invert(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.ndarray:
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import splu
+
+    n = lap.shape[0]
+    sigma = 1e-6 * bound
+    factor = splu((lap + sigma * sp.identity(n, dtype=lap.dtype, format="csr")).tocsc(),
+                  permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+    # (L + sigma)^-1 on the complement of the null vector: its largest eigenvalues are L's smallest there
+    return _arpack_largest(lambda x: _deflate(null, factor.solve(_deflate(null, x))), n, width, lap.dtype,
+                           tol=1e-12)
+
+
+def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.ndarray:
+    n = lap.shape[0]
+    return _arpack_largest(lambda x: _deflate(null, bound * x - lap @ _deflate(null, x)), n, width, lap.dtype,
+                           tol=1e-10)
+
+
+def _lobpcg(lap: Any, width: int, null: np.ndarray | None) -> np.ndarray:
+    import pyamg
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import lobpcg
+
+    n = lap.shape[0]
+    shifted = (lap + 1e-5 * sp.identity(n, dtype=lap.dtype, format="csr")).tocsr()
+    near_null = null[:, None] if null is not None else np.ones((n, 1), dtype=lap.dtype)
+    hierarchy = pyamg.smoothed_aggregation_solver(shifted, B=near_null,
+                                                  symmetry="hermitian" if np.iscomplexobj(lap.data) else "symmetric")
+    start = _start_block(n, width, lap.dtype)
+    constraint = null[:, None] if null is not None else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "not reaching the requested tolerance": checked below
+        _, vectors = lobpcg(lap, start, M=hierarchy.aspreconditioner(), Y=constraint, tol=1e-8, maxiter=500,
+                            largest=False)
+    return vectors
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a whole (possibly disconnected) graph
+
+
+@dataclass
+class _Piece:
+    """Eigenpairs of some components: ``vectors [G, s, M]`` over the ``nodes [G, s]`` of ``G`` components."""
+
+    nodes: np.ndarray  # [G, s] global node ids
+    values: np.ndarray  # [G, M]
+    vectors: np.ndarray  # [G, s, M]
+    available: np.ndarray  # [G] columns each component really has (<= M)
+
+
+def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bound: float, dense_max_nodes: int,
+                     solver: str = "auto", workers: int = 1) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The ``count`` lowest eigenpairs of a graph's Hermitian positive semi-definite sparse ``lap [n, n]``, in
+    the canonical basis, without densifying it (see the module docstring).
+
+    Args:
+        lap: SciPy sparse ``[n, n]``; its off-diagonal pattern defines the connected components.
+        count: eigenpairs wanted (``<= n``).
+        null_weight: ``[n]`` vector whose restriction to a component (normalised) spans that component's null
+            space when it is non-zero there (``sqrt(degree)`` or ones); ``None``: no known null space.
+        bound: upper bound of the spectrum (eigenspace clusters use ``EIGENVALUE_TOL * bound``).
+        dense_max_nodes: components up to this size are solved densely.
+
+    Returns:
+        ``(values [count], vectors [n, count], solvers used)`` float64 / complex128.
+    """
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    n = lap.shape[0]
+    lap = sp.csr_matrix(lap)
+    off = (lap - sp.diags(lap.diagonal())).tocsr()
+    off.eliminate_zeros()
+    _, labels = connected_components(off, directed=False)
+    sizes = np.bincount(labels)
+    order = np.argsort(labels, kind="stable")
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n) - first[labels[order]]
+    keep = min(count, n) + EXTRA
+    pieces: list[_Piece] = []
+    used: list[str] = []
+    dense_limit = max(dense_max_nodes, keep + 2)  # (ARPACK needs fewer eigenpairs than nodes)
+    small = np.flatnonzero(sizes <= dense_limit)
+    pieces += _dense_components(lap, labels, position, sizes, order, first, small, keep, workers)
+    for comp in np.flatnonzero(sizes > dense_limit):
+        nodes = order[first[comp]:first[comp] + sizes[comp]]
+        sub = lap[nodes][:, nodes].tocsr()
+        null = None
+        if null_weight is not None and np.any(null_weight[nodes] != 0):
+            null = null_weight[nodes].astype(lap.dtype)
+            null = null / np.linalg.norm(null)
+        values, vectors, name = sparse_eigenpairs(sub, min(count, sizes[comp] - 1), null=null, bound=bound,
+                                                  solver=solver)
+        used.append(name)
+        pieces.append(_Piece(nodes[None], values[None], vectors[None], np.array([values.size])))
+    return (*_merge(pieces, n, count, bound, lap.dtype), used)
+
+
+def _dense_components(lap: Any, labels: np.ndarray, position: np.ndarray, sizes: np.ndarray, order: np.ndarray,
+                      first: np.ndarray, comps: np.ndarray, keep: int, workers: int) -> list[_Piece]:
+    """Batched dense eigh of the components ``comps``, grouped by size, in chunks of bounded memory (one sort of
+    the components and one of the matrix entries, then contiguous ranges)."""
+    if comps.size == 0:
+        return []
+    comps = comps[np.argsort(sizes[comps], kind="stable")]
+    rank = np.full(sizes.size, -1, dtype=np.int64)
+    rank[comps] = np.arange(comps.size)
+    coo = lap.tocoo()
+    entry_rank = rank[labels[coo.row]]
+    mine = entry_rank >= 0
+    entry_rank, rows, cols, data = entry_rank[mine], coo.row[mine], coo.col[mine], coo.data[mine]
+    by_rank = np.argsort(entry_rank, kind="stable")
+    entry_rank, rows, cols, data = entry_rank[by_rank], rows[by_rank], cols[by_rank], data[by_rank]
+    dtype = torch.complex128 if np.iscomplexobj(data) else torch.float64
+    comp_sizes = sizes[comps]
+    pieces = []
+    for s in np.unique(comp_sizes):
+        lo_rank, hi_rank = np.searchsorted(comp_sizes, [s, s + 1])
+        per_chunk = max(1, _CHUNK_ELEMENTS // int(s * s))
+        for lo in range(lo_rank, hi_rank, per_chunk):
+            hi = min(lo + per_chunk, hi_rank)
+            e_lo, e_hi = np.searchsorted(entry_rank, [lo, hi])
+            dense = torch.zeros(hi - lo, s, s, dtype=dtype)
+            index = (torch.from_numpy(entry_rank[e_lo:e_hi] - lo), torch.from_numpy(position[rows[e_lo:e_hi]]),
+                     torch.from_numpy(position[cols[e_lo:e_hi]]))
+            dense.index_put_(index, torch.from_numpy(data[e_lo:e_hi]).to(dtype), accumulate=True)
+            values, vectors = batched_eigh([dense], workers)[0]
+            m = min(keep, int(s))
+            chunk = comps[lo:hi]
+            nodes = order[first[chunk][:, None] + np.arange(s)]
+            pieces.append(_Piece(nodes, values[:, :m].numpy(), vectors[:, :, :m].numpy(), np.full(chunk.size, m)))
+    return pieces
+
+
+def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
+           dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Lowest ``count`` eigenpairs over all components, canonical basis per eigenspace (module docstring)."""
+    count = min(count, n)
+    out = np.zeros((n, count), dtype=np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64)
+    if count == 0:
+        return np.zeros(0), out
+    # every candidate eigenpair: (value, piece, component within piece, column)
+    cand_value, cand_piece, cand_comp, cand_col = [], [], [], []
+    for p, piece in enumerate(pieces):
+        g, m = piece.values.shape
+        valid = np.arange(m)[None, :] < piece.available[:, None]
+        comp, col = np.nonzero(valid)
+        cand_value.append(piece.values[comp, col])
+        cand_piece.append(np.full(comp.size, p))
+        cand_comp.append(comp)
+        cand_col.append(col)
+    value, piece_of, comp_of, col_of = (np.concatenate(x) for x in (cand_value, cand_piece, cand_comp, cand_col))
+    sort = np.lexsort((col_of, comp_of, piece_of, value))
+    value, piece_of, comp_of, col_of = value[sort], piece_of[sort], comp_of[sort], col_of[sort]
+    cluster = eigenvalue_clusters(torch.from_numpy(value), scale=bound).numpy()
+    last = cluster[count - 1]
+    members = cluster <= last
+    value, piece_of, comp_of, col_of, cluster = (x[members] for x in (value, piece_of, comp_of, col_of, cluster))
+    # canonical basis inside each component, with the global clusters, then merged in pivot order
+    local_vectors: dict[tuple[int, int, int], np.ndarray] = {}
+    local_size: dict[tuple[int, int, int], float] = {}
+    local_node: dict[tuple[int, int, int], int] = {}
+    for p in np.unique(piece_of):
+        piece = pieces[p]
+        mine = piece_of == p
+        width = int(col_of[mine].max()) + 1
+        g, s, _ = piece.vectors.shape
+        clusters = np.full((g, width), -1, dtype=np.int64)
+        clusters[comp_of[mine], col_of[mine]] = cluster[mine]
+        # columns not among the members get clusters of their own after every member's (never selected)
+        spare = clusters < 0
+        clusters[spare] = last + 1 + np.arange(width)[None, :].repeat(g, 0)[spare]
+        clusters = np.maximum.accumulate(clusters, axis=1)
+        basis, pivot, size = canonical_basis(torch.from_numpy(np.ascontiguousarray(piece.vectors[:, :, :width])),
+                                             torch.from_numpy(np.ascontiguousarray(piece.values[:, :width])),
+                                             clusters=torch.from_numpy(clusters), return_pivots=True)
+        basis, pivot, size = basis.numpy(), pivot.numpy(), size.numpy()
+        for c, j in zip(comp_of[mine], col_of[mine]):
+            key = (int(p), int(c), int(j))
+            local_vectors[key] = basis[c, :, j]
+            local_size[key] = float(size[c, j])
+            local_node[key] = int(piece.nodes[c, pivot[c, j]])
+    values_out = np.zeros(count)
+    column = 0
+    for cid in np.unique(cluster):
+        mine = np.flatnonzero(cluster == cid)
+        keys = [(int(piece_of[i]), int(comp_of[i]), int(col_of[i])) for i in mine]
+        queues: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        for key in sorted(keys):  # within a component: columns in canonical order
+            queues.setdefault(key[:2], []).append(key)
+        while queues and column < count:
+            heads = [(q[0], local_size[q[0]], local_node[q[0]]) for q in queues.values()]
+            top = max(h[1] for h in heads)
+            key = min((h for h in heads if h[1] >= top - CANONICAL_TOL), key=lambda h: h[2])[0]
+            queues[key[:2]].pop(0)
+            if not queues[key[:2]]:
+                del queues[key[:2]]
+            out[pieces[key[0]].nodes[key[1]], column] = local_vectors[key]
+            values_out[column] = float(value[mine][keys.index(key)])
+            column += 1
+    return values_out, out
