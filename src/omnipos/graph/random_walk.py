@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..core import check_positive_int
-from ._input import GraphBatch, SizeGroup, check_graph, check_steps, cpu_threads, size_groups
+from ._input import GraphBatch, SizeGroup, check_graph, check_steps, run_cpu_work, size_groups
 
 __all__ = ["random_walk_pe", "transition_matrix", "return_probabilities", "RW_DENSE_MAX_NODES"]
 
@@ -136,9 +136,8 @@ def random_walk_pe(
     block = check_positive_int(block, "block")
     if compute_dtype not in (torch.float32, torch.float64):
         raise ValueError(f"compute_dtype must be torch.float32 or torch.float64, got {compute_dtype!r}")
-    with cpu_threads(edge_index):
-        g = check_graph(edge_index, num_nodes, batch, edge_weight)
-        return _encode(g, steps, dense_max_nodes, block, compute_dtype)
+    return run_cpu_work(edge_index, lambda: _encode(check_graph(edge_index, num_nodes, batch, edge_weight), steps,
+                                                    dense_max_nodes, block, compute_dtype))
 
 
 def _encode(g: GraphBatch, steps: list[int], dense_max_nodes: int, block: int,
