@@ -1,6 +1,8 @@
-"""Graph positional encodings: Laplacian eigenvectors, random walks, sign handling; PyG transforms, networkx.
+"""Graph positional encodings: Laplacian eigenvectors (also magnetic, for directed graphs), random walks, sign
+and eigenspace-basis handling; PyG transforms, networkx.
 
-The PyG transforms (``AddLaplacianPE``, ``AddRandomWalkPE``, ``RandomSignFlip``, ``precompute``) live in
+The PyG transforms (``AddLaplacianPE``, ``AddMagneticLaplacianPE``, ``AddRandomWalkPE``, ``RandomSignFlip``,
+``precompute``) live in
 :mod:`omnipos.graph.pyg` and are imported on first use (torch_geometric is slow to import).
 """
 
@@ -9,16 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from .eigenvalues import eigenvalue_encoding
+from .eigensolvers import SOLVERS
 from .laplacian import DENSE_MAX_NODES, NORMALIZATIONS, connected_components, laplacian_pe
+from .magnetic import magnetic_laplacian, magnetic_laplacian_pe
 from .networkx import networkx_laplacian_pe, networkx_random_walk_pe, networkx_to_edge_index
 from .random_walk import random_walk_pe, transition_matrix
-from .sign import canonical_sign, random_sign_flip
+from .sign import canonical_basis, canonical_sign, random_sign_flip
 
 __all__ = [
     "laplacian_pe",
+    "magnetic_laplacian_pe",
+    "magnetic_laplacian",
     "random_walk_pe",
     "transition_matrix",
     "canonical_sign",
+    "canonical_basis",
     "random_sign_flip",
     "connected_components",
     "eigenvalue_encoding",
@@ -27,13 +34,15 @@ __all__ = [
     "networkx_to_edge_index",
     "NORMALIZATIONS",
     "DENSE_MAX_NODES",
+    "SOLVERS",
     "AddLaplacianPE",
+    "AddMagneticLaplacianPE",
     "AddRandomWalkPE",
     "RandomSignFlip",
     "precompute",
 ]
 
-_PYG = ("AddLaplacianPE", "AddRandomWalkPE", "RandomSignFlip", "precompute")
+_PYG = ("AddLaplacianPE", "AddMagneticLaplacianPE", "AddRandomWalkPE", "RandomSignFlip", "precompute")
 
 
 def __getattr__(name: str) -> Any:

@@ -38,17 +38,18 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ._input import parallel_map
+from ._input import SizeGroup, parallel_map
 from .sign import CANONICAL_TOL, EIGENVALUE_TOL, canonical_basis, eigenvalue_clusters
 
-__all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "batched_eigh", "graph_eigenpairs", "sparse_eigenpairs",
-           "check_solver"]
+__all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "batched_eigh", "solve_dense_groups", "graph_eigenpairs",
+           "sparse_eigenpairs", "check_solver"]
 
 SOLVERS = ("auto", "shift-invert", "lobpcg", "lanczos")
 #: Largest reverse Cuthill-McKee envelope (entries of the factor under a profile ordering) for which ``"auto"``
@@ -85,6 +86,31 @@ def batched_eigh(stacks: list[torch.Tensor], workers: int) -> list[tuple[torch.T
         chunk = [next(solved) for _ in parts]
         out.append((torch.cat([c[0] for c in chunk]), torch.cat([c[1] for c in chunk])))
     return out
+
+
+def solve_dense_groups(groups: Iterable[SizeGroup], build: Callable[[SizeGroup], tuple[torch.Tensor, Any]],
+                       workers: int, max_elements: int) -> Iterator[tuple[SizeGroup, Any, torch.Tensor, torch.Tensor]]:
+    """Batched ``eigh`` of the matrices ``build(chunk) -> ([G, n, n], extra)`` of the groups, cut into chunks and
+    solved a few at a time so that at most about ``max_elements`` matrix elements are alive at once. Yields
+    ``(chunk, extra, values [G, n], vectors [G, n, n])``."""
+    pending: list[SizeGroup] = []
+    elements = 0
+
+    def flush() -> Iterator[tuple[SizeGroup, Any, torch.Tensor, torch.Tensor]]:
+        built = [build(chunk) for chunk in pending]
+        solved = batched_eigh([matrix for matrix, _ in built], workers)
+        for chunk, (_, extra), (values, vectors) in zip(pending, built, solved):
+            yield chunk, extra, values, vectors
+
+    for group in groups:
+        for chunk in group.chunks(max_elements):
+            pending.append(chunk)
+            elements += chunk.graphs.numel() * chunk.n * chunk.n
+            if elements >= max_elements:
+                yield from flush()
+                pending, elements = [], 0
+    if pending:
+        yield from flush()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -307,9 +333,10 @@ def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bo
 
     n = lap.shape[0]
     lap = sp.csr_matrix(lap)
-    off = (lap - sp.diags(lap.diagonal())).tocsr()
-    off.eliminate_zeros()
-    _, labels = connected_components(off, directed=False)
+    coo = lap.tocoo()
+    linked = (coo.row != coo.col) & (coo.data != 0)
+    pattern = sp.csr_matrix((np.ones(int(linked.sum())), (coo.row[linked], coo.col[linked])), shape=(n, n))
+    _, labels = connected_components(pattern, directed=False)
     sizes = np.bincount(labels)
     order = np.argsort(labels, kind="stable")
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -412,7 +439,8 @@ def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
         clusters = np.maximum.accumulate(clusters, axis=1)
         basis, pivot, size = canonical_basis(torch.from_numpy(np.ascontiguousarray(piece.vectors[:, :, :width])),
                                              torch.from_numpy(np.ascontiguousarray(piece.values[:, :width])),
-                                             clusters=torch.from_numpy(clusters), return_pivots=True)
+                                             clusters=torch.from_numpy(clusters), return_pivots=True,
+                                             check=False)
         basis, pivot, size = basis.numpy(), pivot.numpy(), size.numpy()
         for c, j in zip(comp_of[mine], col_of[mine]):
             key = (int(p), int(c), int(j))

@@ -60,7 +60,7 @@ import torch
 
 from ..core import check_choice, check_positive_int
 from ._input import MAX_ELEMENTS, GraphBatch, SizeGroup, check_graph, cpu_parallelism, run_cpu_work, size_groups
-from .eigensolvers import batched_eigh, check_solver, graph_eigenpairs
+from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
 from .sign import SIGNS, canonical_basis, random_sign
 
 __all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "laplacian_pe", "dense_laplacian", "sparse_laplacian",
@@ -69,8 +69,8 @@ __all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "laplacian_pe", "dense_laplacian
 NORMALIZATIONS = ("sym", "rw", None)
 #: Graphs with more nodes than this take the sparse path by default.
 DENSE_MAX_NODES = 512
-# Elements of the dense [G, n, n] Laplacians solved at once (float64 Laplacian + eigenvectors: ~1 GB).
-_CHUNK_ELEMENTS = 64_000_000
+# Elements of the dense [G, n, n] Laplacians solved at once (float64 Laplacians + eigenvectors: ~0.5 GB).
+_CHUNK_ELEMENTS = 32_000_000
 
 
 def check_normalization(normalization: Any) -> str | None:
@@ -89,11 +89,13 @@ def dense_laplacian(adjacency: torch.Tensor, normalization: str | None = "sym") 
     one the normalization asks for: ``D^-1/2`` for ``"rw"`` (degree 0 counted as 1), ones otherwise.
     """
     degree = adjacency.sum(dim=-1)
-    eye = torch.eye(adjacency.shape[-1], dtype=adjacency.dtype, device=adjacency.device)
     if normalization is None:
-        return torch.diag_embed(degree) - adjacency, torch.ones_like(degree)
+        laplacian = adjacency.neg()
+        laplacian.diagonal(dim1=-2, dim2=-1).add_(degree)
+        return laplacian, torch.ones_like(degree)
     inv_sqrt = torch.where(degree > 0, degree.clamp_min(torch.finfo(degree.dtype).tiny).rsqrt(), 0.0)
-    laplacian = eye - inv_sqrt.unsqueeze(-1) * adjacency * inv_sqrt.unsqueeze(-2)
+    laplacian = (adjacency * inv_sqrt.unsqueeze(-1)).mul_(inv_sqrt.neg().unsqueeze(-2))
+    laplacian.diagonal(dim1=-2, dim2=-1).add_(1.0)
     if normalization == "rw":
         return laplacian, torch.where(degree > 0, inv_sqrt, 1.0)
     return laplacian, torch.ones_like(degree)
@@ -259,48 +261,34 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     available = (g.counts - start).clamp_min(0)
     mask = torch.arange(k, device=device) < available.unsqueeze(-1)
     workers = cpu_parallelism()
-    pending: list[SizeGroup] = []
-    pending_elements = 0
-
-    def flush() -> None:
-        nonlocal pending_elements
-        stacks, scales, bounds = [], [], []
-        for group in pending:
-            adjacency = group.dense()
-            adjacency = torch.maximum(adjacency, adjacency.transpose(1, 2))
-            laplacian, d_scale = dense_laplacian(adjacency, normalization)
-            stacks.append(laplacian)
-            scales.append(d_scale)
-            bounds.append(_spectrum_bound(normalization, adjacency.sum(-1).amax(-1)))
-        for group, d_scale, bound, (values, vectors) in zip(pending, scales, bounds, batched_eigh(stacks, workers)):
-            m = min(k, group.n - start)
-            if sign != "none":
-                vectors = canonical_basis(vectors, values, start + m, scale=bound)
-            values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
-            if normalization == "rw":
-                vectors = _rw_vectors(vectors, d_scale)
-            _store(pe, eigenvalues, g, group, values, vectors, sign, generator)
-        pending.clear()
-        pending_elements = 0
-
+    dense: list[SizeGroup] = []
     for group in size_groups(g, keep=g.edge_index[0] != g.edge_index[1]):  # self-loops dropped
         n = group.n
         if n <= start:
             continue
         if n <= dense_max_nodes:
-            for chunk in group.chunks(_CHUNK_ELEMENTS):
-                pending.append(chunk)
-                pending_elements += chunk.graphs.numel() * n * n
-                if pending_elements >= _CHUNK_ELEMENTS:
-                    flush()
+            dense.append(group)
             continue
         for slot in range(group.graphs.numel()):
             one = group.graph(slot)
             values, vectors = _large_graph(one, start + min(k, n - start), normalization, dense_max_nodes, solver,
                                            workers)
             _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
-    if pending:
-        flush()
+
+    def build(group: SizeGroup) -> tuple[torch.Tensor, tuple[torch.Tensor, Any]]:
+        adjacency = group.dense()
+        adjacency = torch.maximum(adjacency, adjacency.transpose(1, 2))
+        laplacian, d_scale = dense_laplacian(adjacency, normalization)
+        return laplacian, (d_scale, _spectrum_bound(normalization, adjacency.sum(-1).amax(-1)))
+
+    for group, (d_scale, bound), values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS):
+        m = min(k, group.n - start)
+        if sign != "none":
+            vectors = canonical_basis(vectors, values, start + m, scale=bound, check=False)
+        values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
+        if normalization == "rw":
+            vectors = _rw_vectors(vectors, d_scale)
+        _store(pe, eigenvalues, g, group, values, vectors, sign, generator)
     return pe, eigenvalues, mask
 
 

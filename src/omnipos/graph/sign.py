@@ -49,14 +49,14 @@ def _is_compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
-def _check_vectors(vectors: Any, name: str = "vectors") -> torch.Tensor:
+def _check_vectors(vectors: Any, name: str = "vectors", check_values: bool = True) -> torch.Tensor:
     if not isinstance(vectors, torch.Tensor):
         raise TypeError(f"{name} must be a tensor, got {type(vectors).__name__}")
     if not (vectors.is_floating_point() or vectors.is_complex()):
         raise TypeError(f"{name} must be a floating or complex tensor, got dtype {vectors.dtype}")
     if vectors.ndim < 2:
         raise ValueError(f"{name} must have shape [..., n, k] (eigenvectors as columns), got {tuple(vectors.shape)}")
-    if vectors.device.type != "meta" and not _is_compiling():
+    if check_values and vectors.device.type != "meta" and not _is_compiling():
         check_finite(torch.view_as_real(vectors) if vectors.is_complex() else vectors, name)
     return vectors
 
@@ -99,7 +99,7 @@ def eigenvalue_clusters(values: torch.Tensor, value_tol: float = EIGENVALUE_TOL,
 def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | None = None, *,
                     tol: float = CANONICAL_TOL, value_tol: float = EIGENVALUE_TOL,
                     scale: float | torch.Tensor | None = None, clusters: torch.Tensor | None = None,
-                    return_pivots: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    return_pivots: bool = False, check: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The canonical basis (module docstring) of the eigenspaces of orthonormal eigenvectors.
 
     Args:
@@ -112,13 +112,14 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
         value_tol: eigenvalue cluster tolerance, relative to ``scale``.
         scale: ``[...]`` or a float: the eigenvalue scale (default ``max(1, max |lambda|)`` per leading index).
         clusters: ``[..., M]`` non-decreasing eigenspace ids of the columns, instead of clustering ``values``.
+        check: refuse non-finite vectors (a host sync; the encodings pass False for their own solver output).
         return_pivots: also return each column's pivot node ``[..., count]`` (int64) and pivot magnitude
             ``sqrt(P_ii)`` at its selection ``[..., count]`` (what a merge of block-diagonal pieces orders by).
 
     Returns:
         ``[..., n, count]``, same dtype and device (and the pivots when asked).
     """
-    vectors = _check_vectors(vectors)
+    vectors = _check_vectors(vectors, check_values=check)
     if not isinstance(values, torch.Tensor) or values.shape != vectors.shape[:-2] + vectors.shape[-1:]:
         raise ValueError(f"values must be a tensor of shape {tuple(vectors.shape[:-2] + vectors.shape[-1:])}, "
                          f"got {getattr(values, 'shape', type(values).__name__)}")
@@ -162,28 +163,42 @@ def _pivoted_cholesky(w: torch.Tensor, cluster: torch.Tensor, count: int, tol: f
     start = torch.where(size > 0, member.argmax(1), width)  # first column of each cluster
     rank = torch.arange(count, device=device) - start.gather(1, cluster[:, :count])
     rounds = int(rank.max()) + 1
-    member_real = member.to(torch.float64 if w.dtype in (torch.float64, torch.complex128) else torch.float32)
-    member_t = member.transpose(1, 2).to(w.dtype)  # [G, K, M]
+    real_dtype = torch.float64 if w.dtype in (torch.float64, torch.complex128) else torch.float32
     columns = torch.arange(count, device=device)
-    work = w.clone()
+    work = w
+    index = None  # graphs still owing columns (None: all)
     for t in range(rounds):
-        active = (size > t) & (start + t < count)  # [G, K]
+        active = (size > t) & (start + t < count)  # [G', K]
+        if t:  # after the first round only graphs with repeated eigenvalues are left: work on those alone
+            left = active.any(1).nonzero().squeeze(1)
+            if left.numel() < active.shape[0]:
+                work, member, size, start, active = (x[left] for x in (work, member, size, start, active))
+                index = left if index is None else index[left]
+        g = work.shape[0]
         power = work.real.square() + work.imag.square() if work.is_complex() else work.square()
-        norms = (power.to(member_real.dtype) @ member_real).clamp_min(0).sqrt()  # [G, n, K]: sqrt(P_ii)
+        norms = (power.to(real_dtype) @ member.to(real_dtype)).clamp_min(0).sqrt()  # [G', n, K]: sqrt(P_ii)
         largest = norms.amax(dim=1, keepdim=True)
-        pivot = (norms >= largest - tol).to(torch.uint8).argmax(dim=1)  # [G, K], lowest index among ties
-        rows = work.gather(1, pivot.unsqueeze(-1).expand(graphs, clusters, width)) * member_t  # [G, K, M]
-        size_t = norms.gather(1, pivot.unsqueeze(1)).squeeze(1)  # [G, K]
+        pivot = (norms >= largest - tol).to(torch.uint8).argmax(dim=1)  # [G', K], lowest index among ties
+        rows = work.gather(1, pivot.unsqueeze(-1).expand(g, clusters, width))
+        rows = rows * member.transpose(1, 2).to(rows.dtype)  # [G', K, M]: the pivot's row, in its cluster
+        size_t = norms.gather(1, pivot.unsqueeze(1)).squeeze(1)  # [G', K]
         scale = torch.where(active & (size_t > 0), 1.0 / size_t.clamp_min(torch.finfo(size_t.dtype).tiny), 0.0)
         unit = rows * scale.unsqueeze(-1).to(rows.dtype)  # a_hat^H as rows (zero for inactive clusters)
-        vectors = work @ unit.conj().transpose(1, 2)  # [G, n, K]: u = W a_hat = P e_i / sqrt(P_ii)
-        work = work - vectors @ unit
-        target = start + t  # output column of each active cluster
-        place = (active.unsqueeze(-1) & (target.unsqueeze(-1) == columns)).to(w.dtype)  # [G, K, count]
-        out.add_(vectors @ place)
-        placed = place.real if place.is_complex() else place
-        pivot_node.add_((pivot.unsqueeze(-1) * placed.long()).sum(1))
-        pivot_size.add_((size_t.unsqueeze(-1).to(torch.float64) * placed.to(torch.float64)).sum(1))
+        vectors = work @ unit.conj().transpose(1, 2)  # [G', n, K]: u = W a_hat = P e_i / sqrt(P_ii)
+        if t + 1 < rounds:
+            work = work - vectors @ unit
+        place = (active.unsqueeze(-1) & ((start + t).unsqueeze(-1) == columns))  # [G', K, count]
+        placed = vectors @ place.to(w.dtype)
+        chosen_node = (pivot.unsqueeze(-1) * place).sum(1)
+        chosen_size = (size_t.unsqueeze(-1).to(torch.float64) * place).sum(1)
+        if index is None:
+            out.add_(placed)
+            pivot_node.add_(chosen_node)
+            pivot_size.add_(chosen_size)
+        else:
+            out.index_add_(0, index, placed)
+            pivot_node.index_add_(0, index, chosen_node)
+            pivot_size.index_add_(0, index, chosen_size)
 
 
 def random_sign(shape: tuple[int, ...], *, device: torch.device | str | None = None,
