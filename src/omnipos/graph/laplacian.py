@@ -61,14 +61,17 @@ import torch
 from ..core import check_choice, check_positive_int
 from ._input import MAX_ELEMENTS, GraphBatch, SizeGroup, check_graph, cpu_parallelism, run_cpu_work, size_groups
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
-from .sign import SIGNS, canonical_basis, random_sign
+from .sign import SIGNS, canonical_basis, random_sign, round_noise
 
-__all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "laplacian_pe", "dense_laplacian", "sparse_laplacian",
+__all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian_pe", "dense_laplacian", "sparse_laplacian",
            "connected_components", "check_normalization"]
 
 NORMALIZATIONS = ("sym", "rw", None)
 #: Graphs with more nodes than this take the sparse path by default.
 DENSE_MAX_NODES = 512
+#: Largest dense ``[n, n]`` matrix a solve may allocate (n = 11,585; 1 GiB in float64); beyond it, a graph
+#: within ``dense_max_nodes`` is refused with a ValueError rather than sent to the allocator.
+DENSE_MAX_ELEMENTS = 2 ** 27
 # Elements of the dense [G, n, n] Laplacians solved at once (float64 Laplacians + eigenvectors: ~0.5 GB).
 _CHUNK_ELEMENTS = 32_000_000
 
@@ -207,13 +210,24 @@ def laplacian_pe(
     return pe
 
 
-def check_output_size(g: GraphBatch, columns: int, name: str = "k") -> None:
-    """Refuse (naming ``name``) an output of more than ``MAX_ELEMENTS`` elements before allocating it."""
-    elements = (g.num_nodes + g.num_graphs) * columns
+def check_output_size(g: GraphBatch, k: int, per_node: int = 1) -> None:
+    """Refuse (naming ``k``) an output of more than ``MAX_ELEMENTS`` elements before allocating it:
+    ``pe [N, per_node * k]`` and ``eigenvalues [B, k]``."""
+    elements = (g.num_nodes * per_node + g.num_graphs) * k
     if elements > MAX_ELEMENTS:
-        raise ValueError(f"{name}={columns} asks for {elements:,} output elements for {g.num_nodes:,} nodes in "
+        raise ValueError(f"k={k} asks for {elements:,} output elements for {g.num_nodes:,} nodes in "
                          f"{g.num_graphs:,} graphs; at most {MAX_ELEMENTS:,} per call (columns beyond a graph's "
                          "node count are zero padding)")
+
+
+def check_dense_size(group: SizeGroup, dense_max_nodes: int) -> None:
+    """Refuse (naming ``dense_max_nodes`` and the graph) a dense ``[n, n]`` solve beyond
+    ``DENSE_MAX_ELEMENTS`` elements, before allocating it."""
+    n = group.n
+    if n * n > DENSE_MAX_ELEMENTS:
+        raise ValueError(f"graph {int(group.graphs[0])} has {n:,} nodes: its dense [n, n] solve would need "
+                         f"{n * n * 16 / 2 ** 30:.1f} GiB (at most {DENSE_MAX_ELEMENTS:,} elements); lower "
+                         f"dense_max_nodes={dense_max_nodes} so that it takes the sparse path")
 
 
 def scaled_weights(g: GraphBatch) -> tuple[GraphBatch, float]:
@@ -267,6 +281,7 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
         if n <= start:
             continue
         if n <= dense_max_nodes:
+            check_dense_size(group, dense_max_nodes)
             dense.append(group)
             continue
         for slot in range(group.graphs.numel()):
@@ -314,5 +329,5 @@ def _store(pe: torch.Tensor, eigenvalues: torch.Tensor, g: GraphBatch, group: Si
     if sign == "random":
         flips = random_sign((vectors.shape[0], m), device=vectors.device, dtype=vectors.dtype, generator=generator)
         vectors = vectors * flips.unsqueeze(-2)
-    pe[group.nodes(g.ptr).reshape(-1), :m] = vectors.reshape(-1, m).to(torch.float32)
-    eigenvalues[group.graphs, :m] = values.to(torch.float32)
+    pe[group.nodes(g.ptr).reshape(-1), :m] = round_noise(vectors.reshape(-1, m)).to(torch.float32)
+    eigenvalues[group.graphs, :m] = round_noise(values).to(torch.float32)

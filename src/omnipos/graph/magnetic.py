@@ -38,8 +38,8 @@ import torch
 from ..core import check_positive_int
 from ._input import GraphBatch, SizeGroup, check_graph, cpu_parallelism, run_cpu_work, size_groups
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
-from .laplacian import DENSE_MAX_NODES, check_output_size, scaled_weights
-from .sign import canonical_basis
+from .laplacian import DENSE_MAX_NODES, check_dense_size, check_output_size, scaled_weights
+from .sign import canonical_basis, round_noise
 
 __all__ = ["magnetic_laplacian", "sparse_magnetic_laplacian", "magnetic_laplacian_pe", "check_q"]
 
@@ -144,7 +144,7 @@ def magnetic_laplacian_pe(
 def _magnetic_pe(edge_index: Any, num_nodes: Any, k: int, q: float, batch: Any, edge_weight: Any,
                  dense_max_nodes: int, solver: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = check_graph(edge_index, num_nodes, batch, edge_weight)
-    check_output_size(g, 2 * k)
+    check_output_size(g, k, per_node=2)
     if q:  # the phase reads the weights themselves: no rescaling (it would change the phases)
         largest = float(g.edge_weight.max()) if g.edge_weight.numel() else 0.0
         if largest > 1e150:
@@ -167,6 +167,7 @@ def _encode(g: GraphBatch, k: int, q: float, dense_max_nodes: int,
         if group.n == 0:
             continue
         if group.n <= dense_max_nodes:
+            check_dense_size(group, dense_max_nodes)
             dense.append(group)
             continue
         for slot in range(group.graphs.numel()):
@@ -190,8 +191,8 @@ def _store(pe: torch.Tensor, eigenvalues: torch.Tensor, g: GraphBatch, group: Si
            vectors: torch.Tensor, k: int) -> None:
     m = values.shape[1]
     nodes = group.nodes(g.ptr).reshape(-1)
-    flat = vectors.reshape(-1, m)
+    flat = round_noise(vectors.reshape(-1, m))
     pe[nodes, :m] = flat.real.to(torch.float32)
     if flat.is_complex():
         pe[nodes, k:k + m] = flat.imag.to(torch.float32)
-    eigenvalues[group.graphs, :m] = values.to(torch.float32)
+    eigenvalues[group.graphs, :m] = round_noise(values).to(torch.float32)

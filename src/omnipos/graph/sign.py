@@ -34,8 +34,8 @@ import torch
 
 from ..core import check_finite, check_integer_tensor
 
-__all__ = ["SIGNS", "CANONICAL_TOL", "EIGENVALUE_TOL", "canonical_basis", "canonical_sign", "random_sign",
-           "random_sign_flip"]
+__all__ = ["SIGNS", "CANONICAL_TOL", "EIGENVALUE_TOL", "NOISE_TOL", "canonical_basis", "canonical_sign",
+           "eigenvalue_clusters", "random_sign", "random_sign_flip", "round_noise"]
 
 SIGNS = ("canonical", "random", "none")
 #: Entries whose magnitude is within this of a column's largest magnitude tie (unit-norm float64 columns; the
@@ -43,6 +43,17 @@ SIGNS = ("canonical", "random", "none")
 CANONICAL_TOL = 1e-8
 #: Eigenvalues closer than this (times ``max(1, max |lambda|)``) are one eigenspace for :func:`canonical_basis`.
 EIGENVALUE_TOL = 1e-8
+#: Float64 entries smaller than this in magnitude are eigensolver noise around an exact 0 (a node on a symmetry
+#: axis, a zero eigenvalue): :func:`round_noise` makes them 0, so float32 outputs agree bit for bit whatever
+#: rounding path (batch position, solver) produced them.
+NOISE_TOL = 1e-12
+
+
+def round_noise(values: torch.Tensor, tol: float = NOISE_TOL) -> torch.Tensor:
+    """``values`` with entries (real and imaginary parts separately) of magnitude below ``tol`` set to 0."""
+    if values.is_complex():
+        return torch.complex(round_noise(values.real, tol), round_noise(values.imag, tol))
+    return torch.where(values.abs() < tol, torch.zeros((), dtype=values.dtype, device=values.device), values)
 
 
 def _is_compiling() -> bool:
