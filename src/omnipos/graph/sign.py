@@ -134,13 +134,18 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
     if not isinstance(values, torch.Tensor) or values.shape != vectors.shape[:-2] + vectors.shape[-1:]:
         raise ValueError(f"values must be a tensor of shape {tuple(vectors.shape[:-2] + vectors.shape[-1:])}, "
                          f"got {getattr(values, 'shape', type(values).__name__)}")
+    if vectors.device.type == "meta" or values.device.type == "meta":
+        raise ValueError("canonical_basis picks pivots from the values of vectors; vectors or values is on the meta "
+                         "device (shape only)")
     lead, (n, width) = vectors.shape[:-2], vectors.shape[-2:]
     count = width if count is None else int(count)
     if not 0 <= count <= width:
         raise ValueError(f"count must be in 0..{width}, got {count}")
-    w = vectors.reshape(-1, n, width)
-    lam = values.reshape(-1, width).to(torch.float64)
-    graphs = w.shape[0]
+    graphs = 1
+    for size in lead:
+        graphs *= size
+    w = vectors.reshape(graphs, n, width)
+    lam = values.reshape(graphs, width).to(torch.float64)
     out = torch.zeros(graphs, n, count, dtype=w.dtype, device=w.device)
     pivot_node = torch.zeros(graphs, count, dtype=torch.long, device=w.device)
     pivot_size = torch.zeros(graphs, count, dtype=torch.float64, device=w.device)
@@ -148,7 +153,7 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
         cluster = eigenvalue_clusters(lam, value_tol,
                                       scale=scale.reshape(-1) if isinstance(scale, torch.Tensor) else scale)
     else:
-        cluster = clusters.reshape(-1, width).to(device=w.device, dtype=torch.long)
+        cluster = clusters.reshape(graphs, width).to(device=w.device, dtype=torch.long)
         cluster = cluster - cluster[:, :1]
     if count and n and graphs:
         _pivoted_cholesky(w, cluster, count, tol, out, pivot_node, pivot_size)
@@ -241,6 +246,8 @@ def random_sign_flip(pe: torch.Tensor, batch: torch.Tensor | None = None, *,
         raise TypeError(f"pe must be a floating tensor, got dtype {pe.dtype}")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if pe.device.type != "meta" and not _is_compiling():
+        check_finite(torch.view_as_real(pe) if pe.is_complex() else pe, "pe")
     if batch is None:
         return pe * random_sign((1, pe.shape[1]), device=pe.device, dtype=pe.dtype, generator=generator)
     if not isinstance(batch, torch.Tensor):
