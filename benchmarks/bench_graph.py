@@ -7,8 +7,16 @@
     mesh-like), k=8: omnipos's shift-invert eigsh vs PyG's eigsh(which='SA'), timed once.
 (c) random-walk PE, 20 steps, on (a): omnipos `random_walk_pe` (float64 powers, the default, and float32, PyG's
     precision) vs PyG's AddRandomWalkPE graph by graph.
+(d) single large graphs (benchmarks/graph_shapes.py: Barabasi-Albert, random geometric with thousands of
+    components, 2-D grid, ring + n/20 random chords) at 2e4, 1e5 and 1e6 nodes, LapPE k=8: omnipos `laplacian_pe`
+    (solver chosen by "auto", named in the table) vs PyG's AddLaplacianEigenvectorPE(is_undirected=True). Each
+    solve runs in a fresh subprocess (time, CPU time and peak memory above the process's baseline); PyG is
+    stopped at --cap seconds and reported as "> cap". max_diff over the columns whose eigenvalue is simple.
+(e) the magnetic Laplacian (q=0.25, k=8) on the directed versions of (d)'s graphs: omnipos
+    `magnetic_laplacian_pe` vs the straightforward code a user would write (SciPy `eigsh(L_q, k, which='SA')` on
+    the sparse Hermitian matrix, as PyG does for LapPE), capped the same way.
 
-Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x. Threads: NumPy's BLAS runs single-threaded
+Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x, (d) never slower than PyG, seconds to a minute. Threads: NumPy's BLAS runs single-threaded
 (OPENBLAS_NUM_THREADS=1: on a shared 2-core machine PyG's threaded NumPy eigh was 15x slower, so this favours
 PyG); torch keeps its default for omnipos (which runs LAPACK single-threaded per matrix and splits a batch's
 eigh over torch.get_num_threads() Python threads) and is set to 1 thread while PyG runs (with 2, its small
@@ -16,7 +24,9 @@ per-graph matmuls ran 10x slower on the shared machine). Speedups are
 given both in process CPU time (`time.process_time`, summed over threads; other processes on a shared machine
 do not inflate it) and in wall-clock time (which they do).
 
-    python benchmarks/bench_graph.py [--quick]
+    python benchmarks/bench_graph.py [--quick] [--large-sizes 20000,100000,1000000] [--cap 300] [--skip-large]
+
+--quick: 1,000 molecules, one 5,000-node graph for (b), (d)/(e) at 2e4 nodes only with a 60 s cap.
 """
 
 from __future__ import annotations
@@ -25,8 +35,13 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy is imported (see the docstring)
 
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -115,9 +130,150 @@ def simple_columns_agree(graphs: list[Data], k: int) -> float:
     return worst
 
 
+# --- (d), (e): single large graphs, one solve per subprocess --------------------------------------------------------
+
+
+def single_solve(spec: dict) -> None:
+    """Run one solve described by ``spec`` (who, shape, n, k, out) and print a JSON line: wall / CPU seconds, peak
+    memory above the baseline (graph generated, libraries imported), the solver used; ``pe`` saved to ``out``."""
+    import resource
+
+    import graph_shapes
+
+    sources, targets, n = graph_shapes.make(spec["shape"], spec["n"])
+    k = spec["k"]
+    who = spec["who"]
+    info = ""
+    if who in ("omnipos", "pyg"):
+        edge_index = torch.from_numpy(graph_shapes.undirected(sources, targets))
+    if who == "pyg":
+        torch.set_num_threads(1)
+        data = Data(edge_index=edge_index, num_nodes=n)
+        transform = AddLaplacianEigenvectorPE(k, is_undirected=True)
+    elif who == "omnipos":
+        from omnipos.graph import eigensolvers
+
+        used = []
+        original = eigensolvers.sparse_eigenpairs
+
+        def spy(*a, **kw):
+            out = original(*a, **kw)
+            used.append(out[2])
+            return out
+
+        eigensolvers.sparse_eigenpairs = spy
+    elif who in ("omnipos-magnetic", "scipy-magnetic"):
+        from omnipos.graph.magnetic import sparse_magnetic_laplacian
+
+        directed = torch.from_numpy(np.stack([sources, targets]))
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    wall, cpu = time.perf_counter(), time.process_time()
+    if who == "pyg":
+        pe = transform(data).laplacian_eigenvector_pe
+    elif who == "omnipos":
+        pe, values, _ = laplacian_pe(edge_index, n, k, return_eigenvalues=True)
+        info = ",".join(sorted(set(used))) or "null space / dense"
+    elif who == "omnipos-magnetic":
+        from omnipos.graph import magnetic_laplacian_pe
+
+        pe = magnetic_laplacian_pe(directed, n, k, q=0.25)
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        lap, _ = sparse_magnetic_laplacian(sources, targets, np.ones(sources.size), n, 0.25)
+        _, vectors = eigsh(lap, k=k, which="SA")
+        pe = torch.from_numpy(np.concatenate([vectors.real, vectors.imag], 1))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline) / 1024
+    np.save(spec["out"], pe.double().numpy())
+    if who == "omnipos":
+        np.save(spec["out"] + ".values.npy", values[0].double().numpy())
+    print(json.dumps({"wall": wall, "cpu": cpu, "peak_mb": peak, "n": n, "solver": info}))
+
+
+def run_single(who: str, shape: str, n: int, k: int, cap: float, workdir: Path) -> dict | None:
+    """One solve in a fresh process; ``None`` when it ran past ``cap`` seconds."""
+    out = str(workdir / f"{who}-{shape}-{n}.npy")
+    spec = {"who": who, "shape": shape, "n": n, "k": k, "out": out}
+    try:
+        done = subprocess.run([sys.executable, __file__, "--single", json.dumps(spec)], capture_output=True,
+                              text=True, timeout=cap, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{who} on {shape} n={n} failed:\n{done.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    result["pe"] = np.load(out)
+    if who == "omnipos":
+        result["values"] = np.load(out + ".values.npy")
+    return result
+
+
+def simple_column_diff(ours: dict, theirs: dict) -> float | str:
+    """Largest |omnipos - peer| over columns whose eigenvalue is simple (gap > 1e-6 to both neighbours), signs
+    matched; "" when no column is simple (e.g. the null space of a graph of many components)."""
+    values = np.concatenate([[0.0], ours["values"]])
+    gaps = np.diff(values)
+    simple = np.flatnonzero((gaps[:-1] > 1e-6) & (np.append(gaps[1:], np.inf)[:-1] > 1e-6))
+    if not simple.size:
+        return ""
+    a, b = ours["pe"][:, simple], theirs["pe"][:, simple]
+    signs = np.sign((a * b).sum(0))
+    signs[signs == 0] = 1
+    return float(np.abs(a - b * signs).max())
+
+
+def large_graphs(sizes: list[int], cap: float, out: Path | None) -> None:
+    import graph_shapes
+
+    bench = Bench("graph_large", notes=(
+        f"(d), (e): one graph per row, one solve per fresh process, LapPE / magnetic k=8; peers stopped at {cap:.0f} s "
+        "(reported as '> cap'); peak_mb: peak resident memory above the process's baseline (graph built, libraries "
+        "imported); pyg_* columns of (e) are SciPy eigsh(L_q, which='SA') on the sparse Hermitian matrix."))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        for shape in graph_shapes.SHAPES:
+            for n in sizes:
+                ours = run_single("omnipos", shape, n, 8, 4 * cap, workdir)
+                peer = run_single("pyg", shape, n, 8, cap, workdir)
+                fmt = lambda r, key: r[key] if r is not None else f"> {cap:.0f}"  # noqa: E731
+                row = {"case": f"(d) LapPE k=8, {shape}, n={n:,}", "solver": ours["solver"] if ours else "",
+                       "omnipos_cpu_s": fmt(ours, "cpu"), "pyg_cpu_s": fmt(peer, "cpu"),
+                       "omnipos_wall_s": fmt(ours, "wall"), "pyg_wall_s": fmt(peer, "wall"),
+                       "omnipos_peak_mb": ours["peak_mb"] if ours else "", "pyg_peak_mb": peer["peak_mb"] if peer
+                       else "", "speedup_wall": (peer["wall"] / ours["wall"]) if ours and peer else
+                       (f"> {cap / ours['wall']:.1f}" if ours else ""),
+                       "max_diff": simple_column_diff(ours, peer) if ours and peer else ""}
+                bench.row(**row)
+                print(row, flush=True)
+        for shape in graph_shapes.SHAPES:
+            for n in sizes:
+                ours = run_single("omnipos-magnetic", shape, n, 8, 4 * cap, workdir)
+                peer = run_single("scipy-magnetic", shape, n, 8, cap, workdir)
+                fmt = lambda r, key: r[key] if r is not None else f"> {cap:.0f}"  # noqa: E731
+                row = {"case": f"(e) magnetic q=0.25 k=8, {shape}, n={n:,}", "solver": "",
+                       "omnipos_cpu_s": fmt(ours, "cpu"), "pyg_cpu_s": fmt(peer, "cpu"),
+                       "omnipos_wall_s": fmt(ours, "wall"), "pyg_wall_s": fmt(peer, "wall"),
+                       "omnipos_peak_mb": ours["peak_mb"] if ours else "", "pyg_peak_mb": peer["peak_mb"] if peer
+                       else "", "speedup_wall": (peer["wall"] / ours["wall"]) if ours and peer else
+                       (f"> {cap / ours['wall']:.1f}" if ours else ""), "max_diff": ""}
+                bench.row(**row)
+                print(row, flush=True)
+    bench.finish(out)
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--single":
+        single_solve(json.loads(sys.argv[2]))
+        return
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--big-nodes", type=int, default=50_000)
+    parser.add_argument("--large-sizes", default="20000,100000,1000000",
+                        help="node counts of (d)/(e), comma-separated")
+    parser.add_argument("--cap", type=float, default=300.0, help="seconds before a peer solve of (d)/(e) is stopped")
+    parser.add_argument("--skip-large", action="store_true", help="leave out (d) and (e)")
     args = parser.parse_args()
     device = torch.device(args.device)
     count = 1_000 if args.quick else 10_000
@@ -191,6 +347,10 @@ def main() -> None:
         "AddLaplacianEigenvectorPE(is_undirected=True): eigsh(which='SA')",
         columns_agree(results["ours"].cpu(), results["pyg"]))
     bench.finish(args.out)
+    if not args.skip_large:
+        sizes = [20_000] if args.quick else [int(x) for x in args.large_sizes.split(",")]
+        large_graphs(sizes, 60.0 if args.quick else args.cap,
+                     args.out.with_name(args.out.stem + "_large.json") if args.out else None)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
 
 1. The graph is split into connected components (its Laplacian is block diagonal over them, so its spectrum is
    the union of theirs). A component's null space is known exactly where there is one (``sqrt(degree)`` for the
-   normalised Laplacian, ones for ``D - A``) and is deflated, never computed.
+   normalised Laplacian, ones for ``D - A``) and is deflated, never computed; when there are at least as many
+   such components as eigenpairs wanted (a graph of many pieces), the answer is the null space and nothing is
+   solved at all.
 2. Components of at most ``dense_max_nodes`` nodes are solved together by batched dense ``eigh`` (chunks of
    bounded memory); larger ones by one sparse solver each (``solver=``):
 
@@ -59,7 +61,7 @@ FILL_BUDGET = 30_000_000
 #: (times the spectrum bound), Lanczos otherwise.
 GAP_PROBE = 0.02
 #: Extra eigenpairs the iterative solvers compute beyond those asked for (complete eigenspaces at the cut).
-EXTRA = 4
+EXTRA = 2
 # Below this much eigh work (sum of G * n^3; 2e6 is ~130 graphs of 25 nodes, ~8 ms of LAPACK), splitting it
 # over threads costs more than it saves.
 _PARALLEL_MIN_WORK = 2_000_000
@@ -89,18 +91,29 @@ def batched_eigh(stacks: list[torch.Tensor], workers: int) -> list[tuple[torch.T
 
 
 def solve_dense_groups(groups: Iterable[SizeGroup], build: Callable[[SizeGroup], tuple[torch.Tensor, Any]],
-                       workers: int, max_elements: int) -> Iterator[tuple[SizeGroup, Any, torch.Tensor, torch.Tensor]]:
+                       workers: int, max_elements: int,
+                       canonical: Callable[[SizeGroup, Any], tuple[int, Any]] | None = None,
+                       ) -> Iterator[tuple[SizeGroup, Any, torch.Tensor, torch.Tensor]]:
     """Batched ``eigh`` of the matrices ``build(chunk) -> ([G, n, n], extra)`` of the groups, cut into chunks and
     solved a few at a time so that at most about ``max_elements`` matrix elements are alive at once. Yields
-    ``(chunk, extra, values [G, n], vectors [G, n, n])``."""
+    ``(chunk, extra, values [G, n], vectors [G, n, n])``; with ``canonical(chunk, extra) -> (count, scale)`` the
+    vectors are instead the first ``count`` columns of the canonical basis (:func:`canonical_basis`, clusters
+    scaled by ``scale``)."""
     pending: list[SizeGroup] = []
     elements = 0
 
     def flush() -> Iterator[tuple[SizeGroup, Any, torch.Tensor, torch.Tensor]]:
         built = [build(chunk) for chunk in pending]
         solved = batched_eigh([matrix for matrix, _ in built], workers)
-        for chunk, (_, extra), (values, vectors) in zip(pending, built, solved):
-            yield chunk, extra, values, vectors
+        if canonical is None:
+            for chunk, (_, extra), (values, vectors) in zip(pending, built, solved):
+                yield chunk, extra, values, vectors
+            return
+        wanted = [canonical(chunk, extra) for chunk, (_, extra) in zip(pending, built)]
+        bases = [canonical_basis(vectors, values, count, scale=scale, check=False)
+                 for (values, vectors), (count, scale) in zip(solved, wanted)]
+        for chunk, (_, extra), (values, _), basis in zip(pending, built, solved, bases):
+            yield chunk, extra, values, basis
 
     for group in groups:
         for chunk in group.chunks(max_elements):
@@ -252,7 +265,7 @@ def _arpack_largest(matvec: Any, n: int, width: int, dtype: np.dtype, tol: float
 
     op = LinearOperator((n, n), matvec=matvec, dtype=dtype)
     start = _start_block(n, 1, dtype)[:, 0]
-    ncv = min(n, max(2 * width + 1, 20))
+    ncv = min(n - 1, max(3 * width, 20))  # measured: fewer restarts pay for the larger basis
     if np.issubdtype(dtype, np.complexfloating):  # ARPACK has no complex Hermitian driver
         _, vectors = eigs(op, k=width, which="LR", v0=start, tol=tol, ncv=ncv)
     else:
@@ -279,22 +292,53 @@ def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.
                            tol=1e-10)
 
 
+class BlockVCycle:
+    """One AMG V-cycle applied to a block of vectors at once: pyamg's smoothed-aggregation hierarchy, damped
+    Jacobi smoothing (one sweep, ``omega = 4 / (3 rho(D^-1 A))``), a dense solve on the coarsest level. pyamg's
+    own preconditioner runs one V-cycle per column with Gauss-Seidel in a loop; on a 100k-node ring with chords
+    LOBPCG took 10.2 s with it and 4.1 s with this (grid: 2.8 s vs 2.1 s)."""
+
+    def __init__(self, hierarchy: Any) -> None:
+        import scipy.sparse as sp
+        from pyamg.util.linalg import approximate_spectral_radius
+
+        self.levels = hierarchy.levels
+        self.inverse_diagonal, self.omega = [], []
+        for level in self.levels[:-1]:
+            inverse = 1.0 / level.A.diagonal()
+            self.inverse_diagonal.append(inverse[:, None])
+            self.omega.append(4.0 / (3.0 * approximate_spectral_radius(sp.diags(inverse) @ level.A)))
+        self.coarse = np.linalg.pinv(self.levels[-1].A.toarray())
+
+    def _cycle(self, depth: int, rhs: np.ndarray) -> np.ndarray:
+        if depth == len(self.levels) - 1:
+            return self.coarse @ rhs
+        level, step = self.levels[depth], self.omega[depth] * self.inverse_diagonal[depth]
+        x = step * rhs
+        x = x + level.P @ self._cycle(depth + 1, level.R @ (rhs - level.A @ x))
+        return x + step * (rhs - level.A @ x)
+
+    def __call__(self, block: np.ndarray) -> np.ndarray:
+        return self._cycle(0, block.reshape(block.shape[0], -1)).reshape(block.shape)
+
+
 def _lobpcg(lap: Any, width: int, null: np.ndarray | None) -> np.ndarray:
     import pyamg
     import scipy.sparse as sp
-    from scipy.sparse.linalg import lobpcg
+    from scipy.sparse.linalg import LinearOperator, lobpcg
 
     n = lap.shape[0]
     shifted = (lap + 1e-5 * sp.identity(n, dtype=lap.dtype, format="csr")).tocsr()
     near_null = null[:, None] if null is not None else np.ones((n, 1), dtype=lap.dtype)
     hierarchy = pyamg.smoothed_aggregation_solver(shifted, B=near_null,
                                                   symmetry="hermitian" if np.iscomplexobj(lap.data) else "symmetric")
+    cycle = BlockVCycle(hierarchy)
+    preconditioner = LinearOperator((n, n), matvec=cycle, matmat=cycle, dtype=lap.dtype)
     start = _start_block(n, width, lap.dtype)
     constraint = null[:, None] if null is not None else None
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "not reaching the requested tolerance": checked below
-        _, vectors = lobpcg(lap, start, M=hierarchy.aspreconditioner(), Y=constraint, tol=1e-8, maxiter=500,
-                            largest=False)
+        warnings.simplefilter("ignore", UserWarning)  # "not reaching the requested tolerance": checked after
+        _, vectors = lobpcg(lap, start, M=preconditioner, Y=constraint, tol=1e-8, maxiter=500, largest=False)
     return vectors
 
 
@@ -345,6 +389,14 @@ def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bo
     keep = min(count, n) + EXTRA
     pieces: list[_Piece] = []
     used: list[str] = []
+    if null_weight is not None:
+        # as many known null vectors (one per component that has one) as eigenpairs wanted: the answer is the
+        # null space, nothing to solve
+        norms = np.sqrt(np.bincount(labels, weights=np.abs(null_weight) ** 2, minlength=sizes.size))
+        with_null = np.flatnonzero(norms > 0)
+        if with_null.size >= min(count, n):
+            pieces = _null_pieces(null_weight, norms, order, first, sizes, with_null, lap.dtype)
+            return (*_merge(pieces, n, count, bound, lap.dtype), ["null space"])
     dense_limit = max(dense_max_nodes, keep + 2)  # (ARPACK needs fewer eigenpairs than nodes)
     small = np.flatnonzero(sizes <= dense_limit)
     pieces += _dense_components(lap, labels, position, sizes, order, first, small, keep, workers)
@@ -360,6 +412,18 @@ def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bo
         used.append(name)
         pieces.append(_Piece(nodes[None], values[None], vectors[None], np.array([values.size])))
     return (*_merge(pieces, n, count, bound, lap.dtype), used)
+
+
+def _null_pieces(null_weight: np.ndarray, norms: np.ndarray, order: np.ndarray, first: np.ndarray,
+                 sizes: np.ndarray, comps: np.ndarray, dtype: np.dtype) -> list[_Piece]:
+    """Each component's normalised null vector as its only eigenpair (eigenvalue 0), grouped by size."""
+    pieces = []
+    for s in np.unique(sizes[comps]):
+        group = comps[sizes[comps] == s]
+        nodes = order[first[group][:, None] + np.arange(s)]
+        vectors = (null_weight[nodes] / norms[group][:, None]).astype(dtype)[:, :, None]
+        pieces.append(_Piece(nodes, np.zeros((group.size, 1)), vectors, np.ones(group.size, dtype=np.int64)))
+    return pieces
 
 
 def _dense_components(lap: Any, labels: np.ndarray, position: np.ndarray, sizes: np.ndarray, order: np.ndarray,

@@ -61,7 +61,7 @@ import torch
 from ..core import check_choice, check_positive_int
 from ._input import MAX_ELEMENTS, GraphBatch, SizeGroup, check_graph, cpu_parallelism, run_cpu_work, size_groups
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
-from .sign import SIGNS, canonical_basis, random_sign, round_noise
+from .sign import SIGNS, random_sign, round_noise
 
 __all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian_pe", "dense_laplacian", "sparse_laplacian",
            "connected_components", "check_normalization"]
@@ -296,10 +296,12 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
         laplacian, d_scale = dense_laplacian(adjacency, normalization)
         return laplacian, (d_scale, _spectrum_bound(normalization, adjacency.sum(-1).amax(-1)))
 
-    for group, (d_scale, bound), values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS):
+    def canonical(group: SizeGroup, extra: tuple[torch.Tensor, Any]) -> tuple[int, Any]:
+        return start + min(k, group.n - start), extra[1]
+
+    for group, (d_scale, _), values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS,
+                                                                   canonical if sign != "none" else None):
         m = min(k, group.n - start)
-        if sign != "none":
-            vectors = canonical_basis(vectors, values, start + m, scale=bound, check=False)
         values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
         if normalization == "rw":
             vectors = _rw_vectors(vectors, d_scale)

@@ -39,7 +39,7 @@ from ..core import check_positive_int
 from ._input import GraphBatch, SizeGroup, check_graph, cpu_parallelism, run_cpu_work, size_groups
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
 from .laplacian import DENSE_MAX_NODES, check_dense_size, check_output_size, scaled_weights
-from .sign import canonical_basis, round_noise
+from .sign import round_noise
 
 __all__ = ["magnetic_laplacian", "sparse_magnetic_laplacian", "magnetic_laplacian_pe", "check_q"]
 
@@ -180,10 +180,9 @@ def _encode(g: GraphBatch, k: int, q: float, dense_max_nodes: int,
             _store(pe, eigenvalues, g, one, torch.from_numpy(values)[None].to(device),
                    torch.from_numpy(np.ascontiguousarray(vectors))[None].to(device), k)
     build = lambda group: (magnetic_laplacian(group.dense(), q), None)  # noqa: E731
-    for group, _, values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS):
-        m = min(k, group.n)
-        vectors = canonical_basis(vectors, values, m, scale=2.0, check=False)
-        _store(pe, eigenvalues, g, group, values[:, :m], vectors, k)
+    canonical = lambda group, _: (min(k, group.n), 2.0)  # noqa: E731
+    for group, _, values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS, canonical):
+        _store(pe, eigenvalues, g, group, values[:, :vectors.shape[-1]], vectors, k)
     return pe, eigenvalues, mask
 
 

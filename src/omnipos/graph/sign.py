@@ -156,11 +156,38 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
         cluster = clusters.reshape(graphs, width).to(device=w.device, dtype=torch.long)
         cluster = cluster - cluster[:, :1]
     if count and n and graphs:
-        _pivoted_cholesky(w, cluster, count, tol, out, pivot_node, pivot_size)
+        # graphs whose first `count` columns are all simple eigenvalues: the sign / phase rule, column by column
+        head = cluster[:, :count + 1]
+        simple = (head[:, 1:] != head[:, :-1]).all(1)
+        fast = simple.nonzero().squeeze(1)
+        if fast.numel():
+            _simple_columns(w[fast, :, :count], tol, out, pivot_node, pivot_size, fast)
+        slow = (~simple).nonzero().squeeze(1)
+        if slow.numel():
+            part = torch.zeros(slow.numel(), n, count, dtype=w.dtype, device=w.device)
+            part_node = torch.zeros(slow.numel(), count, dtype=torch.long, device=w.device)
+            part_size = torch.zeros(slow.numel(), count, dtype=torch.float64, device=w.device)
+            _pivoted_cholesky(w[slow], cluster[slow], count, tol, part, part_node, part_size)
+            out[slow], pivot_node[slow], pivot_size[slow] = part, part_node, part_size
     out = out.reshape(lead + (n, count))
     if return_pivots:
         return out, pivot_node.reshape(lead + (count,)), pivot_size.reshape(lead + (count,))
     return out
+
+
+def _simple_columns(v: torch.Tensor, tol: float, out: torch.Tensor, pivot_node: torch.Tensor,
+                    pivot_size: torch.Tensor, rows: torch.Tensor) -> None:
+    """The canonical basis where every column is an eigenspace of its own: ``v * conj(v_i) / |v_i|`` with ``i``
+    the largest-magnitude entry of the column (ties within ``tol``: the lowest index). Writes ``out[rows]``."""
+    magnitude = v.abs()
+    largest = magnitude.amax(dim=-2, keepdim=True)
+    pivot = (magnitude >= largest - tol).to(torch.uint8).argmax(dim=-2, keepdim=True)  # [G, 1, count]
+    entry = v.gather(-2, pivot)
+    size = entry.abs()
+    phase = torch.where(size > 0, entry.conj() / size.clamp_min(torch.finfo(size.dtype).tiny), 1.0)
+    out[rows] = v * phase.to(v.dtype)
+    pivot_node[rows] = pivot.squeeze(-2)
+    pivot_size[rows] = size.squeeze(-2).to(pivot_size.dtype)
 
 
 def _pivoted_cholesky(w: torch.Tensor, cluster: torch.Tensor, count: int, tol: float, out: torch.Tensor,
