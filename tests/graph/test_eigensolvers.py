@@ -96,7 +96,10 @@ def test_auto_choice_follows_the_measured_rules(monkeypatch):
     rows, cols = hub_edges(1600)
     hubs, hubs_null = symmetric_laplacian(rows, cols, 1600)
     normalise = lambda v: v / np.linalg.norm(v)  # noqa: E731
-    # hubs: a large gap -> Lanczos; a grid: small gap and a small factor -> shift-invert
+    # hubs: a large gap -> Lanczos (for components of LANCZOS_MIN_NODES nodes or more, lowered here); a grid: small
+    # gap and a small factor -> shift-invert
+    assert sparse_eigenpairs(hubs, 4, null=normalise(hubs_null))[2] == "shift-invert"  # 1600 < 5000 nodes
+    monkeypatch.setattr(eigensolvers, "LANCZOS_MIN_NODES", 1000)
     assert eigensolvers._probe_gap(hubs, normalise(hubs_null), 2.0) > 0.1
     assert eigensolvers._probe_gap(grid, normalise(grid_null), 2.0) < 0.02
     assert sparse_eigenpairs(hubs, 4, null=normalise(hubs_null))[2] == "lanczos"

@@ -113,14 +113,21 @@ def sparse_laplacian(row: np.ndarray, col: np.ndarray, weight: np.ndarray, n: in
 
     loops = row == col
     adjacency = sp.coo_matrix((weight[~loops], (row[~loops], col[~loops])), shape=(n, n)).tocsr()
-    adjacency = adjacency.maximum(adjacency.T).tocsr()
-    adjacency.eliminate_zeros()
-    degree = np.asarray(adjacency.sum(axis=1)).ravel()
+    adjacency = adjacency.maximum(adjacency.T).tocoo()
+    keep = adjacency.data != 0
+    rows, cols, values = adjacency.row[keep], adjacency.col[keep], adjacency.data[keep]
+    degree = np.bincount(rows, weights=values, minlength=n)
+    diagonal = np.arange(n)
     if normalization is None:
-        return (sp.diags(degree) - adjacency).tocsr(), degree, np.ones(n)
-    inv_sqrt = np.where(degree > 0, 1.0 / np.sqrt(np.where(degree > 0, degree, 1.0)), 0.0)
-    laplacian = sp.identity(n, format="csr") - sp.diags(inv_sqrt) @ adjacency @ sp.diags(inv_sqrt)
-    return laplacian.tocsr(), degree, np.sqrt(degree)
+        entries, null_weight = -values, np.ones(n)
+        diagonal_values = degree
+    else:
+        inv_sqrt = np.where(degree > 0, 1.0 / np.sqrt(np.where(degree > 0, degree, 1.0)), 0.0)
+        entries, null_weight = -values * inv_sqrt[rows] * inv_sqrt[cols], np.sqrt(degree)
+        diagonal_values = np.ones(n)
+    laplacian = sp.csr_matrix((np.concatenate([entries, diagonal_values]),
+                               (np.concatenate([rows, diagonal]), np.concatenate([cols, diagonal]))), shape=(n, n))
+    return laplacian, degree, null_weight
 
 
 def _spectrum_bound(normalization: str | None, degree_max: torch.Tensor | float) -> torch.Tensor | float:
