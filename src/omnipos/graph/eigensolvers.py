@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from ._input import SizeGroup, parallel_map
-from .sign import CANONICAL_TOL, EIGENVALUE_TOL, canonical_basis, eigenvalue_clusters
+from .sign import CANONICAL_TOL, canonical_basis, eigenvalue_clusters
 
 __all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "LANCZOS_MIN_NODES", "batched_eigh", "solve_dense_groups", "graph_eigenpairs",
            "sparse_eigenpairs", "check_solver"]
@@ -523,7 +523,7 @@ def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
         piece = pieces[p]
         mine = piece_of == p
         width = int(col_of[mine].max()) + 1
-        g, s, _ = piece.vectors.shape
+        g = piece.vectors.shape[0]
         clusters = np.full((g, width), -1, dtype=np.int64)
         clusters[comp_of[mine], col_of[mine]] = cluster[mine]
         # columns not among the members get clusters of their own after every member's (never selected)

@@ -195,7 +195,6 @@ def _pivoted_cholesky(w: torch.Tensor, cluster: torch.Tensor, count: int, tol: f
     """Fill ``out [G, n, count]`` with the canonical columns, all clusters of all graphs at once: iteration ``t``
     takes the ``t``-th pivot of every cluster that still owes an output column. ``cluster [G, M]``: ids from 0,
     non-decreasing."""
-    graphs, n, _ = w.shape
     device = w.device
     # only the clusters that reach into the first `count` columns matter
     clusters = int(cluster[:, count - 1].max()) + 1
