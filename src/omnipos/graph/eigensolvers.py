@@ -23,8 +23,8 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
      so that repeated eigenvalues are found (single-vector Lanczos can miss copies). Chosen by ``"auto"`` when
      the factor would be too large and a short Lanczos probe shows a small spectral gap (below
      :data:`GAP_PROBE`): large meshes, rings with chords.
-   - ``"lanczos"``: implicitly restarted Lanczos (ARPACK, single precision) on ``L + bound z z^H``, the null
-     vector ``z`` moved to the top of the spectrum (Wielandt deflation), smallest algebraic. Chosen by ``"auto"``
+   - ``"lanczos"``: implicitly restarted Lanczos (ARPACK, single precision) on ``bound * I - L`` restricted to
+     the complement of the null vector, largest algebraic. Chosen by ``"auto"``
      for components of at least :data:`LANCZOS_MIN_NODES` nodes whose spectral gap is large (hubs, expanders:
      Barabasi-Albert), where it converges in a few hundred matrix-vector products while the factor fills in and
      AMG coarsens badly. Single-vector Lanczos finds one vector per distinct eigenvalue: a repeated eigenvalue
@@ -33,8 +33,8 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
    Every solver starts from fixed vectors (a seeded generator), so results are the same run to run, and ends
    with a float64 Rayleigh-Ritz step on ``L`` (orthonormal vectors, eigenvalues as Rayleigh quotients).
    Accuracy reached (residual ``||L v - lambda v||``; eigenvalues are good to about its square, vectors to about
-   residual / gap): shift-invert ~1e-12 (ARPACK at tolerance 1e-12), LOBPCG ~1e-8, Lanczos ~1e-6 (it runs in
-   single precision, as PyG's LapPE does: twice as fast, and float32 is the output's precision anyway); measured
+   residual / gap): shift-invert ~1e-12 (ARPACK at tolerance 1e-12), LOBPCG ~1e-8, Lanczos ~1e-5 (it runs in
+   single precision, as PyG's LapPE does: twice as fast, and float32 is the output's precision); measured
    against dense float64 ``eigh`` in the tests. A residual above ``1e-4 * bound`` warns (RuntimeWarning).
 3. The components' eigenpairs are merged (the lowest ``count`` overall; the eigenspace at the cut is completed
    where the solvers found all of it) and given the canonical basis of :func:`omnipos.graph.canonical_basis`,
@@ -61,9 +61,10 @@ SOLVERS = ("auto", "shift-invert", "lobpcg", "lanczos")
 #: Largest reverse Cuthill-McKee envelope (entries of the factor under a profile ordering) for which ``"auto"``
 #: factorises ``L + sigma I`` (3e7 float64 entries: 240 MB).
 FILL_BUDGET = 30_000_000
-#: ``"auto"`` uses LOBPCG + AMG when a 40-step Lanczos probe puts the lowest non-trivial eigenvalue below this
-#: (times the spectrum bound), Lanczos otherwise.
-GAP_PROBE = 0.02
+#: ``"auto"`` considers Lanczos when the second Ritz value of a 30-step Lanczos probe is at least this (times the
+#: spectrum bound). Measured (normalised and magnetic Laplacians): Barabasi-Albert ~0.4, grids, geometric graphs
+#: and rings with chords 0.013-0.06 (absolute, bound 2).
+GAP_PROBE = 0.05
 #: ``"auto"`` considers Lanczos only for components of at least this many nodes: it finds one vector per
 #: distinct eigenvalue (so it can miss a copy of a repeated one, common in small symmetric graphs) and runs in
 #: single precision; below this size shift-invert is exact and cheap.
@@ -260,9 +261,8 @@ def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30)
             break
         beta.append(b)
         previous, v = v, w / b
-    from scipy.linalg import eigvalsh_tridiagonal
-
-    ritz = eigvalsh_tridiagonal(np.array(alpha), np.array(beta[1:len(alpha)]))
+    off = np.array(beta[1:len(alpha)])
+    ritz = np.linalg.eigvalsh(np.diag(alpha) + np.diag(off, 1) + np.diag(off, -1))  # (NumPy: no scipy.linalg import)
     return float(ritz[min(1, ritz.size - 1)])
 
 
@@ -301,23 +301,22 @@ def _shift_invert(lap: Any, width: int, null: np.ndarray | None, bound: float) -
 
 
 def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.ndarray:
-    """Lanczos in single precision (PyG's own: its LapPE runs ARPACK on a float32 matrix), then the float64
-    Rayleigh-Ritz of :func:`sparse_eigenpairs`. Measured on Barabasi-Albert graphs: float64 ARPACK to 1e-10 took
-    3.1 s at 100k nodes (PyG 2.4 s), single precision 1.5 s, residual 5e-6 after the float64 Rayleigh-Ritz."""
+    """Lanczos in single precision (PyG's own: its LapPE runs ARPACK on a float32 matrix) on the complement of
+    the null vector, largest algebraic of ``bound * I - L`` (formed in float64, then rounded: no cancellation
+    between the identity and ``L``'s diagonal), then the float64 Rayleigh-Ritz of :func:`sparse_eigenpairs`.
+    Measured on Barabasi-Albert graphs: float64 ARPACK to 1e-10 took 3.1 s at 100k nodes (PyG 2.4 s), this 1.3 s
+    with residual ~1e-5 (the smallest-algebraic form of the same operator reached only 3e-4)."""
+    import scipy.sparse as sp
+
     n = lap.shape[0]
     single = np.complex64 if np.iscomplexobj(lap.data) else np.float32
-    lap32 = lap.astype(single)
-    if null is None:
-        matvec = lap32.__matmul__
-    else:  # the null vector moved to the top of the spectrum (Wielandt): L + bound z z^H
-        null32 = null.astype(single)
-        weight = single(bound)
+    shifted = (bound * sp.identity(n, dtype=lap.dtype, format="csr") - lap).tocsr().astype(single)
+    null32 = null.astype(single) if null is not None else None
 
-        def matvec(x: np.ndarray) -> np.ndarray:
-            y = lap32 @ x
-            y += (weight * np.vdot(null32, x)) * null32
-            return y
-    return _arpack(matvec, n, width, np.dtype(single), tol=0.0, largest=False).astype(lap.dtype)
+    def matvec(x: np.ndarray) -> np.ndarray:
+        return _deflate(null32, shifted @ _deflate(null32, x))
+
+    return _arpack(matvec, n, width, np.dtype(single), tol=1e-5).astype(lap.dtype)
 
 
 class BlockVCycle:
@@ -498,6 +497,13 @@ def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
     out = np.zeros((n, count), dtype=np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64)
     if count == 0:
         return np.zeros(0), out
+    if len(pieces) == 1 and pieces[0].values.shape[0] == 1:  # one component: its canonical basis, no merging
+        piece = pieces[0]
+        values = torch.from_numpy(np.ascontiguousarray(piece.values[:, :piece.available[0]]))
+        vectors = torch.from_numpy(np.ascontiguousarray(piece.vectors[:, :, :piece.available[0]]))
+        basis = canonical_basis(vectors, values, count, scale=bound, check=False)[0].numpy()
+        out[piece.nodes[0]] = basis
+        return piece.values[0, :count].copy(), out
     # every candidate eigenpair: (value, piece, component within piece, column)
     cand_value, cand_piece, cand_comp, cand_col = [], [], [], []
     for p, piece in enumerate(pieces):
