@@ -7,17 +7,28 @@
     mesh-like), k=8: omnipos's shift-invert eigsh vs PyG's eigsh(which='SA'), timed once.
 (c) random-walk PE, 20 steps, on (a): omnipos `random_walk_pe` (float64 powers, the default, and float32, PyG's
     precision) vs PyG's AddRandomWalkPE graph by graph.
-(d) single large graphs (benchmarks/graph_shapes.py: Barabasi-Albert, random geometric with thousands of
-    components, 2-D grid, ring + n/20 random chords) at 2e4, 1e5 and 1e6 nodes, LapPE k=8: omnipos `laplacian_pe`
-    (solver chosen by "auto", named in the table) vs PyG's AddLaplacianEigenvectorPE(is_undirected=True). Each
-    solve runs in a fresh subprocess after an untimed warm-up solve of a 6,000-node graph of the same shape (time,
-    CPU time and peak memory above the level before the solve); PyG is stopped at --cap seconds and reported as
-    "> cap". max_diff over the columns whose eigenvalue is simple.
-(e) the magnetic Laplacian (q=0.25, k=8) on the directed versions of (d)'s graphs up to 1e5 nodes: omnipos
-    `magnetic_laplacian_pe` vs the straightforward code a user would write (SciPy `eigsh(L_q, k, which='SA')` on
-    the sparse Hermitian matrix, as PyG does for LapPE), capped the same way.
 
-Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x, (d) never slower than PyG, seconds to a minute. Threads: NumPy's BLAS runs single-threaded
+(d) RRWP, K=8, on (a)'s graphs: omnipos `rrwp` on the collated batch (and `precompute(AddRRWP(8))`) vs GRIT's
+    `add_full_rrwp` rewritten with dense torch ops graph by graph (GRIT's own code needs torch_sparse).
+(e) random-walk PE, 16 steps, on single large graphs of four shapes (Barabasi-Albert m=3: hub-heavy; random
+    geometric graph of mean degree 3: thousands of components; 2-D grid; ring + n/10 random chords) at 2e4, 1e5
+    and 1e6 nodes (--quick: 2e3, 1e4): omnipos vs PyG's AddRandomWalkPE, each case in its own subprocess for its
+    time and peak memory (VmHWM above the process's size before the call), stopped at --cap seconds or
+    --cap-gib GiB ("> cap"); omnipos reports progress, so a run that would exceed the time cap is stopped
+    early with its projected time.
+
+(f) Laplacian eigenvectors, k=8, on (e)'s single large graphs: omnipos `laplacian_pe` (solver chosen by "auto",
+    named in the table) vs PyG's AddLaplacianEigenvectorPE(is_undirected=True), each case in its own subprocess
+    after an untimed warm-up solve of a 6,000-node graph of the same shape, capped like (e). And the magnetic
+    Laplacian (q=0.25, k=8) on the same graphs with every edge directed from the lower to the higher node id (a
+    DAG), up to 1e5 nodes: omnipos `magnetic_laplacian_pe` vs what a user would write without it, SciPy
+    `eigsh(L_q, k=8, which='SA')` on the sparse Hermitian matrix (PyG has no magnetic transform). max_diff over
+    the columns whose eigenvalue is simple (elsewhere any basis of the eigenspace is right), signs matched.
+
+Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x; (d), (e), (f): faster than the peer on every case, (f)
+in seconds to a minute at 1e6 nodes.
+(c), (d), (e) run torch single-threaded on both sides (on a shared 2-core machine OpenMP's barriers made small
+ops many times slower with 2 threads; omnipos no longer changes torch's thread count itself). Threads: NumPy's BLAS runs single-threaded
 (OPENBLAS_NUM_THREADS=1: on a shared 2-core machine PyG's threaded NumPy eigh was 15x slower, so this favours
 PyG); torch keeps its default for omnipos (which runs LAPACK single-threaded per matrix and splits a batch's
 eigh over torch.get_num_threads() Python threads) and is set to 1 thread while PyG runs (with 2, its small
@@ -25,9 +36,7 @@ per-graph matmuls ran 10x slower on the shared machine). Speedups are
 given both in process CPU time (`time.process_time`, summed over threads; other processes on a shared machine
 do not inflate it) and in wall-clock time (which they do).
 
-    python benchmarks/bench_graph.py [--quick] [--large-sizes 20000,100000,1000000] [--cap 300] [--skip-large]
-
---quick: 1,000 molecules, one 5,000-node graph for (b), (d)/(e) at 2e4 nodes only with a 60 s cap.
+    python benchmarks/bench_graph.py [--quick] [--only a,b,c,d,e,f] [--cap 300] [--cap-gib 3]
 """
 
 from __future__ import annotations
@@ -36,13 +45,14 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy is imported (see the docstring)
 
+import argparse  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -52,7 +62,7 @@ warnings.filterwarnings("ignore")
 from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE  # noqa: E402
 
-from omnipos.graph import AddLaplacianPE, laplacian_pe, precompute, random_walk_pe  # noqa: E402
+from omnipos.graph import AddLaplacianPE, AddRRWP, laplacian_pe, precompute, random_walk_pe, rrwp  # noqa: E402
 
 
 def molecule_like(count: int, seed: int = 0) -> list[Data]:
@@ -131,195 +141,405 @@ def simple_columns_agree(graphs: list[Data], k: int) -> float:
     return worst
 
 
-# --- (d), (e): single large graphs, one solve per subprocess --------------------------------------------------------
+# ------------------------------------------------------------------------------------ (d) RRWP, (e) large graphs
 
 
-class PeakMemory:
-    """Peak resident memory (MiB) above the level at construction, sampled every 2 ms on a thread (ru_maxrss
-    would report the graph generator's own peak instead)."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self.start = self.peak = self._rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    @staticmethod
-    def _rss() -> float:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
-
-    def _poll(self) -> None:
-        while not self._stop.wait(0.002):
-            self.peak = max(self.peak, self._rss())
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return max(self.peak, self._rss()) - self.start
-
-
-def single_solve(spec: dict) -> None:
-    """Run one solve described by ``spec`` (who, shape, n, k, out) and print a JSON line: wall / CPU seconds, peak
-    memory above the baseline (graph generated, libraries imported), the solver used; ``pe`` saved to ``out``."""
-    import graph_shapes
-
-    sources, targets, n = graph_shapes.make(spec["shape"], spec["n"])
-    k = spec["k"]
-    who = spec["who"]
-    info = ""
-    if who in ("omnipos", "pyg"):
-        edge_index = torch.from_numpy(graph_shapes.undirected(sources, targets))
-    if who == "pyg":
-        torch.set_num_threads(1)
-        data = Data(edge_index=edge_index, num_nodes=n)
-        transform = AddLaplacianEigenvectorPE(k, is_undirected=True)
-    elif who == "omnipos":
-        from omnipos.graph import eigensolvers
-
-        used = []
-        original = eigensolvers.sparse_eigenpairs
-
-        def spy(*a, **kw):
-            out = original(*a, **kw)
-            used.append(out[2])
-            return out
-
-        eigensolvers.sparse_eigenpairs = spy
-    elif who in ("omnipos-magnetic", "scipy-magnetic"):
-        from omnipos.graph.magnetic import sparse_magnetic_laplacian
-
-        directed = torch.from_numpy(np.stack([sources, targets]))
-    # warm-up on a 6,000-node graph of the same shape (above LANCZOS_MIN_NODES, so every solver's first-call costs
-    # are paid): imports, thread pools (both sides), then the timed solve
-    small_sources, small_targets, small_n = graph_shapes.make(spec["shape"], 6000)
-    small = torch.from_numpy(graph_shapes.undirected(small_sources, small_targets))
-    if who == "pyg":
-        transform(Data(edge_index=small, num_nodes=small_n))
-    elif who == "omnipos":
-        laplacian_pe(small, small_n, k)
-    elif who == "omnipos-magnetic":
-        from omnipos.graph import magnetic_laplacian_pe
-
-        magnetic_laplacian_pe(torch.from_numpy(np.stack([small_sources, small_targets])), small_n, k, q=0.25)
-    else:
-        from scipy.sparse.linalg import eigsh
-
-        eigsh(sparse_magnetic_laplacian(small_sources, small_targets, np.ones(small_sources.size), small_n, 0.25)[0],
-              k=k, which="SA")
-    if who == "omnipos":
-        used.clear()
-    monitor = PeakMemory()
-    wall, cpu = time.perf_counter(), time.process_time()
-    if who == "pyg":
-        pe = transform(data).laplacian_eigenvector_pe
-    elif who == "omnipos":
-        pe, values, _ = laplacian_pe(edge_index, n, k, return_eigenvalues=True)
-        info = ",".join(sorted(set(used))) or "null space / dense"
-    elif who == "omnipos-magnetic":
-        from omnipos.graph import magnetic_laplacian_pe
-
-        pe = magnetic_laplacian_pe(directed, n, k, q=0.25)
-    else:
-        from scipy.sparse.linalg import eigsh
-
-        lap, _ = sparse_magnetic_laplacian(sources, targets, np.ones(sources.size), n, 0.25)
-        _, vectors = eigsh(lap, k=k, which="SA")
-        pe = torch.from_numpy(np.concatenate([vectors.real, vectors.imag], 1))
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    peak = monitor.stop()
-    np.save(spec["out"], pe.double().numpy())
-    if who == "omnipos":
-        np.save(spec["out"] + ".values.npy", values[0].double().numpy())
-    print(json.dumps({"wall": wall, "cpu": cpu, "peak_mb": peak, "n": n, "solver": info}))
-
-
-def run_single(who: str, shape: str, n: int, k: int, cap: float, workdir: Path) -> dict | None:
-    """One solve in a fresh process; ``None`` when it ran past ``cap`` seconds."""
-    out = str(workdir / f"{who}-{shape}-{n}.npy")
-    spec = {"who": who, "shape": shape, "n": n, "k": k, "out": out}
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op thread count for a block of this benchmark (an application may set it; the library
+    never does)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
     try:
-        done = subprocess.run([sys.executable, __file__, "--single", json.dumps(spec)], capture_output=True,
-                              text=True, timeout=cap, check=False)
-    except subprocess.TimeoutExpired:
-        return None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode or not lines:
-        raise RuntimeError(f"{who} on {shape} n={n} failed:\n{done.stderr[-2000:]}")
-    result = json.loads(lines[-1])
-    result["pe"] = np.load(out)
-    if who == "omnipos":
-        result["values"] = np.load(out + ".values.npy")
-    return result
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
-def simple_column_diff(ours: dict, theirs: dict) -> float | str:
-    """Largest |omnipos - peer| over columns whose eigenvalue is simple (gap > 1e-6 to both neighbours), signs
-    matched; "" when no column is simple (e.g. the null space of a graph of many components)."""
-    values = np.concatenate([[0.0], ours["values"]])
-    gaps = np.diff(values)
-    simple = np.flatnonzero((gaps[:-1] > 1e-6) & (np.append(gaps[1:], np.inf)[:-1] > 1e-6))
+def grit_rrwp(data: Data, walk_length: int = 8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GRIT's ``add_full_rrwp`` (grit/transform/rrwp.py) for one graph, with dense torch ops where GRIT uses
+    torch_sparse (``SparseTensor.from_dense`` keeps the pairs whose channels are not all zero):
+    ``(node [n, K], pair_index [2, P], pair_value [P, K])``."""
+    n, edge_index = data.num_nodes, data.edge_index
+    adj = torch.zeros(n, n).index_put_((edge_index[0], edge_index[1]), torch.ones(edge_index.shape[1]),
+                                       accumulate=True)
+    deg_inv = 1.0 / adj.sum(dim=1)
+    deg_inv[deg_inv == float("inf")] = 0
+    adj = adj * deg_inv.view(-1, 1)
+    pe_list = [torch.eye(n), adj]
+    out = adj
+    for _ in range(2, walk_length):
+        out = out @ adj
+        pe_list.append(out)
+    pe = torch.stack(pe_list, dim=-1)
+    row, col = (pe.abs().sum(-1) != 0).nonzero(as_tuple=True)
+    return pe.diagonal().transpose(0, 1), torch.stack([row, col]), pe[row, col]
+
+
+def rrwp_section(args: Any, graphs: list[Data]) -> None:
+    repeats = 1 if args.quick else 3
+    bench = Bench("graph_rrwp", notes=(
+        f"(d) RRWP, K=8, {len(graphs):,} molecule-like graphs (10-40 nodes), torch single-threaded on both sides. "
+        "GRIT = add_full_rrwp's steps with dense torch ops, graph by graph. speedup = GRIT / omnipos."))
+    edge_index, num_nodes, batch = collate(graphs)
+    with torch_threads(1):
+        index, values, nodes = rrwp(edge_index, num_nodes, 8, batch=batch)
+        grit = [grit_rrwp(g) for g in graphs]
+        offsets = torch.cumsum(torch.tensor([0] + [g.num_nodes for g in graphs[:-1]]), 0)
+        grit_index = torch.cat([p + int(o) for (_, p, _), o in zip(grit, offsets)], 1)
+        assert torch.equal(grit_index, index), "RRWP pairs differ from GRIT's"
+        diff = max(float((torch.cat([v for _, _, v in grit]) - values).abs().max()),
+                   float((torch.cat([a for a, _, _ in grit]) - nodes).abs().max()))
+        ours = wall_and_cpu_medians(lambda: rrwp(edge_index, num_nodes, 8, batch=batch), repeats=repeats, warmup=1)
+        pre = wall_and_cpu_medians(lambda: precompute(graphs, AddRRWP(8), batch_size=2048, progress=False),
+                                   repeats=repeats, warmup=1)
+        peer = wall_and_cpu_medians(lambda: [grit_rrwp(g) for g in graphs], repeats=max(1, repeats - 1), warmup=1)
+    for case, timing in (("rrwp(batch)", ours), ("precompute(AddRRWP(8))", pre)):
+        bench.row(case=case, pairs=index.shape[1], omnipos_cpu_s=timing[1], grit_cpu_s=peer[1],
+                  speedup_cpu=peer[1] / timing[1], omnipos_wall_s=timing[0], grit_wall_s=peer[0],
+                  speedup_wall=peer[0] / timing[0], max_diff=diff)
+    bench.finish(None if args.out is None else args.out.with_name("graph_rrwp.json"))
+
+
+def barabasi_albert(n: int, m: int = 3, seed: int = 0) -> np.ndarray:
+    """Preferential attachment: each new node links to m distinct earlier nodes drawn by degree (a draw from
+    the list of all edge endpoints so far)."""
+    rng = np.random.default_rng(seed)
+    ends = np.empty(2 * m * n, dtype=np.int64)  # every edge's two endpoints, in order
+    ends[:m] = np.arange(m)
+    filled, targets = m, list(range(m))
+    pairs = np.empty((2, m * (n - m)), dtype=np.int64)
+    draws = rng.random(8 * m * n)
+    used = 0
+    for v in range(m, n):
+        k = (v - m) * m
+        pairs[0, k:k + m], pairs[1, k:k + m] = v, targets
+        ends[filled:filled + m], ends[filled + m:filled + 2 * m] = targets, v
+        filled += 2 * m
+        chosen: list[int] = []
+        while len(chosen) < m:
+            if used == draws.size:
+                draws, used = rng.random(8 * m * n), 0
+            pick = int(ends[int(draws[used] * filled)])
+            used += 1
+            if pick not in chosen:
+                chosen.append(pick)
+        targets = chosen
+    return pairs
+
+
+def random_geometric(n: int, degree: float = 3.0, seed: int = 0) -> np.ndarray:
+    from scipy.spatial import cKDTree
+
+    points = np.random.default_rng(seed).random((n, 2))
+    return cKDTree(points).query_pairs(np.sqrt(degree / (np.pi * n)), output_type="ndarray").T
+
+
+def grid_2d(n: int) -> np.ndarray:
+    side = int(round(np.sqrt(n)))
+    ids = np.arange(side * side).reshape(side, side)
+    return np.concatenate([np.stack([ids[:, :-1].ravel(), ids[:, 1:].ravel()]),
+                           np.stack([ids[:-1].ravel(), ids[1:].ravel()])], 1)
+
+
+def ring_chords(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
+    chords = rng.integers(0, n, (2, n // 10))
+    return np.concatenate([ring, chords[:, chords[0] != chords[1]]], 1)
+
+
+SHAPES = {"Barabasi-Albert m=3": barabasi_albert, "random geometric (deg 3)": random_geometric,
+          "2-D grid": grid_2d, "ring + n/10 chords": ring_chords}
+
+
+def large_graph(shape: str, n: int) -> tuple[torch.Tensor, int]:
+    """Both directions of each edge, duplicates removed (PyG's AddRandomWalkPE drops parallel edges on graphs of
+    <= 2000 nodes, where it writes a dense matrix, and sums them above: both sides see simple graphs here)."""
+    pairs = np.sort(SHAPES[shape](n), axis=0)
+    pairs = np.unique(pairs[:, pairs[0] != pairs[1]], axis=1)
+    n = int(round(np.sqrt(n))) ** 2 if shape == "2-D grid" else n
+    both = np.concatenate([pairs, pairs[::-1]], 1)
+    return torch.from_numpy(np.ascontiguousarray(both)).long(), n
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1])
+    return 0
+
+
+def worker(spec: dict) -> None:
+    """One (method, graph) case in its own process: time and peak memory of the call alone."""
+    import gc
+    import os
+    import threading
+
+    if spec["method"] in SPECTRAL:
+        return spectral_worker(spec)
+    torch.set_num_threads(1)
+    ring = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    random_walk_pe(ring, 4, spec["steps"], dense_max_nodes=1)  # warm-up: imports and first calls of both
+    random_walk_pe(ring, 4, spec["steps"])
+    AddRandomWalkPE(spec["steps"])(Data(edge_index=ring, num_nodes=4))
+    AddRandomWalkPE(spec["steps"])(Data(edge_index=torch.cat([ring, ring + 4] * 520, 1) % 2100, num_nodes=2100))
+    edge_index, n = large_graph(spec["shape"], spec["n"])
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as clear:  # reset VmHWM to the current size
+        clear.write("5")
+    before = _status_kib("VmRSS")
+    report = {"nodes": n, "edges": int(edge_index.shape[1])}
+
+    def give_up(status: str, **extra: Any) -> None:
+        print(json.dumps({**report, "status": status, **extra}), flush=True)
+        os._exit(0)
+
+    threading.Timer(spec["cap"], give_up, ("time",)).start()
+    w0, c0 = time.perf_counter(), time.process_time()
+
+    first: list[tuple[float, int]] = []
+
+    def projected(done: int, total: int | None) -> None:
+        """Stop when the rate since the first finished block projects the call past 1.5x the time cap."""
+        now = time.perf_counter()
+        if not first:
+            first.append((now, done))
+            return
+        (t1, d1), elapsed = first[0], now - w0
+        if total and done > d1 and now - t1 > 10:
+            estimate = elapsed + (total - done) * (now - t1) / (done - d1)
+            if estimate > 1.5 * spec["cap"]:
+                give_up("time", projected_s=estimate)
+
+    if spec["method"] == "omnipos":
+        out = random_walk_pe(edge_index, n, spec["steps"], progress=projected)
+    else:
+        out = AddRandomWalkPE(spec["steps"])(Data(edge_index=edge_index, num_nodes=n)).random_walk_pe
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    np.save(spec["out"], out.numpy())
+    give_up("ok", wall_s=wall, cpu_s=cpu, peak_mib=(_status_kib("VmHWM") - before) / 1024)
+
+
+# ---------------------------------------------------------------- (f) eigenvectors of single large graphs
+
+
+SPECTRAL = ("omnipos-lappe", "pyg-lappe", "omnipos-magnetic", "scipy-magnetic")
+
+
+def spectral_worker(spec: dict) -> None:
+    """One (method, graph) eigenvector case in its own process, as ``worker``: a warm-up solve of a 6,000-node
+    graph of the same shape (above omnipos's Lanczos threshold, so every solver's first call is paid), then the
+    timed one. Writes ``pe`` (and omnipos's eigenvalues) for the comparison."""
+    import gc
+    import os
+    import threading
+
+    from omnipos.graph import eigensolvers, magnetic_laplacian_pe
+    from omnipos.graph.magnetic import sparse_magnetic_laplacian
+
+    method, k = spec["method"], 8
+    used: list[str] = []
+    original = eigensolvers.sparse_eigenpairs
+
+    def spy(*a: Any, **kw: Any) -> Any:  # which solver "auto" chose, for the table
+        out = original(*a, **kw)
+        used.append(out[2])
+        return out
+
+    eigensolvers.sparse_eigenpairs = spy
+
+    def directed(edge_index: torch.Tensor) -> torch.Tensor:
+        return edge_index[:, edge_index[0] < edge_index[1]]  # each edge once, lower -> higher id: a DAG
+
+    def solve(edge_index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if method == "omnipos-lappe":
+            pe, values, _ = laplacian_pe(edge_index, n, k, return_eigenvalues=True)
+            return pe, values[0]
+        if method == "pyg-lappe":
+            torch.set_num_threads(1)
+            return AddLaplacianEigenvectorPE(k, is_undirected=True)(Data(edge_index=edge_index, num_nodes=n)) \
+                .laplacian_eigenvector_pe, None
+        one_way = directed(edge_index)
+        if method == "omnipos-magnetic":
+            pe, values, _ = magnetic_laplacian_pe(one_way, n, k, q=0.25, return_eigenvalues=True)
+            return pe, values[0]
+        from scipy.sparse.linalg import eigsh
+
+        rows, cols = one_way.numpy()
+        lap, _ = sparse_magnetic_laplacian(rows, cols, np.ones(rows.size), n, 0.25)
+        _, vectors = eigsh(lap, k=k, which="SA")
+        return torch.from_numpy(np.concatenate([vectors.real, vectors.imag], 1)), None
+
+    solve(*large_graph(spec["shape"], 6000))
+    used.clear()
+    edge_index, n = large_graph(spec["shape"], spec["n"])
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as clear:  # reset VmHWM to the current size
+        clear.write("5")
+    before = _status_kib("VmRSS")
+    report = {"nodes": n, "edges": int(edge_index.shape[1])}
+
+    def give_up(status: str, **extra: Any) -> None:
+        print(json.dumps({**report, "status": status, **extra}), flush=True)
+        os._exit(0)
+
+    threading.Timer(spec["cap"], give_up, ("time",)).start()
+    w0, c0 = time.perf_counter(), time.process_time()
+    pe, values = solve(edge_index, n)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    np.save(spec["out"], pe.double().numpy())
+    if values is not None:
+        np.save(spec["out"] + ".values.npy", values.double().numpy())
+    give_up("ok", wall_s=wall, cpu_s=cpu, peak_mib=(_status_kib("VmHWM") - before) / 1024,
+            solver=",".join(sorted(set(used))) or ("null space / dense" if method.startswith("omnipos") else ""))
+
+
+def simple_column_diff(ours: np.ndarray, values: np.ndarray, theirs: np.ndarray) -> float | str:
+    """Largest |omnipos - peer| over columns whose eigenvalue is simple (gap > 1e-6 to both neighbours; the
+    trivial 0 before the first), signs matched; "" when none is (a graph of many components: the null space)."""
+    spectrum = np.concatenate([[0.0], values, [np.inf]])
+    gaps = np.diff(spectrum)
+    simple = np.flatnonzero((gaps[:-1] > 1e-6) & (gaps[1:] > 1e-6))
     if not simple.size:
         return ""
-    a, b = ours["pe"][:, simple], theirs["pe"][:, simple]
+    a, b = ours[:, simple], theirs[:, simple]
     signs = np.sign((a * b).sum(0))
     signs[signs == 0] = 1
     return float(np.abs(a - b * signs).max())
 
 
-def large_graphs(sizes: list[int], cap: float, out: Path | None) -> None:
-    import graph_shapes
+def spectral_section(args: Any) -> None:
+    import tempfile
 
-    bench = Bench("graph_large", notes=(
-        f"(d), (e): one graph per row, one solve per fresh process, LapPE / magnetic k=8; peers stopped at {cap:.0f} s "
-        "(reported as '> cap'); peak_mb: peak resident memory above the process's baseline (graph built, libraries "
-        "imported); pyg_* columns of (e) are SciPy eigsh(L_q, which='SA') on the sparse Hermitian matrix."))
-
+    sizes = [2_000, 10_000] if args.quick else [20_000, 100_000, 1_000_000]
+    cap = 60.0 if args.quick else args.cap
+    bench = Bench("graph_eigen_large", notes=(
+        f"(f) k=8 eigenvectors of one large graph, each case in its own process after a warm-up solve; capped at "
+        f"{cap:.0f} s and {args.cap_gib:g} GiB ('> cap'). peak = VmHWM above the process's size before the call "
+        "(the graph itself excluded); s = wall seconds, cpu_s = process CPU seconds; speedup_cpu = peer / omnipos "
+        "CPU time; max_diff over columns of simple eigenvalues, signs matched (both sides' float32 precision). "
+        "LapPE peer: PyG's AddLaplacianEigenvectorPE(is_undirected=True); magnetic (q=0.25, edges lower -> higher "
+        "id) peer: SciPy eigsh(L_q, 8, which='SA') on the sparse Hermitian matrix."))
+    cases = [("LapPE", "omnipos-lappe", "pyg-lappe", n) for n in sizes]
+    cases += [("magnetic", "omnipos-magnetic", "scipy-magnetic", n) for n in sizes if n <= 100_000]
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        for shape in graph_shapes.SHAPES:
+        for shape in SHAPES:
+            for encoding, ours_method, peer_method, n in cases:
+                results = {}
+                for method in (ours_method, peer_method):
+                    spec = {"method": method, "shape": shape, "n": n, "cap": cap, "out": f"{tmp}/{method}.npy"}
+                    results[method] = run_case(spec, args.cap_gib)
+                    print(f"  {encoding}, {shape}, n={n:,}, {method}: {results[method]}", flush=True)
+                ours, theirs = results[ours_method], results[peer_method]
+                both = ours["status"] == theirs["status"] == "ok"
+                diff = ""
+                if both and encoding == "LapPE":
+                    diff = simple_column_diff(np.load(f"{tmp}/{ours_method}.npy"),
+                                              np.load(f"{tmp}/{ours_method}.npy.values.npy"),
+                                              np.load(f"{tmp}/{peer_method}.npy"))
+
+                def shown(r: dict, key: str) -> Any:
+                    if r["status"] == "ok":
+                        return r[key]
+                    if r["status"] == "time":
+                        return f"> {cap:.0f} s" if key in ("wall_s", "cpu_s") else ""
+                    if r["status"] == "memory":
+                        return f"> {args.cap_gib:g} GiB" if key == "peak_mib" else ""
+                    return r["status"]
+
+                bench.row(encoding=encoding, graph=shape, nodes=ours.get("nodes", theirs.get("nodes", n)),
+                          edges=ours.get("edges", theirs.get("edges", "")), solver=ours.get("solver", ""),
+                          omnipos_s=shown(ours, "wall_s"), omnipos_cpu_s=shown(ours, "cpu_s"),
+                          omnipos_peak_mib=shown(ours, "peak_mib"),
+                          peer_s=shown(theirs, "wall_s"), peer_cpu_s=shown(theirs, "cpu_s"),
+                          peer_peak_mib=shown(theirs, "peak_mib"),
+                          speedup_cpu=theirs["cpu_s"] / ours["cpu_s"] if both else
+                          (f"> {cap / ours['cpu_s']:.0f}" if ours["status"] == "ok" and theirs["status"] == "time"
+                           else ""), max_diff=diff)
+    bench.finish(None if args.out is None else args.out.with_name("graph_eigen_large.json"))
+
+
+def run_case(spec: dict, cap_gib: float) -> dict:
+    """Run ``worker(spec)`` in a subprocess, killing it above ``cap_gib`` GiB of resident memory."""
+    proc = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(spec)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as status:
+                rss = next((int(line.split()[1]) for line in status if line.startswith("VmRSS")), 0)
+        except (FileNotFoundError, ProcessLookupError):
+            rss = 0
+        peak = max(peak, rss)
+        if rss > cap_gib * 2**20:
+            proc.kill()
+            proc.wait()
+            return {"status": "memory"}
+        time.sleep(0.1)
+    lines = [line for line in proc.stdout.read().splitlines() if line.startswith("{")]
+    if not lines:
+        return {"status": "error", "error": proc.stderr.read()[-500:]}
+    return json.loads(lines[-1])
+
+
+def large_graph_section(args: Any) -> None:
+    import tempfile
+
+    sizes = [2_000, 10_000] if args.quick else [20_000, 100_000, 1_000_000]
+    cap = 60.0 if args.quick else args.cap
+    bench = Bench("graph_walks_large", notes=(
+        f"(e) RWPE 16 steps on one large graph, each case in its own process, torch single-threaded; capped at "
+        f"{cap:.0f} s and {args.cap_gib:g} GiB ('> cap'; omnipos stops early when its progress projects past "
+        "the time cap: projected time in brackets). peak = VmHWM above the process's size before the call "
+        "(the graph itself excluded). s = wall seconds, cpu_s = process CPU seconds (what the work costs on a shared "
+        "machine); speedup_cpu = PyG / omnipos CPU time; max_diff = max |omnipos - PyG|."))
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in SHAPES:
             for n in sizes:
-                ours = run_single("omnipos", shape, n, 8, 4 * cap, workdir)
-                peer = run_single("pyg", shape, n, 8, cap, workdir)
-                fmt = lambda r, key: r[key] if r is not None else f"> {cap:.0f}"  # noqa: E731
-                row = {"case": f"(d) LapPE k=8, {shape}, n={n:,}", "solver": ours["solver"] if ours else "",
-                       "omnipos_cpu_s": fmt(ours, "cpu"), "pyg_cpu_s": fmt(peer, "cpu"),
-                       "omnipos_wall_s": fmt(ours, "wall"), "pyg_wall_s": fmt(peer, "wall"),
-                       "omnipos_peak_mb": ours["peak_mb"] if ours else "", "pyg_peak_mb": peer["peak_mb"] if peer
-                       else "", "speedup_wall": (peer["wall"] / ours["wall"]) if ours and peer else
-                       (f"> {cap / ours['wall']:.1f}" if ours else ""),
-                       "max_diff": simple_column_diff(ours, peer) if ours and peer else ""}
-                bench.row(**row)
-                print(row, flush=True)
-        for shape in graph_shapes.SHAPES:
-            for n in [n for n in sizes if n <= 100_000]:  # (the straightforward peer is hopeless beyond)
-                ours = run_single("omnipos-magnetic", shape, n, 8, 4 * cap, workdir)
-                peer = run_single("scipy-magnetic", shape, n, 8, cap, workdir)
-                fmt = lambda r, key: r[key] if r is not None else f"> {cap:.0f}"  # noqa: E731
-                row = {"case": f"(e) magnetic q=0.25 k=8, {shape}, n={n:,}", "solver": "",
-                       "omnipos_cpu_s": fmt(ours, "cpu"), "pyg_cpu_s": fmt(peer, "cpu"),
-                       "omnipos_wall_s": fmt(ours, "wall"), "pyg_wall_s": fmt(peer, "wall"),
-                       "omnipos_peak_mb": ours["peak_mb"] if ours else "", "pyg_peak_mb": peer["peak_mb"] if peer
-                       else "", "speedup_wall": (peer["wall"] / ours["wall"]) if ours and peer else
-                       (f"> {cap / ours['wall']:.1f}" if ours else ""), "max_diff": ""}
-                bench.row(**row)
-                print(row, flush=True)
-    bench.finish(out)
+                results = {}
+                for method in ("omnipos", "pyg"):
+                    spec = {"method": method, "shape": shape, "n": n, "steps": 16, "cap": cap,
+                            "out": f"{tmp}/{method}.npy"}
+                    results[method] = run_case(spec, args.cap_gib)
+                    print(f"  {shape}, n={n:,}, {method}: {results[method]}", flush=True)
+                ours, theirs = results["omnipos"], results["pyg"]
+                both = ours["status"] == theirs["status"] == "ok"
+                diff = float(np.abs(np.load(f"{tmp}/omnipos.npy") - np.load(f"{tmp}/pyg.npy")).max()) if both else ""
+
+                def shown(r: dict, key: str) -> Any:
+                    if r["status"] == "ok":
+                        return r[key]
+                    if r["status"] == "time":
+                        extra = f" ({r['projected_s']:.0f} s)" if "projected_s" in r else ""
+                        return f"> {cap:.0f} s{extra}" if key == "wall_s" else ""
+                    if r["status"] == "memory":
+                        return f"> {args.cap_gib:g} GiB" if key == "peak_mib" else ""
+                    return r["status"]
+
+                bench.row(graph=shape, nodes=ours.get("nodes", theirs.get("nodes", n)),
+                          edges=ours.get("edges", theirs.get("edges", "")),
+                          omnipos_s=shown(ours, "wall_s"), omnipos_cpu_s=shown(ours, "cpu_s"),
+                          omnipos_peak_mib=shown(ours, "peak_mib"),
+                          pyg_s=shown(theirs, "wall_s"), pyg_cpu_s=shown(theirs, "cpu_s"),
+                          pyg_peak_mib=shown(theirs, "peak_mib"),
+                          speedup_cpu=theirs["cpu_s"] / ours["cpu_s"] if both else "", max_diff=diff)
+    bench.finish(None if args.out is None else args.out.with_name("graph_walks_large.json"))
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--single":
-        single_solve(json.loads(sys.argv[2]))
-        return
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--big-nodes", type=int, default=50_000)
-    parser.add_argument("--large-sizes", default="20000,100000,1000000",
-                        help="node counts of (d)/(e), comma-separated")
-    parser.add_argument("--cap", type=float, default=300.0, help="seconds before a peer solve of (d)/(e) is stopped")
-    parser.add_argument("--skip-large", action="store_true", help="leave out (d) and (e)")
+    parser.add_argument("--only", default="a,b,c,d,e,f", help="sections to run, e.g. 'd,e'")
+    parser.add_argument("--cap", type=float, default=300.0, help="(e): seconds per case")
+    parser.add_argument("--cap-gib", type=float, default=3.0, help="(e): resident GiB per case")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    only = set(args.only.split(","))
     device = torch.device(args.device)
     count = 1_000 if args.quick else 10_000
     repeats = 1 if args.quick else 3
@@ -339,63 +559,72 @@ def main() -> None:
                   omnipos_wall_s=ours[0], pyg_wall_s=peer[0], speedup_wall=peer[0] / ours[0], max_diff=max_diff,
                   peer=peer_name)
 
-    # (a) Laplacian PE, k=8
-    diff = simple_columns_agree(graphs[:300], 8)
+    if "d" in only:
+        rrwp_section(args, graphs)
+    if "e" in only:
+        large_graph_section(args)
+    if "f" in only:
+        spectral_section(args)
+    if not only & {"a", "b", "c"}:
+        return
+
     peer_repeats = max(1, repeats - 1)  # PyG takes seconds per pass
-    ours = wall_and_cpu_medians(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch),
-                                repeats=repeats, warmup=1)
-    pre = wall_and_cpu_medians(
-        lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device, progress=False),
-        repeats=repeats, warmup=1)
-    pyg_sym = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs),
-                                   repeats=peer_repeats, warmup=1)
-    pyg_default = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs),
+    if "a" in only:
+        # (a) Laplacian PE, k=8
+        diff = simple_columns_agree(graphs[:300], 8)
+        ours = wall_and_cpu_medians(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch),
+                                    repeats=repeats, warmup=1)
+        pre = wall_and_cpu_medians(
+            lambda: precompute(graphs, AddLaplacianPE(8), batch_size=2048, device=device, progress=False),
+            repeats=repeats, warmup=1)
+        pyg_sym = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8, is_undirected=True), graphs),
                                        repeats=peer_repeats, warmup=1)
-    row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)", diff)
-    row("(a) LapPE k=8, precompute(list)", pre, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
-    row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_default, "AddLaplacianEigenvectorPE() (default: eig)")
+        pyg_default = wall_and_cpu_medians(lambda: per_graph(AddLaplacianEigenvectorPE(8), graphs),
+                                           repeats=peer_repeats, warmup=1)
+        row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)", diff)
+        row("(a) LapPE k=8, precompute(list)", pre, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
+        row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_default, "AddLaplacianEigenvectorPE() (default: eig)")
 
     # (c) random walk, 20 steps
-    rw = random_walk_pe(edge_index, num_nodes, 20, batch=batch)
-    pyg = torch.cat([g.random_walk_pe for g in per_graph(AddRandomWalkPE(20), graphs)])
-    diff = float((rw.cpu() - pyg).abs().max())
-    ours = wall_and_cpu_medians(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch),
-                                repeats=repeats, warmup=1)
-    peer = wall_and_cpu_medians(lambda: per_graph(AddRandomWalkPE(20), graphs), repeats=peer_repeats,
-                                warmup=1)
-    row("(c) RWPE 20 steps, random_walk_pe(batch)", ours, peer, "AddRandomWalkPE(20)", diff)
-    fast = random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32)
-    diff = float((fast.cpu() - pyg).abs().max())
-    ours = wall_and_cpu_medians(
-        lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32),
-        repeats=repeats, warmup=1)
-    row("(c) RWPE 20 steps, compute_dtype=float32", ours, peer, "AddRandomWalkPE(20)", diff)
+    if "c" in only:
+        with torch_threads(1):  # both sides: see the module docstring
+            rw = random_walk_pe(edge_index, num_nodes, 20, batch=batch)
+            pyg = torch.cat([g.random_walk_pe for g in per_graph(AddRandomWalkPE(20), graphs)])
+            diff = float((rw.cpu() - pyg).abs().max())
+            ours = wall_and_cpu_medians(lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch),
+                                        repeats=repeats, warmup=1)
+            peer = wall_and_cpu_medians(lambda: per_graph(AddRandomWalkPE(20), graphs), repeats=peer_repeats,
+                                        warmup=1)
+            row("(c) RWPE 20 steps, random_walk_pe(batch)", ours, peer, "AddRandomWalkPE(20)", diff)
+            fast = random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32)
+            diff = float((fast.cpu() - pyg).abs().max())
+            ours = wall_and_cpu_medians(
+                lambda: random_walk_pe(edge_index, num_nodes, 20, batch=batch, compute_dtype=torch.float32),
+                repeats=repeats, warmup=1)
+            row("(c) RWPE 20 steps, compute_dtype=float32", ours, peer, "AddRandomWalkPE(20)", diff)
 
-    # (b) one big sparse graph, k=8: each side timed once (PyG's Lanczos is slow on it)
-    big = knn_graph(big_nodes)
-    data = Data(edge_index=big, num_nodes=big_nodes)
-    results = {}
+    if "b" in only:
+        # (b) one big sparse graph, k=8: each side timed once (PyG's Lanczos is slow on it)
+        big = knn_graph(big_nodes)
+        data = Data(edge_index=big, num_nodes=big_nodes)
+        results = {}
 
-    def solve_ours():
-        results["ours"] = laplacian_pe(big.to(device), big_nodes, 8)
+        def solve_ours():
+            results["ours"] = laplacian_pe(big.to(device), big_nodes, 8)
 
-    def solve_pyg():
-        results["pyg"] = AddLaplacianEigenvectorPE(8, is_undirected=True)(data).laplacian_eigenvector_pe
+        def solve_pyg():
+            results["pyg"] = AddLaplacianEigenvectorPE(8, is_undirected=True)(data).laplacian_eigenvector_pe
 
-    w0, c0 = time.perf_counter(), time.process_time()
-    solve_ours()
-    ours = (time.perf_counter() - w0, time.process_time() - c0)
-    w0, c0 = time.perf_counter(), time.process_time()
-    solve_pyg()
-    peer = (time.perf_counter() - w0, time.process_time() - c0)
-    row(f"(b) LapPE k=8, one {big_nodes:,}-node 6-NN graph", ours, peer,
-        "AddLaplacianEigenvectorPE(is_undirected=True): eigsh(which='SA')",
-        columns_agree(results["ours"].cpu(), results["pyg"]))
+        w0, c0 = time.perf_counter(), time.process_time()
+        solve_ours()
+        ours = (time.perf_counter() - w0, time.process_time() - c0)
+        w0, c0 = time.perf_counter(), time.process_time()
+        solve_pyg()
+        peer = (time.perf_counter() - w0, time.process_time() - c0)
+        row(f"(b) LapPE k=8, one {big_nodes:,}-node 6-NN graph", ours, peer,
+            "AddLaplacianEigenvectorPE(is_undirected=True): eigsh(which='SA')",
+            columns_agree(results["ours"].cpu(), results["pyg"]))
     bench.finish(args.out)
-    if not args.skip_large:
-        sizes = [20_000] if args.quick else [int(x) for x in args.large_sizes.split(",")]
-        large_graphs(sizes, 60.0 if args.quick else args.cap,
-                     args.out.with_name(args.out.stem + "_large.json") if args.out else None)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ formula; rotary-embedding-torch: rotate_queries_or_keys on q and on k, its cache
 work). Medians over repeats, the candidates' calls interleaved, same process, same tensors. fp32 on CPU, bf16
 on CUDA. Speedup = HF time / ours.
 On CUDA also the achieved bandwidth (bytes of q and k read and written / time) and liger-kernel where installed.
+The "mrope" rows: M-RoPE (Qwen2-VL sections, ids [B, S, 3] of an image grid after a text prefix) vs transformers'
+own Qwen2VLRotaryEmbedding (cos/sin from [3, B, S] ids) + apply_rotary_pos_emb, eager.
 
-    python benchmarks/bench_rope.py [--quick] [--device cuda] [--layout half|interleaved|both]
+    python benchmarks/bench_rope.py [--quick] [--device cuda] [--layout half|interleaved|both] [--no-mrope]
 """
 
 from __future__ import annotations
@@ -30,6 +32,27 @@ def hf_eager(q, k, position_ids, inv_freq):
     return apply_rotary_pos_emb(q, k, cos, sin)
 
 
+def qwen2_vl_rotary(head_dim: int, section: list[int], device: torch.device):
+    """transformers' Qwen2VLRotaryEmbedding for a config of this head dim (no weights)."""
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
+
+    config = Qwen2VLTextConfig(hidden_size=head_dim * 2, num_attention_heads=2, head_dim=head_dim,
+                               rope_parameters={"rope_type": "default", "mrope_section": section, "rope_theta": 1e6})
+    return Qwen2VLRotaryEmbedding(config).to(device)
+
+
+def image_ids(batch: int, seq: int, device: torch.device) -> torch.Tensor:
+    """[B, S, 3] M-RoPE ids: 16 text tokens, then a square grid of image tokens, then text again."""
+    side = max(1, int((seq - 32) ** 0.5))
+    text = torch.arange(16)[:, None].expand(16, 3)
+    rows, cols = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    grid = torch.stack([torch.zeros(side * side, dtype=torch.long), rows.flatten(), cols.flatten()], -1) + 16
+    rest = seq - 16 - side * side
+    tail = (16 + side + torch.arange(rest))[:, None].expand(rest, 3)
+    return torch.cat([text, grid, tail])[None].expand(batch, seq, 3).to(device)
+
+
 def paired_times(fns: dict[str, Callable[[], object]], *, device: torch.device, repeats: int) -> dict[str, float]:
     """Median seconds of each function, the calls interleaved (a, b, c, a, b, c, ...) so that all of them see the
     same load on a shared machine; each is called twice untimed first."""
@@ -51,6 +74,7 @@ def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--layout", default="both", choices=["half", "interleaved", "both"])
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--no-mrope", action="store_true", help="skip the M-RoPE rows")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -104,6 +128,22 @@ def main() -> None:
                 if "liger" in times:
                     row.update(liger_ms=times["liger"] * 1e3, speedup_vs_liger=times["liger"] / t_ours)
             bench.row(**row)
+        if not args.no_mrope:
+            from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb
+
+            section = [d // 8, 3 * d // 16, 3 * d // 16]  # (16, 24, 24) at d = 128, as Qwen2-VL
+            hf_rotary = qwen2_vl_rotary(d, section, device)
+            ids = image_ids(b, s, device)
+            hf_ids = ids.permute(2, 0, 1)  # transformers lays ids out [3, batch, seq]
+            mrope = RotaryEmbedding(d, mrope_section=section, base=1e6).to(device)
+
+            def hf_mrope():
+                cos, sin = hf_rotary(q, hf_ids)
+                return apply_rotary_pos_emb(q, k, cos, sin)
+
+            times = paired_times({"hf": hf_mrope, "ours": lambda: mrope(q, k, ids)}, device=device, repeats=repeats)
+            bench.row(shape="x".join(map(str, shape)), layout="mrope (half)", omnipos_ms=times["ours"] * 1e3,
+                      hf_eager_ms=times["hf"] * 1e3, speedup_vs_hf=times["hf"] / times["ours"])
         del q, k
     bench.finish(args.out)
 

@@ -82,6 +82,15 @@ def main() -> None:
             repeats=args.repeats * 10, device=device)
         bench.row(step="pos-embed overhead (table for the grid)", omnipos_ms=t_ours * 1e3, timm_ms=t_peer * 1e3,
                   speedup=t_peer / t_ours, max_abs_diff=0.0)
+        positions.verify = False  # trust identity + version counter only (no snapshot comparison)
+        t_ours, t_peer = interleaved(
+            lambda: positions.tables(ours.pos_embed, grid, dtype=ours.pos_embed.dtype, device=device),
+            lambda: resample_abs_pos_embed(peer.pos_embed, new_size=grid, old_size=peer.patch_embed.grid_size,
+                                           num_prefix_tokens=prefix),
+            repeats=args.repeats * 10, device=device)
+        positions.verify = True
+        bench.row(step="pos-embed overhead, verify=False", omnipos_ms=t_ours * 1e3, timm_ms=t_peer * 1e3,
+                  speedup=t_peer / t_ours, max_abs_diff=0.0)
 
         for x in batches[:3]:  # warm-up
             ours(x), peer(x)

@@ -1,18 +1,20 @@
 """A tiny transformer on a synthetic clinical cohort: EventBatch + TimelineEncoder, trained for a few steps.
 
 The task: tell shift workers from day workers. Only *when* events happen (time of day, day of week) separates
-them, so the periodic part of the time encoding carries the signal. Runs in seconds on a CPU.
+them, so the periodic part of the time encoding carries the signal. The batch keeps times relative to each
+patient's first event (the default origin) and the clock of that event: the encoder reads the time of day on the
+clock. Runs in seconds on a CPU.
 """
 
 import torch
 from torch import nn
 
 from omnipos.timeseries import EventBatch, TimelineEncoder
-from omnipos.timeseries.synthetic import synthetic_cohort
+from omnipos.app.synthetic import synthetic_cohort
 
 torch.manual_seed(0)
 events, labels = synthetic_cohort(100, seed=0)        # MEDS-style rows: subject_id, time, code, numeric_value
-batch = EventBatch.from_frame(events, origin="epoch")  # sorted by (subject, time); hours since 1970
+batch = EventBatch.from_frame(events)  # sorted by (subject, time); hours from each first event + batch.clock
 y = torch.tensor(labels.loc[batch.subjects].to_numpy(), dtype=torch.float32)
 print(batch)
 
@@ -30,7 +32,7 @@ class TinyTimelineModel(nn.Module):
 
     def forward(self, b: EventBatch) -> torch.Tensor:
         values = torch.nan_to_num(b.values, nan=0.0).unsqueeze(-1) / 100.0
-        x = self.codes(b.codes) + self.value(values) + self.time(b.times, b.mask)
+        x = self.codes(b.codes) + self.value(values) + self.time(b)  # the batch brings mask, clock and unit
         h = self.encoder(x, src_key_padding_mask=~b.mask)
         pooled = (h * b.mask.unsqueeze(-1)).sum(1) / b.mask.sum(1, keepdim=True).clamp_min(1)
         return self.head(pooled).squeeze(-1)

@@ -2,7 +2,8 @@
 
 Writes a small FASTQ (generated; nothing is downloaded), reads it in batches, and builds for every read the
 one-hot bases, the one-hot of its reverse complement and the centered RC-symmetric positional encoding, then
-checks the symmetries the encodings promise and runs an RC-invariant model over the batch.
+checks the symmetries the encodings promise and runs an RC-invariant model over the batch. Last, a training-style
+loader: length-bucketed batches under a token budget, long reads split into windows, tokens embedded.
 """
 
 import random
@@ -12,6 +13,7 @@ from pathlib import Path
 import torch
 
 from omnipos.dna import (
+    FastxDataset,
     RCEquivariant,
     flip_within_lengths,
     kmer_tokens,
@@ -27,6 +29,8 @@ def write_reads(path: Path, count: int = 2000, seed: int = 0) -> None:
     with open(path, "w") as handle:
         for i in range(count):
             length = rng.choice([150, 150, 150, rng.randint(50, 149)])  # some reads trimmed
+            if i == 1234:
+                length = 3000  # and one long read
             seq = "".join(rng.choice("ACGT") for _ in range(length))
             qual = "".join(chr(33 + rng.randint(2, 40)) for _ in range(length))
             handle.write(f"@read{i}\n{seq}\n+\n{qual}\n")
@@ -68,6 +72,18 @@ def main() -> None:
         print(f"{reads} reads featurized; last batch: tokens {tuple(batch.tokens.shape)}, one-hot "
               f"{tuple(x.shape)}, positions {tuple(pe.shape)}, qualities {tuple(batch.qualities.shape)}")
         print("RC symmetry checks passed: positions mirror exactly, canonical 6-mers match, model is RC-invariant")
+
+        # Training-style loading: reads of similar length batched together (at most 8192 padded positions a
+        # batch), the long read split into 150-bp windows; tokens are uint8, so widen them for nn.Embedding.
+        embed = torch.nn.Embedding(32, 8)
+        loader = torch.utils.data.DataLoader(
+            FastxDataset(path, batch_size=64, max_tokens=8192, max_len=150, truncation="split"), batch_size=None)
+        real = padded = rows = 0
+        for batch in loader:
+            h = embed(batch.tokens.long()) + rc_symmetric_encoding(batch.lengths, 8, max_len=batch.tokens.shape[1])
+            real, padded, rows = real + int(batch.mask.sum()), padded + batch.mask.numel(), rows + len(batch)
+        print(f"bucketed loader: {rows} rows (the 3 kb read as {rows - reads + 1} windows), embeddings "
+              f"{tuple(h.shape[1:])} per row, {real / padded:.1%} of padded positions are bases")
 
 
 if __name__ == "__main__":

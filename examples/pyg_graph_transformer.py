@@ -1,8 +1,10 @@
-"""A tiny GraphGPS-style transformer trained for a few steps with omnipos's Laplacian PE.
+"""A tiny GraphGPS-style transformer trained for a few steps with omnipos's Laplacian PE, read by SignNet.
 
 The task is a classic one that message passing alone cannot solve: one cycle of 2m nodes or two cycles of m
 nodes? Every node has degree 2 in both, so a GNN (1-WL) sees the same thing; the Laplacian eigenvectors differ
-(two components give a second zero eigenvalue, whose eigenvector is constant on each cycle).
+(two components give a second zero eigenvalue, whose eigenvector is constant on each cycle). An eigenvector's sign
+is arbitrary: SignNet encodes the eigenvectors (with their eigenvalues) as phi(v) + phi(-v), so the model cannot
+depend on it (the alternative is RandomSignFlip at every step, and hoping the model learns the invariance).
 
     python examples/pyg_graph_transformer.py
 """
@@ -13,7 +15,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GINConv, GPSConv, global_mean_pool
 
-from omnipos.graph import AddLaplacianPE, RandomSignFlip, precompute
+from omnipos.graph import AddLaplacianPE, SignNet, precompute
 
 K = 4  # eigenvectors per node
 
@@ -36,11 +38,12 @@ def dataset() -> list[Data]:
 
 
 class TinyGPS(nn.Module):
-    """GPS layers (local GIN message passing + global attention) over [constant feature | LapPE] inputs."""
+    """GPS layers (local GIN message passing + global attention) over [constant feature | SignNet(LapPE)]."""
 
     def __init__(self, channels: int = 16, layers: int = 2) -> None:
         super().__init__()
-        self.embed = nn.Linear(1 + K, channels)
+        self.signnet = SignNet(K, 8, hidden=8)
+        self.embed = nn.Linear(1 + 8, channels)
         self.layers = nn.ModuleList(
             GPSConv(channels, GINConv(nn.Sequential(nn.Linear(channels, channels), nn.ReLU(),
                                                     nn.Linear(channels, channels))), heads=2)
@@ -48,7 +51,8 @@ class TinyGPS(nn.Module):
         self.head = nn.Linear(channels, 2)
 
     def forward(self, batch) -> torch.Tensor:
-        x = torch.cat([torch.ones(batch.num_nodes, 1), batch.laplacian_eigenvector_pe], dim=-1)
+        pe = self.signnet(batch.laplacian_eigenvector_pe, batch.eigenvalues, batch=batch.batch)
+        x = torch.cat([torch.ones(batch.num_nodes, 1), pe], dim=-1)
         h = self.embed(x)
         for layer in self.layers:
             h = layer(h, batch.edge_index, batch.batch)
@@ -58,16 +62,16 @@ class TinyGPS(nn.Module):
 def main() -> None:
     torch.manual_seed(0)
     # Encode the whole dataset once, batched (the transform works as pre_transform= of a PyG dataset too).
-    graphs = precompute(dataset(), AddLaplacianPE(K), batch_size=64, progress=False)
-    print(f"{len(graphs)} graphs, laplacian_eigenvector_pe {tuple(graphs[0].laplacian_eigenvector_pe.shape)}")
+    graphs = precompute(dataset(), AddLaplacianPE(K, eigenvalue_attr="eigenvalues"), batch_size=64,
+                        progress=False)
+    print(f"{len(graphs)} graphs, laplacian_eigenvector_pe {tuple(graphs[0].laplacian_eigenvector_pe.shape)}, "
+          f"eigenvalues {tuple(graphs[0].eigenvalues.shape)}")
     loader = DataLoader(graphs, batch_size=32, shuffle=True)
-    flip = RandomSignFlip(generator=torch.Generator().manual_seed(0))  # eigenvector signs are arbitrary
     model = TinyGPS()
     optimiser = torch.optim.Adam(model.parameters(), lr=3e-3)
     for epoch in range(6):
         correct = total = 0
         for batch in loader:
-            batch = flip(batch)  # one random sign per graph and column, at every step
             logits = model(batch)
             loss = nn.functional.cross_entropy(logits, batch.y)
             optimiser.zero_grad()

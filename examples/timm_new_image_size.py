@@ -45,6 +45,6 @@ print("real patches per image:", mask.sum(1).tolist(), "of", mask.shape[1])
 
 # 3. A checkpoint trained on a non-square grid (192 x 320 -> 12 x 20 patches) into a 224 x 224 model.
 wide = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=(192, 320))
-state = resize_state_dict(wide.state_dict(), (14, 14), old_grid=(12, 20))
+state = resize_state_dict(wide.state_dict(), grid=(14, 14), old_grid=(12, 20))
 timm.create_model("vit_tiny_patch16_224", pretrained=False).load_state_dict(state)
 print("resized pos_embed:", tuple(wide.pos_embed.shape), "->", tuple(state["pos_embed"].shape))

@@ -107,3 +107,70 @@ def test_check_lengths():
         check_lengths(torch.tensor([1.5]), "counts")
     with pytest.raises(ValueError, match="1-D"):
         check_lengths(torch.zeros(2, 2, dtype=torch.long))
+
+
+# -- issue 14: silent casts, odd arguments, meta tensors, huge sizes -------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype,pad_value", [(torch.uint8, -1), (torch.int64, 0.5), (torch.int8, 200),
+                                             (torch.bool, 2), (torch.float32, 1e39), (torch.float16, 70000.0),
+                                             (torch.int32, float("nan"))])
+def test_pad_value_the_dtype_cannot_hold_is_refused(dtype, pad_value):
+    """pad_ragged silently cast its pad value: -1 in uint8 -> 255, 0.5 -> 0 for ints."""
+    seqs = [torch.ones(1, dtype=dtype), torch.ones(2, dtype=dtype)]
+    with pytest.raises(ValueError, match="pad_value"):
+        pad_ragged(seqs, pad_value)
+    mask = torch.tensor([[True, False], [True, True]])
+    with pytest.raises(ValueError, match="pad_value"):
+        pad_packed(torch.ones(3, dtype=dtype), mask, pad_value)
+
+
+@pytest.mark.parametrize("dtype,pad_value", [(torch.uint8, 255), (torch.int64, -(2**63)), (torch.int64, 3.0),
+                                             (torch.bool, True), (torch.float32, float("nan")),
+                                             (torch.float16, float("-inf")), (torch.float64, 0.1)])
+def test_pad_values_the_dtype_holds_are_written_as_given(dtype, pad_value):
+    padded, mask = pad_ragged([torch.zeros(1, dtype=dtype), torch.zeros(2, dtype=dtype)], pad_value)
+    expected = torch.tensor(pad_value, dtype=dtype)
+    assert torch.equal(padded[0, 1], expected) or (expected.isnan() and padded[0, 1].isnan())
+
+
+def test_pad_value_must_be_a_number():
+    with pytest.raises(TypeError, match="pad_value"):
+        pad_ragged([torch.zeros(1)], "0")
+
+
+def test_check_lengths_of_none_is_a_type_error():
+    """check_lengths(None) raised RuntimeError ("Could not infer dtype of NoneType")."""
+    from omnipos.core import check_lengths
+
+    with pytest.raises(TypeError, match="lengths"):
+        check_lengths(None)
+    with pytest.raises(TypeError, match="cu_seqlens"):
+        packed_positions(None)
+
+
+def test_meta_lengths_need_max_len_and_then_work():
+    """lengths_to_mask called .item() on meta tensors."""
+    meta = torch.tensor([1, 2], device="meta")
+    with pytest.raises(ValueError, match="max_len"):
+        lengths_to_mask(meta)
+    mask = lengths_to_mask(meta, max_len=5)
+    assert mask.is_meta and mask.shape == (2, 5) and mask.dtype == torch.bool
+    padded, mask = pad_ragged([torch.empty(3, 4, device="meta"), torch.empty(1, 4, device="meta")])
+    assert padded.is_meta and padded.shape == (2, 3, 4) and mask.shape == (2, 3)
+    with pytest.raises(ValueError, match="meta"):
+        pad_packed(torch.empty(3, device="meta"), torch.ones(1, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("max_len", [2**62, 2**40])
+def test_huge_max_len_is_a_value_error_not_an_allocator_crash(max_len):
+    """Huge max_len reached the allocator: "Storage size calculation overflowed" / "can't allocate memory"."""
+    with pytest.raises(ValueError, match="max_len"):
+        lengths_to_mask(torch.tensor([1, 2]), max_len=max_len)
+    with pytest.raises(ValueError, match="max_len"):
+        pad_ragged([torch.ones(2)], max_len=max_len)
+
+
+def test_max_len_shorter_than_a_sequence_names_it():
+    with pytest.raises(ValueError, match=r"max_len=2 is shorter than the longest sequence \(3, seqs\[1\]\)"):
+        pad_ragged([torch.ones(1), torch.ones(3)], max_len=2)

@@ -59,3 +59,30 @@ def test_bad_input():
     with pytest.raises(ValueError, match="max_position"):
         interp(torch.tensor([10]), max_position=9)
     assert "beyond='interpolate'" in repr(interp)
+
+
+def test_reset_parameters_after_meta_init_reproduces_init():
+    torch.manual_seed(5)
+    fresh = LearnedPositionalEmbedding(12, 4, init_std=0.5)
+    with torch.device("meta"):
+        meta = LearnedPositionalEmbedding(12, 4, init_std=0.5)
+    meta.to_empty(device="cpu")
+    torch.manual_seed(5)
+    meta.reset_parameters()
+    assert torch.equal(meta.weight, fresh.weight)
+    assert 0.3 < float(fresh.weight.std()) < 0.7
+
+
+def test_interpolation_is_differentiable_in_the_positions():
+    emb = LearnedPositionalEmbedding(5, 3, beyond="interpolate").double()
+    positions = torch.tensor([0.3, 2.5, 7.25], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p: emb(p), (positions,))
+    fixed = torch.tensor([0.3, 2.5], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p: emb(p, max_position=9.0), (fixed,))
+
+
+def test_max_position_is_refused_where_it_means_nothing():
+    with pytest.raises(ValueError, match="max_position"):
+        LearnedPositionalEmbedding(8, 4)(torch.tensor([1]), max_position=9)
+    with pytest.raises(ValueError, match="max_position"):
+        LearnedPositionalEmbedding(8, 4, beyond="interpolate")(torch.tensor([1.0]), max_position=float("inf"))

@@ -138,3 +138,56 @@ def test_bad_input():
         relative_bias_score_mod(torch.zeros(4, 4))
     with pytest.raises(TypeError, match="q_offset must be an int"):
         alibi_bias(4, 3, 3, q_offset=1.5)
+
+
+# -- issue 14: int64 overflow and silently accepted dtypes -----------------------------------------------------------
+
+
+def test_alibi_offset_near_int64_edge_is_refused_not_a_positive_bias():
+    """alibi_bias(1, 1, 1, q_offset=-2**63) gave +3.6e16: |0 - (-2**63)| wraps to -2**63."""
+    with pytest.raises(ValueError, match="q_offset"):
+        alibi_bias(1, 1, 1, q_offset=-2**63)
+    with pytest.raises(ValueError, match="q_offset"):
+        alibi_bias(2, 3, 3, q_offset=2**62)
+    far = alibi_bias(1, 1, 2, q_offset=2**53 - 3, dtype=torch.float64)  # still exact: the right (negative) bias
+    expected = -torch.tensor([2.0**53 - 3, 2.0**53 - 4], dtype=torch.float64) / 256  # one head: slope 2^-8
+    assert far.max() < 0 and torch.equal(far[0, 0], expected)
+
+
+def test_t5_bucket_of_int64_min_is_the_far_bucket():
+    """t5_relative_bucket(tensor([-2**63])) gave bucket -2**63 (abs overflows)."""
+    out = t5_relative_bucket(torch.tensor([-2**63, -2**62, 2**63 - 1, -129, 129]))
+    assert out.tolist() == [15, 15, 31, 15, 31]
+    out = t5_relative_bucket(torch.tensor([-2**63, 2**63 - 1]), bidirectional=False)
+    assert out.tolist() == [31, 0]
+
+
+def test_relative_position_bias_offset_near_int64_edge_is_a_value_error():
+    """RelativePositionBias(1)(1, 3, q_offset=-2**63+1) raised IndexError."""
+    with pytest.raises(ValueError, match="q_offset"):
+        RelativePositionBias(1)(1, 3, q_offset=-2**63 + 1)
+    bias = RelativePositionBias(2)
+    far = bias(1, 3, q_offset=-(2**52))  # keys far after the query: all in the last bucket
+    assert torch.equal(far, bias.relative_attention_bias.weight[31][:, None, None].expand(2, 1, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_alibi_integer_dtype_is_refused(dtype):
+    """alibi_bias(..., dtype=torch.int32) was accepted (every slope rounds to 0)."""
+    with pytest.raises(TypeError, match="dtype"):
+        alibi_bias(4, 3, 3, dtype=dtype)
+    with pytest.raises(TypeError, match="dtype"):
+        alibi_slopes(4, dtype=dtype)
+
+
+def test_relative_position_bias_reset_parameters_and_meta():
+    torch.manual_seed(3)
+    fresh = RelativePositionBias(4, num_buckets=8, max_distance=16)
+    with torch.device("meta"):
+        meta = RelativePositionBias(4, num_buckets=8, max_distance=16)
+    meta.to_empty(device="cpu")
+    torch.manual_seed(3)
+    meta.reset_parameters()
+    assert torch.equal(meta.relative_attention_bias.weight, fresh.relative_attention_bias.weight)
+    torch.manual_seed(3)
+    assert torch.equal(torch.randn(8, 4), fresh.relative_attention_bias.weight)  # N(0, 1), nn.Embedding's init

@@ -14,8 +14,13 @@ from omnipos.core import RotaryEmbedding
 CASES = textwrap.dedent('''
     import torch
     from omnipos.core import RotaryEmbedding
-    from omnipos.core import _rope_triton
-    from omnipos.core.rotary import _rotate_eager
+    from omnipos.core import rope_triton
+
+    def maybe_rotate(rope, q, k, pos, seq_axis):
+        slot_axis = getattr(rope, "slot_axis", None)
+        return rope_triton.maybe_rotate(q, k, pos, rope.frequencies(pos).to(q.device), seq_axis=seq_axis,
+                                        rotary_dim=rope.rotary_dim, interleaved=rope.layout == "interleaved",
+                                        attention_factor=rope.attention_factor, slot_axis=slot_axis)
 
     def check(device, dtype, tol):
         g = torch.Generator().manual_seed(0)
@@ -34,6 +39,16 @@ CASES = textwrap.dedent('''
              torch.stack(torch.meshgrid(torch.arange(3), torch.arange(4), indexing="ij"), -1).reshape(12, 2)),
             (dict(dim=16), (17, 3, 16), (17, 3, 16), 0,
              torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 6])),
+            # 3-D RoPE with unequal per-axis dims (HunyuanVideo's rope_dim_list), partial
+            (dict(dim=24, n_axes=3, axes_dims=(4, 6, 10), rotary_dim=20, layout="interleaved"), (1, 2, 12, 24),
+             (1, 2, 12, 24), -2, torch.randint(0, 9, (12, 3), generator=g)),
+            # M-RoPE, contiguous sections (Qwen2-VL), GQA, ids given HF-style [3, batch, seq] and permuted: the
+            # coordinate axis is not contiguous
+            (dict(dim=32, mrope_section=(4, 6, 6)), (2, 4, 10, 32), (2, 2, 10, 32), -2,
+             torch.randint(0, 300, (3, 2, 10), generator=g).permute(1, 2, 0)),
+            # M-RoPE, interleaved sections (Qwen3-VL), flash-attn layout, real-valued ids
+            (dict(dim=32, mrope_section=(6, 5, 5), mrope_interleaved=True), (2, 10, 4, 32), (2, 10, 1, 32), 1,
+             torch.rand(2, 10, 3, generator=g, dtype=torch.float64) * 500),
         ]
         worst = 0.0
         for kwargs, qs, ks, seq_dim, pos in cases:
@@ -42,7 +57,7 @@ CASES = textwrap.dedent('''
             k = torch.randn(ks, generator=g).to(device=device, dtype=dtype)
             pos = pos.to(device)
             seq_axis = seq_dim % q.ndim
-            got = _rope_triton.maybe_rotate(rope, q, k, pos, seq_axis)
+            got = maybe_rotate(rope, q, k, pos, seq_axis)
             assert got is not None, "kernel not selected"
             import os
             os.environ["OMNIPOS_DISABLE_TRITON"] = "1"
@@ -54,16 +69,24 @@ CASES = textwrap.dedent('''
                 err = ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item()  # 1 ulp
                 worst = max(worst, err)
                 assert err <= tol, (kwargs, err)
-            alone = _rope_triton.maybe_rotate(rope, q, None, pos, seq_axis)[0]
+            alone = maybe_rotate(rope, q, None, pos, seq_axis)[0]
             assert ((alone.float() - one.float()).abs() / (1 + one.float().abs())).max().item() <= tol
             # autograd through the kernel: the backward turns the other way, so grad of |R q|^2 / 2 is a^2 q
             if dtype == torch.float32:
                 qg = q.clone().requires_grad_()
-                out = _rope_triton.maybe_rotate(rope, qg, None, pos, seq_axis)[0]
+                out = maybe_rotate(rope, qg, None, pos, seq_axis)[0]
                 (grad,) = torch.autograd.grad(out, qg, out.detach())
                 expected = q.clone()
                 expected[..., :rope.rotary_dim] *= rope.attention_factor ** 2
                 assert ((grad - expected).abs() / (1 + expected.abs())).max().item() < 1e-5
+                # double backward: the backward is the kernel again (R^T v), differentiable in v: d<R^T v, w>/dv = R w
+                v = torch.randn(out.shape, generator=g).to(device).requires_grad_()
+                w = torch.randn(out.shape, generator=g).to(device)
+                out = maybe_rotate(rope, qg, None, pos, seq_axis)[0]
+                (first,) = torch.autograd.grad(out, qg, v, create_graph=True)
+                (second,) = torch.autograd.grad(first, v, w)
+                rotated_w = maybe_rotate(rope, w, None, pos, seq_axis)[0]
+                assert ((second - rotated_w).abs() / (1 + rotated_w.abs())).max().item() < 1e-5
         return worst
 ''')
 
@@ -99,13 +122,13 @@ def test_kernel_matches_eager_on_cuda(dtype, tol):
 
 @pytest.mark.gpu
 def test_kernel_is_chosen_automatically_on_cuda(monkeypatch):
-    from omnipos.core import _rope_triton
+    from omnipos.core import rope_triton
 
-    if not _rope_triton.HAS_TRITON:
+    if not rope_triton.HAS_TRITON:
         pytest.skip("triton not importable")
     calls = []
-    original = _rope_triton.rotate_qk
-    monkeypatch.setattr(_rope_triton, "rotate_qk", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = rope_triton.rotate_qk
+    monkeypatch.setattr(rope_triton, "rotate_qk", lambda *a, **k: calls.append(1) or original(*a, **k))
     rope = RotaryEmbedding(64).cuda()
     q = torch.randn(2, 8, 128, 64, device="cuda", dtype=torch.bfloat16)
     rope(q, q, torch.arange(128, device="cuda"))

@@ -104,33 +104,63 @@ def test_interleaved_matches_rotary_embedding_torch():
                                theirs.rotate_queries_or_keys(q_seq_first, seq_dim=-3), rtol=0, atol=2e-5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_apply_rotary_interleaved_and_odd_offsets_agree_with_module(dtype):
-    rope = RotaryEmbedding(20, layout="interleaved", rotary_dim=12)
-    base = randn(3, 2, 9, 21, seed=23).to(dtype)
-    x = base[..., 1:]  # odd storage offset and odd strides: no complex view possible
-    positions = torch.arange(9) + 11
-    cos, sin = rope.cos_sin(positions)
-    expected = torch.from_numpy(reference_rotate(x.double().numpy(), positions.numpy(),
-                                                 rope_frequencies(12)[0].numpy(), "interleaved", 12))
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
-    for out in (apply_rotary(x, cos, sin, layout="interleaved"), rope.rotate(x, positions),
-                rope.rotate(x.contiguous(), positions)):
-        assert out.dtype == dtype
-        torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
-
-
 def test_xpos_matches_rotary_embedding_torch():
+    """rotary-embedding-torch centres the xPos scale on each call's seq_len // 2; the same centre given as
+    xpos_center reproduces its q and k exactly, and any other centre gives the same scores (only n_q - n_k
+    reaches q . k)."""
     ret = pytest.importorskip("rotary_embedding_torch")
     theirs = ret.RotaryEmbedding(dim=32, use_xpos=True)
-    ours = RotaryEmbedding(32, layout="interleaved", xpos=True)
     q, k = randn(1, 2, 64, 32, seed=5), randn(1, 2, 64, 32, seed=6)
     q_t, k_t = theirs.rotate_queries_and_keys(q, k)
-    q_o, k_o = ours(q, k, torch.arange(64))
+    same_centre = RotaryEmbedding(32, layout="interleaved", xpos=True, xpos_center=32)
+    q_o, k_o = same_centre(q, k, torch.arange(64))
     torch.testing.assert_close(q_o, q_t, rtol=1e-5, atol=2e-5)
     torch.testing.assert_close(k_o, k_t, rtol=1e-5, atol=2e-5)
+    default = RotaryEmbedding(32, layout="interleaved", xpos=True)  # centred at 0: other q, k, the same scores
+    q_d, k_d = default(q, k, torch.arange(64))
+    assert not torch.allclose(q_d, q_t, atol=1e-3)
+    torch.testing.assert_close(q_d @ k_d.transpose(-1, -2), q_t @ k_t.transpose(-1, -2), rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="forward"):
-        ours.rotate(q, torch.arange(64))
+        default.rotate(q, torch.arange(64))
+
+
+def test_xpos_under_a_kv_cache_equals_one_full_call():
+    """Keys rotated at prefill, later queries one step at a time: the scores (and the softmax) must be those of a
+    single call over the whole sequence. Centred on each call's length (rotary-embedding-torch#27) they are not."""
+    n0, n, dim = 32, 64, 16
+    q, k = randn(1, n, dim, seed=30, dtype=torch.float64), randn(1, n, dim, seed=31, dtype=torch.float64)
+    rope = RotaryEmbedding(dim, layout="interleaved", xpos=True, xpos_center=100.0)
+    q_full, k_full = rope(q, k, torch.arange(n))
+    _, k_cache = rope(q[:, :n0], k[:, :n0], torch.arange(n0))  # prefill
+    q_steps, k_steps = zip(*(rope(q[:, i:i + 1], k[:, i:i + 1], torch.tensor([i])) for i in range(n0, n)))
+    keys = torch.cat([k_cache, *k_steps], 1)
+    cached = q_steps[-1] @ keys.transpose(-1, -2)  # the last decode step's query against the cache
+    full = q_full[:, -1:] @ k_full.transpose(-1, -2)
+    torch.testing.assert_close(cached, full, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cached.softmax(-1), full.softmax(-1), rtol=1e-12, atol=1e-12)
+
+    ret = pytest.importorskip("rotary_embedding_torch")  # the per-call centre of the peer: off under a cache
+    theirs = ret.RotaryEmbedding(dim=dim, use_xpos=True, cache_if_possible=False)
+    _, k_pre = theirs.rotate_queries_and_keys(q[:, :n0].float(), k[:, :n0].float())  # centre n0 // 2
+    q_all, k_all = theirs.rotate_queries_and_keys(q.float(), k.float())  # centre n // 2
+    peer_cached = q_all[:, -1:] @ torch.cat([k_pre, k_all[:, n0:]], 1).transpose(-1, -2)
+    peer_full = q_all[:, -1:] @ k_all.transpose(-1, -2)
+    assert ((peer_cached - peer_full).abs() / peer_full.abs().clamp(min=1e-3)).max() > 1e-2
+
+
+def test_xpos_scale_outside_the_dtype_range_is_refused_by_name():
+    """xPos at position 1e5 centred at 0: scales zeta^(1e5/512) underflow float32 (inf / NaN before the fix)."""
+    rope = RotaryEmbedding(8, layout="interleaved", xpos=True)
+    q = randn(1, 2, 8, seed=32)
+    far = torch.tensor([1e5, 1e5 + 1], dtype=torch.float64)
+    with pytest.raises(ValueError, match="xpos_center"):
+        rope(q, q, far)
+    centred = RotaryEmbedding(8, layout="interleaved", xpos=True, xpos_center=1e5)
+    q_r, k_r = centred(q, q, far)
+    assert torch.isfinite(q_r).all() and torch.isfinite(k_r).all()
+    with pytest.raises(ValueError, match="float16"):  # float16's range is much narrower
+        centred(q.half(), q.half(), far + 5000)
+    assert torch.isfinite(torch.cat(centred(q.double(), q.double(), far + 5000))).all()
 
 
 def grid_positions(h, w):
@@ -172,16 +202,6 @@ def test_axial_matches_timm_rotary_embedding_cat(grid_indexing, temperature):
         positions = positions.flip(-1)
     ours = RotaryEmbedding(dim, layout="interleaved", n_axes=2, base=temperature)
     torch.testing.assert_close(ours.rotate(x, positions), expected, rtol=0, atol=1e-5)
-
-
-def test_axial_half_layout_is_the_interleaved_model_after_conversion():
-    """Slot j pairs (j, j + R/2) in "half": the same frequencies, so permuting channels maps one onto the other."""
-    x = randn(5, 12, 24, seed=9, dtype=torch.float64)
-    pos = torch.rand(12, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 50
-    half = RotaryEmbedding(24, n_axes=3).rotate(x, pos)
-    perm = torch.cat([torch.arange(0, 24, 2), torch.arange(1, 24, 2)])  # interleaved channel order -> half
-    inter = RotaryEmbedding(24, layout="interleaved", n_axes=3).rotate(x[..., torch.argsort(perm)], pos)
-    torch.testing.assert_close(half, inter[..., perm], rtol=1e-12, atol=1e-12)
 
 
 # -- float64 definition, real-valued and packed positions ----------------------------------------------------------
@@ -267,43 +287,6 @@ def test_score_depends_only_on_offset(layout, half_dim, partial, m, n, shift, se
     assert torch.allclose(at, moved, rtol=1e-9, atol=1e-9)
 
 
-@given(layout=st.sampled_from(["half", "interleaved"]), heads=st.integers(1, 4), half_dim=st.integers(1, 8),
-       seed=st.integers(0, 2**16))
-def test_layout_conversion_leaves_scores_unchanged(layout, heads, half_dim, seed):
-    head_dim, d_in, seq = 2 * half_dim, 10, 7
-    other = "interleaved" if layout == "half" else "half"
-    wq, wk = randn(heads * head_dim, d_in, seed=seed, dtype=torch.float64), randn(heads * head_dim, d_in,
-                                                                                 seed=seed + 1, dtype=torch.float64)
-    x = randn(seq, d_in, seed=seed + 2, dtype=torch.float64)
-
-    def scores(wq, wk, lay):
-        rope = RotaryEmbedding(head_dim, layout=lay)
-        q = (x @ wq.T).reshape(seq, heads, head_dim).transpose(0, 1)
-        k = (x @ wk.T).reshape(seq, heads, head_dim).transpose(0, 1)
-        q, k = rope(q, k, torch.arange(seq))
-        return q @ k.transpose(-1, -2)
-
-    converted = scores(convert_rope_layout(wq, heads, to=other), convert_rope_layout(wk, heads, to=other), other)
-    torch.testing.assert_close(converted, scores(wq, wk, layout), rtol=1e-10, atol=1e-10)
-    back = convert_rope_layout(convert_rope_layout(wq, heads, to=other), heads, to=layout)
-    assert torch.equal(back, wq)
-
-
-def test_convert_rope_layout_matches_hf_permute_and_partial():
-    n_heads, head_dim, d_in = 4, 8, 6
-    w = randn(n_heads * head_dim, d_in, seed=13)
-    # convert_llama_weights_to_hf.py: permute(w) = w.view(n, hd // 2, 2, in).transpose(1, 2).reshape(...)
-    hf = w.view(n_heads, head_dim // 2, 2, d_in).transpose(1, 2).reshape(n_heads * head_dim, d_in)
-    assert torch.equal(convert_rope_layout(w, n_heads, to="half"), hf)
-    bias = randn(n_heads * head_dim, seed=14)
-    assert torch.equal(convert_rope_layout(bias, n_heads, to="half"), hf[:, :1].squeeze(1) * 0 + bias.view(
-        n_heads, head_dim // 2, 2).transpose(1, 2).reshape(-1))
-    part = convert_rope_layout(w, n_heads, to="half", rotary_dim=4).view(n_heads, head_dim, d_in)
-    assert torch.equal(part[:, 4:], w.view(n_heads, head_dim, d_in)[:, 4:])
-    assert torch.equal(part[:, :4], w.view(n_heads, head_dim, d_in)[:, :4].view(n_heads, 2, 2, d_in)
-                       .transpose(1, 2).reshape(n_heads, 4, d_in))
-
-
 def _attention(q, k, v):
     return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ v
 
@@ -377,16 +360,6 @@ def test_no_stale_values_across_offsets_lengths_devices():
                                rtol=0, atol=2e-6)
 
 
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_autograd_is_the_transpose(layout):
-    rope = RotaryEmbedding(12, layout=layout, rotary_dim=8)
-    x = randn(2, 5, 12, seed=20, dtype=torch.float64).requires_grad_()
-    positions = torch.arange(5) * 3
-    assert torch.autograd.gradcheck(lambda t: rope.rotate(t, positions), (x,))
-    grad = torch.autograd.grad(rope.rotate(x, positions).square().sum(), x)[0]
-    torch.testing.assert_close(grad, 2 * x.detach(), rtol=1e-12, atol=1e-12)  # |R x|^2 = |x|^2
-
-
 def test_torch_compile_fullgraph():
     rope = RotaryEmbedding(16, rotary_dim=8, layout="interleaved")
     q, k = randn(1, 2, 6, 16, seed=21), randn(1, 2, 6, 16, seed=22)
@@ -417,7 +390,8 @@ def test_repr():
     ({"dim": 64, "scaling": {"rope_type": "yarn", "factor": 4.0}}, ValueError, "original_max_position_embeddings"),
     ({"dim": 64, "n_axes": 3}, ValueError, "multiple of 2 * n_axes"),
     ({"dim": 64, "base": "1e4"}, TypeError, "base must be a number"),
-    ({"dim": 64, "base": 0.5}, ValueError, "base must be a number > 1"),
+    ({"dim": 64, "base": 0.5}, ValueError, "base must be a finite number > 1"),
+    ({"dim": 64, "base": float("inf")}, ValueError, "base must be a finite number > 1"),
     ({"dim": 64, "n_axes": 2, "xpos": True}, ValueError, "n_axes"),
 ])
 def test_bad_construction(kwargs, exc, words):
@@ -465,22 +439,247 @@ def test_bad_calls():
         convert_rope_layout(torch.ones(32, 4), 4, to="neox")
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_cache_sized_slabs_give_the_same_numbers(monkeypatch, dtype, layout):
-    """Large tensors are rotated slab by slab; force tiny slabs and compare with the unsliced result."""
-    from omnipos.core import rotary
 
-    rope = RotaryEmbedding(24, layout=layout, rotary_dim=16)
-    q = randn(3, 4, 33, 24, seed=24, dtype=torch.float64).to(dtype)
-    positions = torch.stack([torch.arange(33), torch.arange(33) + 500, torch.arange(33) * 2])
-    whole = rope.rotate(q, positions)
-    flash = rope.rotate(q.transpose(1, 2), positions, seq_dim=1)
-    monkeypatch.setattr(rotary, "_SLAB", 16)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    torch.testing.assert_close(rope.rotate(q, positions), whole, rtol=0, atol=0)
-    torch.testing.assert_close(rope.rotate(q.transpose(1, 2), positions, seq_dim=1), flash, rtol=0, atol=0)
-    torch.testing.assert_close(flash.transpose(1, 2), whole, rtol=0, atol=0)
-    cos, sin = rope.cos_sin(positions, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
-    # (interleaved float64 goes through the complex product in the module: rounding differs in the last bit)
-    torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None], layout=layout), whole, rtol=0, atol=1e-12)
+
+# -- M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) ------------------------------------------------------------------------
+
+
+def _qwen_rotary(family, head_dim, theta, section, interleaved):
+    """transformers' own rotary class for a small config (no weights)."""
+    if family == "qwen2_vl":
+        from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig as Config
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding as Rotary
+    elif family == "qwen2_5_vl":
+        from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLTextConfig as Config
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding as Rotary
+    else:
+        from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig as Config
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding as Rotary
+    params = {"rope_type": "default", "mrope_section": list(section), "rope_theta": theta}
+    if interleaved:
+        params["mrope_interleaved"] = True
+    config = Config(hidden_size=head_dim * 2, num_attention_heads=2, head_dim=head_dim, rope_parameters=params)
+    return Rotary(config), config
+
+
+def _random_section(half, rng):
+    cuts = np.sort(rng.choice(np.arange(1, half), size=2, replace=False))
+    return (int(cuts[0]), int(cuts[1] - cuts[0]), int(half - cuts[1]))
+
+
+MROPE_CASES = [  # (family, head_dim, section, interleaved)
+    ("qwen2_vl", 128, (16, 24, 24), False),  # Qwen2-VL's own config
+    ("qwen2_vl", 32, "random", False),
+    ("qwen2_5_vl", 64, "random", False),
+    ("qwen3_vl", 128, (24, 20, 20), True),  # Qwen3-VL's own config
+    ("qwen3_vl", 32, (6, 5, 5), True),
+    ("qwen3_vl", 48, (10, 7, 7), True),
+]
+
+
+@pytest.mark.parametrize("family,head_dim,section,interleaved", MROPE_CASES)
+def test_mrope_cos_sin_match_transformers_qwen_vl(family, head_dim, section, interleaved):
+    rng = np.random.default_rng(head_dim)
+    if section == "random":
+        section = _random_section(head_dim // 2, rng)
+    theta = float(rng.choice([1e4, 1e6, 5e6]))
+    hf, config = _qwen_rotary(family, head_dim, theta, section, interleaved)
+    ids = torch.from_numpy(rng.integers(0, 3000, size=(3, 2, 40)))  # HF lays ids out [3, batch, seq]
+    cos_hf, sin_hf = hf(torch.zeros(1, dtype=torch.float32), ids)
+    positions = ids.permute(1, 2, 0)  # omnipos: axes last, [batch, seq, 3]
+    for rope in (RotaryEmbedding(head_dim, base=theta, mrope_section=section, mrope_interleaved=interleaved),
+                 RotaryEmbedding(head_dim, scaling=config.rope_parameters)):  # straight from the v5 config
+        cos, sin = rope.cos_sin(positions)
+        assert cos.shape == cos_hf.shape == (2, 40, head_dim)
+        # HF forms float32 angles (|error| <= p * 2^-24 ~ 2e-4 at p = 3000); ours are exact
+        torch.testing.assert_close(cos, cos_hf, rtol=0, atol=5e-4)
+        torch.testing.assert_close(sin, sin_hf, rtol=0, atol=5e-4)
+    # and exactly the float64 definition: slot j turned by coordinate axis(j) of the position
+    axes = np.array(mrope_axes_reference(section, interleaved))
+    inv = 1.0 / theta ** (np.arange(0, head_dim, 2) / head_dim)
+    angles = positions.numpy()[..., axes] * inv
+    cos64, _ = rope.cos_sin(positions, dtype=torch.float64)
+    np.testing.assert_allclose(cos64.numpy(), np.cos(np.concatenate([angles, angles], -1)), rtol=0, atol=1e-12)
+
+
+def mrope_axes_reference(section, interleaved):
+    """The slot -> axis map as CONVENTIONS words it (independent of omnipos' code)."""
+    half = sum(section)
+    if not interleaved:
+        return [0] * section[0] + [1] * section[1] + [2] * section[2]
+    return [1 if j % 3 == 1 and j < 3 * section[1] else 2 if j % 3 == 2 and j < 3 * section[2] else 0
+            for j in range(half)]
+
+
+@pytest.mark.parametrize("interleaved,section", [(False, (4, 6, 6)), (True, (6, 5, 5))])
+def test_mrope_rotation_matches_hf_apply_multimodal_rotary_pos_emb(interleaved, section):
+    """forward(q, k, positions) with GQA and bf16 vs HF's rotation on HF's cos/sin."""
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb
+
+    hf, _ = _qwen_rotary("qwen3_vl" if interleaved else "qwen2_vl", 32, 1e6, section, interleaved)
+    ids = torch.randint(0, 500, (3, 2, 24), generator=torch.Generator().manual_seed(3))
+    cos_hf, sin_hf = hf(torch.zeros(1, dtype=torch.float64), ids)
+    rope = RotaryEmbedding(32, base=1e6, mrope_section=section, mrope_interleaved=interleaved)
+    q, k = randn(2, 8, 24, 32, seed=40), randn(2, 2, 24, 32, seed=41)
+    q_hf, k_hf = apply_rotary_pos_emb(q, k, cos_hf.float(), sin_hf.float())
+    q_o, k_o = rope(q, k, ids.permute(1, 2, 0))
+    torch.testing.assert_close(q_o, q_hf, rtol=0, atol=2e-3)
+    torch.testing.assert_close(k_o, k_hf, rtol=0, atol=2e-3)
+    q_b, k_b = rope(q.bfloat16(), k.bfloat16(), ids.permute(1, 2, 0))  # bf16: the float32 result, rounded once
+    q_f, k_f = rope(q.bfloat16().float(), k.bfloat16().float(), ids.permute(1, 2, 0))
+    assert q_b.dtype == torch.bfloat16 and torch.equal(q_b, q_f.bfloat16()) and torch.equal(k_b, k_f.bfloat16())
+    torch.testing.assert_close(rope.rotate(q, ids.permute(1, 2, 0)), q_o, rtol=0, atol=0)
+
+
+@given(section=st.sampled_from([(4, 6, 6), (6, 5, 5), (1, 1, 14), (16, 24, 24)]),
+       interleaved=st.booleans(), layout=st.sampled_from(["half", "interleaved"]),
+       start=st.integers(-10_000, 1_000_000), seed=st.integers(0, 2**16))
+def test_mrope_on_text_is_1d_rope_exactly(section, interleaved, layout, start, seed):
+    """A text token carries the same id on t, h and w: M-RoPE then is 1-D RoPE, to the bit."""
+    dim = 2 * sum(section)
+    if interleaved and mrope_axes_reference(section, True).count(0) != section[0]:
+        interleaved = False
+    rope = RotaryEmbedding(dim, mrope_section=section, mrope_interleaved=interleaved, layout=layout)
+    plain = RotaryEmbedding(dim, layout=layout)
+    x = randn(2, 3, 7, dim, seed=seed)
+    positions = torch.arange(start, start + 7)
+    text = positions[:, None].expand(7, 3)
+    assert torch.equal(rope.rotate(x, text), plain.rotate(x, positions))
+    assert torch.equal(rope.rotate(x), plain.rotate(x))  # default: a text sequence
+    for a, b in zip(rope.cos_sin(text), plain.cos_sin(positions)):
+        assert torch.equal(a, b)
+
+
+def test_mrope_with_partial_rotary_and_rope_parameters():
+    """mrope_section counts the slots of the rotary dim; rope_parameters carry theta, sections and the partial
+    factor (v5 writes them all in one dict)."""
+    params = {"rope_type": "default", "rope_theta": 5e5, "partial_rotary_factor": 0.5, "mrope_section": [2, 3, 3]}
+    rope = RotaryEmbedding(32, scaling=params)
+    assert (rope.rotary_dim, rope.base, rope.mrope_section) == (16, 5e5, (2, 3, 3))
+    positions = torch.randint(0, 100, (5, 3), generator=torch.Generator().manual_seed(4))
+    x = randn(5, 32, seed=42, dtype=torch.float64)
+    out = rope.rotate(x, positions)
+    axes = mrope_axes_reference((2, 3, 3), False)
+    angles = positions.double()[:, axes] * rope_frequencies(16, base=5e5)[0]
+    expected = reference_rotate(x.numpy(), np.zeros(5), np.zeros(8), "half", 16)  # start from x itself
+    c, s = angles.cos().numpy(), angles.sin().numpy()
+    x1, x2 = x.numpy()[:, :8], x.numpy()[:, 8:16]
+    expected[:, :8], expected[:, 8:16] = x1 * c - x2 * s, x2 * c + x1 * s
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-12)
+    assert torch.equal(out[:, 16:], x[:, 16:])
+
+
+# -- 3-D RoPE with unequal per-axis dims (HunyuanVideo, CogVideoX) -----------------------------------------------
+
+
+def video_grid(t, h, w):
+    grids = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
+    return torch.stack(grids, -1).reshape(t * h * w, 3)
+
+
+def hunyuan_video_reference(x, positions, rope_dim_list, theta):
+    """diffusers' HunyuanVideoRotaryPosEmbed + apply_rotary_emb (use_real, interleaved pairs), written from its
+    source in float64: per axis get_1d_rotary_pos_embed(d_i, grid_i, theta) -> cos/sin repeat_interleave(2),
+    concatenated over axes; out = x * cos + stack(-x_odd, x_even) * sin."""
+    cos, sin = [], []
+    for axis, d in enumerate(rope_dim_list):
+        freqs = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64)[: d // 2] / d)
+        angles = torch.outer(positions[:, axis].double(), freqs)
+        cos.append(angles.cos().repeat_interleave(2, 1))
+        sin.append(angles.sin().repeat_interleave(2, 1))
+    cos, sin = torch.cat(cos, 1), torch.cat(sin, 1)
+    x_real, x_imag = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
+    rotated = torch.stack([-x_imag, x_real], -1).flatten(-2)
+    return x * cos + rotated * sin
+
+
+@pytest.mark.parametrize("rope_dim_list,theta", [((16, 56, 56), 256.0), ((4, 6, 10), 1e4), ((8, 8, 16), 50.0)])
+def test_3d_rope_unequal_axes_matches_hunyuan_video_and_the_float64_formula(rope_dim_list, theta):
+    dim = sum(rope_dim_list)
+    rope = RotaryEmbedding(dim, n_axes=3, axes_dims=rope_dim_list, layout="interleaved", base=theta)
+    positions = video_grid(3, 4, 5)
+    x = randn(2, 2, 60, dim, seed=43, dtype=torch.float64)
+    out = rope.rotate(x, positions)
+    torch.testing.assert_close(out, hunyuan_video_reference(x, positions, rope_dim_list, theta), rtol=0, atol=1e-12)
+    # the per-axis formula in NumPy: axis a rotates its own block of d_a channels with its own ladder
+    expected, start = x.numpy().copy(), 0
+    for axis, d in enumerate(rope_dim_list):
+        inv = 1.0 / theta ** (np.arange(0, d, 2) / d)
+        block = reference_rotate(x.numpy()[..., start:start + d], positions[:, axis].numpy(), inv, "interleaved", d)
+        expected[..., start:start + d] = block
+        start += d
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-12)
+    # "half" is the same model with channels permuted (each slot keeps its frequency and axis)
+    half = RotaryEmbedding(dim, n_axes=3, axes_dims=rope_dim_list, base=theta)
+    cos_i, _ = rope.cos_sin(positions, dtype=torch.float64)
+    cos_h, _ = half.cos_sin(positions, dtype=torch.float64)
+    torch.testing.assert_close(cos_i[:, 0::2], cos_h[:, : dim // 2], rtol=0, atol=0)
+
+
+def test_equal_axes_dims_are_plain_n_axes():
+    a = RotaryEmbedding(24, n_axes=3, layout="interleaved")
+    b = RotaryEmbedding(24, axes_dims=(8, 8, 8), layout="interleaved")
+    x, positions = randn(12, 24, seed=44), video_grid(2, 2, 3)
+    assert torch.equal(a.rotate(x, positions), b.rotate(x, positions))
+    assert b.n_axes == 3 and "axes_dims" not in repr(b)
+
+
+# -- rope_parameters (transformers v5) -------------------------------------------------------------------------------
+
+
+def test_rope_parameters_supply_theta_and_nested_layer_types():
+    gemma_like = {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                     "rope_theta": 1_000_000.0},
+                  "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}
+    full = RotaryEmbedding(64, scaling=gemma_like, layer_type="full_attention")
+    sliding = RotaryEmbedding(64, scaling=gemma_like, layer_type="sliding_attention")
+    assert (full.base, sliding.base) == (1e6, 1e4)
+    assert full.rotary_dim == 64  # proportional: the factor says how many slots turn, not how many channels
+    torch.testing.assert_close(sliding.inv_freq, rope_frequencies(64, base=1e4)[0], rtol=0, atol=0)
+    x = randn(9, 64, seed=45, dtype=torch.float64)
+    out = full.rotate(x, torch.arange(9) * 100)
+    turned = [*range(8), *range(32, 40)]  # 8 of 32 slots turn, pairs (i, i + 32); the other channels pass through
+    still = [c for c in range(64) if c not in turned]
+    assert torch.equal(out[:, still], x[:, still]) and not torch.allclose(out[:, turned], x[:, turned])
+    assert RotaryEmbedding(64, base=1e6, scaling=gemma_like["full_attention"]).base == 1e6  # agreeing base: fine
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"scaling": {"full_attention": {"rope_theta": 1e4}, "sliding_attention": {"rope_theta": 1e4}}},
+     "layer_type"),
+    ({"scaling": {"full_attention": {"rope_theta": 1e4}}, "layer_type": "sliding_attention"}, "layer_type"),
+    ({"scaling": {"rope_type": "default"}, "layer_type": "full_attention"}, "layer_type"),
+    ({"base": 500.0, "scaling": {"rope_type": "default", "rope_theta": 1e4}}, "rope_theta"),
+    ({"mrope_section": (16, 24, 24)}, "mrope_section"),  # dim 64: 32 slots, not 64
+    ({"mrope_section": (10, 11)}, "mrope_section must have 3 entries"),
+    ({"mrope_section": (4, 14, 14), "mrope_interleaved": True}, "3 * section"),
+    ({"scaling": {"mrope_section": [8, 12, 12]}, "mrope_section": (16, 8, 8)}, "mrope_section"),
+    ({"mrope_section": (8, 12, 12), "n_axes": 3}, "two different models"),
+    ({"mrope_interleaved": True}, "needs mrope_section"),
+    ({"n_axes": 3, "axes_dims": (16, 24, 26)}, "axes_dims=(16, 24, 26) sums to 66"),
+    ({"n_axes": 3, "axes_dims": (15, 24, 25)}, "axes_dims must be even"),
+    ({"n_axes": 3, "axes_dims": (32, 32)}, "has 2 entries but n_axes=3"),
+    ({"rotary_dim": 32, "scaling": {"partial_rotary_factor": 0.25}}, "partial_rotary_factor"),
+    ({"axes_dims": (32, 32), "scaling": {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 8}},
+     "length-dependent"),
+    ({"mrope_section": (8, 12, 12), "xpos": True}, "xpos is 1-D only"),
+    ({"xpos": True, "xpos_center": float("nan")}, "xpos_center"),
+])
+def test_bad_multimodal_and_rope_parameters_construction(kwargs, words):
+    kwargs = {"dim": 64, **kwargs}
+    with pytest.raises(ValueError) as info:
+        RotaryEmbedding(**kwargs)
+    assert words in str(info.value)
+
+
+def test_bad_mrope_positions():
+    rope = RotaryEmbedding(64, mrope_section=(8, 12, 12))
+    q = randn(2, 4, 10, 64)
+    with pytest.raises(ValueError, match=r"\[\.\.\., seq, 3\].*mrope_section"):
+        rope.rotate(q, torch.zeros(2, 10, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\[\.\.\., seq, 3\]"):
+        rope.rotate(q, torch.arange(10))  # 1-D text ids: give them on the three axes
+    with pytest.raises(ValueError, match=r"\[\.\.\., seq, 3\]"):
+        rope.cos_sin(torch.zeros(3, 2, 10, dtype=torch.long))  # HF's [3, batch, seq] layout, not permuted
+    with pytest.raises(ValueError, match="do not fit"):
+        rope.rotate(q, torch.zeros(2, 9, 3, dtype=torch.long))

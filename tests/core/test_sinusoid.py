@@ -45,12 +45,6 @@ def test_matches_hf_distilbert_table():
     assert torch.allclose(sinusoidal(torch.arange(n), dim), out, atol=1e-6)
 
 
-def test_frequency_bands_formula():
-    w = frequency_bands(64, base=500.0)
-    assert w.dtype == torch.float64 and w.shape == (32,)
-    np.testing.assert_allclose(w.numpy(), 500.0 ** (-2 * np.arange(32) / 64), rtol=1e-14)
-
-
 @pytest.mark.parametrize("layout", ["interleaved", "split", "fairseq"])
 @pytest.mark.parametrize("dim", [4, 6, 64, 130])
 def test_layouts_match_formula(layout, dim):
@@ -244,17 +238,39 @@ def test_sinusoid_of_angles_matches_formula_and_validates_layout():
         sinusoid_of_angles(angles, layout="half")
 
 
-def test_layout_and_geometric_frequencies():
-    from omnipos.core.frequencies import geometric_frequencies
-    from omnipos.core.sinusoid import layout_frequencies
 
-    np.testing.assert_allclose(layout_frequencies(12, base=50.0, layout="fairseq").numpy(),
-                               np.exp(-np.log(50.0) * np.arange(6) / 5), rtol=1e-14)
-    np.testing.assert_allclose(layout_frequencies(12, layout="split").numpy(),
-                               10000.0 ** (-np.arange(0, 12, 2) / 12), rtol=1e-14)
-    np.testing.assert_allclose(geometric_frequencies(5, base=7.0, denominator=2.5).numpy(),
-                               7.0 ** (-np.arange(5) / 2.5), rtol=1e-14)
+
+@pytest.mark.parametrize("base", [float("inf"), float("nan"), -5.0])
+def test_non_finite_base_is_refused(base):
+    """sinusoidal(..., base=inf) was accepted (every frequency but the first became 0)."""
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        sinusoidal(torch.arange(3), 4, base=base)
     with pytest.raises(ValueError, match="base"):
-        geometric_frequencies(5, base=0.5, denominator=2.5)
-    with pytest.raises(ValueError, match="layout"):
-        layout_frequencies(12, layout="mae")
+        SinusoidalEncoding(4, base=base)
+
+
+def test_gradient_with_respect_to_positions():
+    """sinusoidal(t.requires_grad_(), 4).sum().backward() raised "functions with out=... arguments don't support
+    automatic differentiation"; d sin(p w)/dp = w cos(p w)."""
+    for dtype in (torch.float32, torch.float64):
+        t = torch.tensor([0.5, 3.0, 1e5], dtype=torch.float64, requires_grad=True)
+        sinusoidal(t, 4, dtype=dtype).sum().backward()
+        w = frequency_bands(4)
+        p = t.detach()[:, None]
+        expected = (w * (torch.cos(p * w) - torch.sin(p * w))).sum(-1)
+        torch.testing.assert_close(t.grad, expected, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-9)
+    t = torch.tensor([0.5, 3.0], requires_grad=True)  # float32 positions too
+    SinusoidalEncoding(4)(t).sum().backward()
+    assert t.grad is not None and torch.isfinite(t.grad).all()
+
+
+def test_module_output_follows_half_and_double():
+    """SinusoidalEncoding kept float32 output after .half() / .double()."""
+    t = torch.tensor([0.0, 1.5, 1e4], dtype=torch.float64)
+    enc = SinusoidalEncoding(8, scale=0.5)
+    ref = enc(t)
+    assert enc.half()(t).dtype == torch.float16 and enc.dtype == torch.float16
+    torch.testing.assert_close(enc(t).float(), ref, rtol=0, atol=1e-3)
+    assert enc.double()(t).dtype == torch.float64
+    torch.testing.assert_close(enc(t), 0.5 * sinusoidal(t, 8, dtype=torch.float64), rtol=0, atol=0)
+    assert SinusoidalEncoding(8, dtype=torch.bfloat16)(t).dtype == torch.bfloat16

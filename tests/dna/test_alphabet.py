@@ -47,7 +47,7 @@ def reference_tokens(seq, ambiguity, lowercase):
 def test_encode_matches_per_character_reference(seqs, ambiguity, lowercase):
     tokens, mask = encode(seqs, ambiguity=ambiguity, lowercase=lowercase)
     assert tokens.shape == (len(seqs), max(map(len, seqs)))
-    assert tokens.dtype == torch.long and mask.dtype == torch.bool
+    assert tokens.dtype == torch.uint8 and mask.dtype == torch.bool  # one byte per base unless asked
     for row, seq in enumerate(seqs):
         assert tokens[row, : len(seq)].tolist() == reference_tokens(seq, ambiguity, lowercase)
         assert (tokens[row, len(seq):] == PAD).all()
@@ -174,3 +174,95 @@ def test_cuda_matches_cpu():
     assert torch.equal(reverse_complement(oh, gmask).cpu(), reverse_complement(one_hot(tokens), mask))
     assert torch.equal(kmer_tokens(gpu, 3, canonical=True)[0].cpu(), kmer_tokens(tokens, 3, canonical=True)[0])
     assert decode(gpu, gmask) == seqs
+
+
+# -- issue 14: refused by name, bounded, uint8 by default, meta-friendly ---------------------------------------------
+
+def test_decode_refuses_a_mask_that_keeps_pad_tokens():
+    """Before: decode(tokens, all-True mask) returned 'A???' for the pads of a short read."""
+    tokens, mask = encode(["ACGT", "A"])
+    with pytest.raises(ValueError, match=r"mask keeps a pad token \(id 15\) at row 1, position 1"):
+        decode(tokens, torch.ones_like(mask))
+    assert decode(tokens, mask) == ["ACGT", "A"]
+
+
+@pytest.mark.parametrize("mask, error, pattern", [
+    ([[True, True], [True, False]], TypeError, "mask must be a boolean tensor"),
+    (torch.ones(2, 2, dtype=torch.uint8), TypeError, "mask must be a boolean tensor"),
+    (torch.ones(2, 3, dtype=torch.bool), ValueError, r"mask has shape \(2, 3\), expected \(2, 2\)"),
+])
+def test_decode_refuses_odd_masks_by_name(mask, error, pattern):
+    tokens, _ = encode(["AC", "G"])
+    with pytest.raises(error, match=pattern):
+        decode(tokens, mask)
+
+
+def test_decode_refuses_meta_tokens_and_bad_rna_flags():
+    with pytest.raises(ValueError, match="meta device"):
+        decode(torch.zeros(1, 3, dtype=torch.uint8, device="meta"))
+    tokens, mask = encode(["ACGT", "TT"])
+    assert decode(tokens, mask, rna=torch.tensor([False, True])) == ["ACGT", "UU"]
+    with pytest.raises(TypeError, match="rna"):
+        decode(tokens, mask, rna=[False, True])
+    with pytest.raises(ValueError, match="rna"):
+        decode(tokens, mask, rna=torch.tensor([True]))
+
+
+def test_encode_rna_policy():
+    with pytest.raises(ValueError, match=r"seqs\[0\] has 'U' at position 2; .*U is RNA: pass rna='to_t'"):
+        encode("ACUG")
+    tokens, _ = encode(["ACUG", "acug"], rna="to_t")
+    assert torch.equal(tokens, encode(["ACTG", "actg"])[0])
+    with pytest.raises(ValueError, match="rna"):
+        encode("ACUG", rna="keep")  # keep needs a per-read flag: read_fastx has it
+
+
+@pytest.mark.parametrize("token_dtype", [torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_token_dtype_and_every_consumer_accepts_it(token_dtype):
+    from omnipos.dna import RCEquivariant, kmer_tokens, reverse_complement
+
+    seqs = ["ACGTNacgtRY", "GATTACA", ""]
+    tokens, mask = encode(seqs, token_dtype=token_dtype)
+    reference, _ = encode(seqs, token_dtype=torch.int64)
+    assert tokens.dtype == token_dtype and torch.equal(tokens.long(), reference)
+    assert torch.equal(one_hot(tokens), one_hot(reference))
+    assert reverse_complement(tokens, mask).dtype == token_dtype
+    assert torch.equal(reverse_complement(tokens, mask).long(), reverse_complement(reference, mask))
+    assert complement_tokens(tokens).dtype == token_dtype
+    assert torch.equal(kmer_tokens(tokens, 3, mask=mask)[0], kmer_tokens(reference, 3, mask=mask)[0])
+    assert decode(tokens, mask) == seqs and torch.equal(soft_mask(tokens), soft_mask(reference))
+    wrapped = RCEquivariant(lambda t: one_hot(t).sum(1))
+    assert torch.equal(wrapped(tokens), wrapped(reference))
+
+
+def test_encode_default_is_uint8_and_bad_token_dtype_is_refused():
+    assert encode("ACGT")[0].dtype == torch.uint8
+    for bad in (torch.float32, torch.bool, torch.int8, "int64", None):
+        with pytest.raises(TypeError, match="token_dtype"):
+            encode("ACGT", token_dtype=bad)
+
+
+def test_huge_max_len_is_refused_before_the_allocator():
+    with pytest.raises(ValueError, match=r"max_len=1099511627776: a padded batch of 1 rows x 1,099,511,627,776 "
+                                         r"positions would take"):
+        encode(["AC"], max_len=2**40)
+    with pytest.raises(TypeError, match="max_len"):
+        encode(["AC"], max_len=3.0)
+
+
+def test_one_hot_on_meta_tokens_gives_a_meta_tensor_without_reading_values():
+    """Before: one_hot called .item() (through its range check) and failed on the meta device."""
+    tokens = torch.empty(2, 7, dtype=torch.uint8, device="meta")
+    out = one_hot(tokens, soft_mask_channel=True, dtype=torch.float16)
+    assert out.is_meta and out.shape == (2, 7, 5) and out.dtype == torch.float16
+    assert complement_tokens(tokens).is_meta and soft_mask(tokens).is_meta
+
+
+def test_one_hot_refuses_odd_arguments_by_name():
+    tokens, _ = encode("ACGT")
+    with pytest.raises(TypeError, match="soft_mask_channel"):
+        one_hot(tokens, soft_mask_channel="yes")
+    with pytest.raises(TypeError, match="dtype"):
+        one_hot(tokens, dtype=torch.int64)
+    with pytest.raises(TypeError, match="tokens"):
+        one_hot([[0, 1]])

@@ -1,4 +1,7 @@
-"""relative_basis against the TF reference formulas evaluated independently in float64 (NumPy / scipy.stats)."""
+"""relative_basis against the TF reference formulas evaluated independently in float64 (NumPy / scipy.stats), and
+against the trained Enformer's own gamma features (peer-data/enformer_pytorch_tf_gammas.pt)."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,7 +11,11 @@ from scipy import stats
 from omnipos.dna import relative_basis
 
 
-def reference(seq_len, num_features, kinds=("exponential", "central_mask", "gamma"), symmetric=True):
+PEER_GAMMAS = Path("/work/shared/peer-data/enformer_pytorch_tf_gammas.pt")
+
+
+def reference(seq_len, num_features, kinds=("exponential", "central_mask", "gamma"), symmetric=True,
+              gamma_normalization="per_feature"):
     """deepmind-research enformer/attention_module.py positional_features_all, re-derived in NumPy float64."""
     r = np.arange(-(seq_len - 1), seq_len, dtype=np.float64)
     d = np.abs(r)[:, None]
@@ -25,7 +32,10 @@ def reference(seq_len, num_features, kinds=("exponential", "central_mask", "gamm
             stddev = seq_len / (2 * per)
             mean = np.linspace(seq_len / per, seq_len, per)
             pdf = stats.gamma.pdf(d, a=(mean / stddev) ** 2, scale=1.0 / (mean / stddev**2)) + 1e-8
-            blocks.append(pdf / pdf.max())  # ONE global maximum (tf.reduce_max with no axis)
+            if gamma_normalization == "global":  # the 2021 release: tf.reduce_max with no axis
+                blocks.append(pdf / pdf.max())
+            else:  # the trained model: tf.reduce_max(p, axis=1, keepdims=True), one maximum per feature
+                blocks.append(pdf / pdf.max(axis=0, keepdims=True))
     e = np.concatenate(blocks, axis=-1)
     if not symmetric:
         e = np.concatenate([e, np.sign(r)[:, None] * e], axis=-1)
@@ -50,11 +60,38 @@ def test_kind_selection_and_order(kinds):
     np.testing.assert_allclose(ours, reference(50, 4 * len(kinds), kinds=kinds), rtol=1e-9, atol=1e-12)
 
 
-def test_gamma_uses_one_global_maximum_not_one_per_feature():
-    gamma = relative_basis(100, 8, kinds=("gamma",), dtype=torch.float64)
-    column_max = gamma.max(0).values
+@pytest.mark.parametrize("seq_len, num_features", [(7, 6), (200, 24), (1536, 192)])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_global_normalization_by_name_matches_the_first_release(seq_len, num_features, symmetric):
+    ours = relative_basis(seq_len, num_features, symmetric=symmetric, dtype=torch.float64,
+                          gamma_normalization="global").numpy()
+    expected = reference(seq_len, num_features, symmetric=symmetric, gamma_normalization="global")
+    np.testing.assert_allclose(ours, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_every_gamma_column_peaks_at_one_by_default_and_below_one_when_global():
+    per_feature = relative_basis(100, 8, kinds=("gamma",), dtype=torch.float64)
+    assert torch.equal(per_feature.max(0).values, torch.ones(8, dtype=torch.float64))
+    column_max = relative_basis(100, 8, kinds=("gamma",), dtype=torch.float64,
+                                gamma_normalization="global").max(0).values
     assert column_max.max().item() == pytest.approx(1.0)
-    assert (column_max < 0.99).any()  # enformer-pytorch's per-feature division would make every column peak at 1
+    assert (column_max < 0.99).any()
+
+
+def test_matches_the_trained_enformers_gamma_block():
+    """The trained model's gamma features at T=1536, F=32 (TF float32, as enformer-pytorch stores them for
+    use_tf_gamma): the per-feature default matches within TF's float32 rounding of the log-pdf; the global
+    normalisation (the first release) is 0.11 off."""
+    peer = torch.load(PEER_GAMMAS).double()
+    assert peer.shape == (2 * 1536 - 1, 32)
+    ours = relative_basis(1536, 32, kinds=("gamma",), dtype=torch.float64)
+    assert (ours - peer).abs().max() < 3e-3
+    torch.testing.assert_close(ours.max(0).values, peer.max(0).values, rtol=0, atol=1e-6)  # both peak at 1.0
+    legacy = relative_basis(1536, 32, kinds=("gamma",), dtype=torch.float64, gamma_normalization="global")
+    assert (legacy - peer).abs().max() > 0.1
+    # the full 192-feature basis holds the same block at features 64..95 (symmetric half)
+    full = relative_basis(1536, 192, symmetric=False, dtype=torch.float64)
+    assert (full[:, 64:96] - peer).abs().max() < 3e-3
 
 
 def test_non_symmetric_is_concat_of_e_and_sign_times_e():
@@ -80,3 +117,7 @@ def test_errors():
         relative_basis(0, 3)
     with pytest.raises(TypeError, match="num_features"):
         relative_basis(10, 3.0)
+    with pytest.raises(ValueError, match="gamma_normalization"):
+        relative_basis(10, 3, gamma_normalization="per_distance")
+    with pytest.raises(ValueError, match="kinds"):
+        relative_basis(10, 3, kinds=(["gamma"],))

@@ -78,11 +78,14 @@ def test_per_position_outputs(seqs, seed, mode):
     assert torch.equal(out_rc, expected)
 
 
-def test_token_input_default_mask():
+@pytest.mark.parametrize("token_dtype", [torch.int64, torch.int32])
+def test_token_input_default_mask(token_dtype):
     torch.manual_seed(0)
-    tokens, mask = encode(["ACGTTGA", "ACG"])
+    tokens, mask = encode(["ACGTTGA", "ACG"], token_dtype=token_dtype)  # nn.Embedding takes int32/int64
     model = RCEquivariant(TokenModel(), per_position=True)
-    assert torch.equal(model(reverse_complement(tokens)), flip_within_lengths(model(tokens), mask))
+    rc = reverse_complement(tokens)
+    assert rc.dtype == token_dtype
+    assert torch.equal(model(rc), flip_within_lengths(model(tokens), mask))
     assert "mode='invariant'" in repr(model)
 
 
@@ -96,3 +99,22 @@ def test_errors():
         RCEquivariant(Pooled(2), per_position=True, pass_mask=True)(x, torch.ones(1, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="channel axis"):
         RCEquivariant(lambda t: t.sum((1, 2)), mode="equivariant")(x)
+
+
+def test_uint8_tokens_pass_through_and_reset_parameters_reseeds_the_wrapped_module():
+    tokens, mask = encode(["ACGTTGA", "ACG"])
+    assert tokens.dtype == torch.uint8
+    seen = []
+
+    def model(t):
+        seen.append(t.dtype)
+        return one_hot(t).sum(1)
+
+    out = RCEquivariant(model)(tokens)
+    assert seen == [torch.uint8, torch.uint8] and out.shape == (2, 4)
+    torch.manual_seed(3)
+    wrapped = RCEquivariant(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)))
+    first = [p.detach().clone() for p in wrapped.parameters()]
+    torch.manual_seed(3)
+    wrapped.reset_parameters()
+    assert all(torch.equal(a, b) for a, b in zip(first, wrapped.parameters()))

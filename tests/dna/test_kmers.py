@@ -74,3 +74,32 @@ def test_short_reads_and_errors():
         kmer_tokens(tokens[0], 1)
     big, _ = kmer_tokens(encode("T" * 31)[0], 31)
     assert big.item() == 4**31 - 1
+
+
+def test_odd_arguments_refused_by_name():
+    tokens, mask = encode(["ACGTAC", "AC"])
+    with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+        kmer_tokens(tokens, 2, mask=mask.tolist())
+    with pytest.raises(ValueError, match="k must be <= 31"):
+        kmer_tokens(tokens, 2**62)
+    with pytest.raises(TypeError, match="k"):
+        kmer_tokens(tokens, 2.0)
+    with pytest.raises(TypeError, match="canonical"):
+        kmer_tokens(tokens, 2, canonical="yes")
+    with pytest.raises(TypeError, match="tokens"):
+        kmer_tokens(tokens.tolist(), 2)
+
+
+def test_huge_stride_takes_the_first_window():
+    tokens, mask = encode(["ACGTAC", "AC"])
+    for stride in (6, 2**62, 2**70):
+        kmers, kmask = kmer_tokens(tokens, 3, mask=mask, stride=stride)
+        assert kmers.tolist() == [[6], [64]] and kmask.tolist() == [[True], [False]]
+
+
+def test_uint8_tokens_and_no_k_wide_temporary():
+    tokens, mask = encode(["ACGT" * 1000])
+    assert tokens.dtype == torch.uint8
+    kmers, kmask = kmer_tokens(tokens, 31, mask=mask, canonical=True)
+    wide, _ = kmer_tokens(tokens.long(), 31, mask=mask, canonical=True)
+    assert torch.equal(kmers, wide) and kmers.shape == (1, 4000 - 30) and kmask.all()

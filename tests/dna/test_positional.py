@@ -114,7 +114,7 @@ def test_odd_dim_allowed_for_cosines_only_and_other_errors():
     assert rc_symmetric_encoding(torch.tensor([3]), 5).shape == (1, 3, 5)
     with pytest.raises(ValueError, match="even"):
         rc_symmetric_encoding(torch.tensor([3]), 5, strand_aware=True)
-    with pytest.raises(ValueError, match="lengths must be >= 0"):
+    with pytest.raises(ValueError, match="lengths_or_positions must be >= 0"):
         rc_symmetric_encoding(torch.tensor([3, -1]), 4)
     with pytest.raises(ValueError, match="1-D"):
         rc_symmetric_encoding(torch.tensor([[3]]), 4)
@@ -128,7 +128,7 @@ def test_odd_dim_allowed_for_cosines_only_and_other_errors():
         rc_symmetric_encoding(torch.tensor([True]), 4)
     with pytest.raises(ValueError, match="base"):
         rc_symmetric_encoding(torch.tensor([5]), 4, base=0.5)
-    with pytest.raises(TypeError, match="lengths must be an integer tensor"):
+    with pytest.raises(TypeError, match="lengths must be integer lengths"):
         centered_positions(torch.tensor([2.0]))
     assert rc_symmetric_encoding(torch.tensor([3]), 4, max_len=6)[0, 3:].eq(0).all()
 
@@ -138,3 +138,35 @@ def test_cuda_matches_cpu():
     lengths = torch.tensor([150, 149, 3])
     torch.testing.assert_close(rc_symmetric_encoding(lengths.cuda(), 32, strand_aware=True).cpu(),
                                rc_symmetric_encoding(lengths, 32, strand_aware=True), atol=1e-6, rtol=0)
+
+
+def test_huge_max_len_refused_before_the_allocator():
+    with pytest.raises(ValueError, match=r"max_len=1099511627776: a padded batch"):
+        rc_symmetric_encoding(torch.tensor([3]), 8, max_len=2**40)
+    with pytest.raises(ValueError, match=r"max_len=1099511627776: a padded batch"):
+        centered_positions(torch.tensor([3]), max_len=2**40)
+
+
+def test_meta_lengths_need_max_len():
+    out = rc_symmetric_encoding(torch.tensor([3, 4], device="meta"), 8, max_len=6)
+    assert out.is_meta and out.shape == (2, 6, 8)
+    with pytest.raises(ValueError, match="meta device have no values; pass max_len"):
+        rc_symmetric_encoding(torch.tensor([3, 4], device="meta"), 8)
+
+
+def test_module_output_dtype_follows_conversions():
+    module = RCSymmetricEncoding(6)
+    lengths = torch.tensor([5, 2])
+    reference = module(lengths)
+    assert module.double()(lengths).dtype == torch.float64
+    assert torch.allclose(module(lengths).float(), reference, atol=1e-7)
+    assert module.half()(lengths).dtype == torch.float16
+    assert module.to(torch.bfloat16)(lengths).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("base", [float("inf"), float("nan"), 1.0, -2.0, "10000", True])
+def test_bad_base_refused(base):
+    with pytest.raises(ValueError, match="base"):
+        rc_symmetric_encoding(torch.tensor([3]), 4, base=base)
+    with pytest.raises(ValueError, match="base"):
+        RCSymmetricEncoding(4, base=base)

@@ -104,7 +104,11 @@ MALFORMED = {
     "truncated after sequence": (b"@r1\nACGT\n+\nIIII\n@r2\nACG\n", r"record 2 \('r2'\): truncated record"),
     "truncated after header": (b"@r1\nACGT\n+\nIIII\n@r2\n", r"record 2 \('r2'\): truncated record"),
     "truncated before quality": (b"@r1\nAC\n+\nII\n@r2\n\n+\n", r"record 2 \('r2'\): truncated record"),
-    "missing plus": (b"@r1\nACGT\nIIII\nIIII\n", r"record 1 \('r1'\), line 3: expected the '\+' separator"),
+    # without a '+' line, the lines after the header read as a (wrapped) sequence up to the end of the file
+    "missing plus": (b"@r1\nACGT\nIIII\nIIII\n", r"record 1 \('r1'\): truncated record: the file ends before its "
+                     r"'\+' separator line \(after 3 sequence lines\)"),
+    "missing plus, next header": (b"@r1\nACGT\nIIII\n@r2\nA\n+\nI\n", r"record 1 \('r1'\), line 4: expected the "
+                                  r"'\+' separator, found '@r2'"),
     "plus names another read": (b"@r1\nACGT\n+r9\nIIII\n", r"record 1 \('r1'\), line 3: the '\+' line names"),
     "missing at": (b"@r1\nA\n+\nI\nr2\nA\n+\nI\n", r"record 2, line 5: expected a header starting with '@'"),
     "crlf mismatch": (b"@r1\r\nACGT\r\n+\r\nIII\r\n", r"record 1 \('r1'\): the sequence has 4 letters but the "
@@ -200,3 +204,130 @@ def test_dataset_splits_chunks_across_workers(tmp_path, monkeypatch):
         monkeypatch.setattr(module, "get_worker_info", lambda w=worker: type("I", (), {"id": w, "num_workers": 3}))
         seen += [item["name"] for item in FastxDataset(path, chunk_size=3)]
     assert sorted(seen) == sorted(n for n, _, _ in random_reads(20, seed=5))
+
+
+# -- options of issue 17: quality offset, token dtype, max_len with a named truncation policy ----------------------
+
+@pytest.mark.parametrize("bad, error", [
+    (300, ValueError), (0, ValueError), (-33, ValueError), ("64", ValueError), ("sanger", ValueError),
+    (33.0, TypeError), (True, TypeError), ([33], TypeError),
+])
+def test_quality_offset_refused_by_name(tmp_path, bad, error):
+    path = tmp_path / "r.fq"
+    path.write_bytes(b"@a\nAC\n+\nII\n")
+    with pytest.raises(error, match="quality_offset"):
+        read_fastx(path, quality_offset=bad)
+    with pytest.raises(error, match="quality_offset"):
+        FastxDataset(path, quality_offset=bad)
+
+
+def test_other_read_options_refused_by_name(tmp_path):
+    path = tmp_path / "r.fq"
+    path.write_bytes(b"@a\nAC\n+\nII\n")
+    for kwargs, error, name in [
+        ({"quality_encoding": "illumina"}, ValueError, "quality_encoding"),
+        ({"quality_encoding": "solexa", "quality_offset": 33}, ValueError, "quality_encoding='solexa' uses offset 64"),
+        ({"rna": "drop"}, ValueError, "rna"),
+        ({"max_len": 0}, ValueError, "max_len"),
+        ({"max_len": 2.5}, TypeError, "max_len"),
+        ({"truncation": "middle", "max_len": 3}, ValueError, "truncation"),
+        ({"truncation": "head"}, ValueError, "truncation='head' needs max_len"),
+        ({"token_dtype": torch.float32}, TypeError, "token_dtype"),
+        ({"token_dtype": "uint8"}, TypeError, "token_dtype"),
+    ]:
+        with pytest.raises(error, match=name):
+            read_fastx(path, **kwargs)
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("token_dtype", [torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_tokens_are_uint8_unless_asked(tmp_path, parser, token_dtype):
+    path = tmp_path / "r.fq"
+    path.write_bytes(fastq_bytes(random_reads(12, seed=6)))
+    default = next(read_fastx(path, parser=parser))
+    assert default.tokens.dtype == torch.uint8  # one byte per base: a 1 GiB read costs 1 GiB of tokens, not 8
+    asked = next(read_fastx(path, parser=parser, token_dtype=token_dtype))
+    assert asked.tokens.dtype == token_dtype and torch.equal(asked.tokens.long(), default.tokens.long())
+    assert default.qualities.dtype == torch.uint8 and default.records.dtype == torch.int64
+
+
+def test_a_long_fasta_line_is_one_byte_per_base(tmp_path):
+    """One long FASTA line (10 MB here; 1 GiB in the issue) encodes as uint8: the tokens take its length in
+    bytes, where int64 took eight times that."""
+    n = 10_000_000
+    path = tmp_path / "chr.fa"
+    path.write_bytes(b">chr\n" + b"ACGT" * (n // 4) + b"\n")
+    for parser in PARSERS:
+        batch = next(read_fastx(path, parser=parser))
+        assert batch.tokens.shape == (1, n) and batch.tokens.dtype == torch.uint8
+        assert batch.tokens.element_size() * batch.tokens.numel() == n
+
+
+READS_WITH_A_LONG_ONE = [("short1", "ACGTACGT", "I" * 8), ("long", "ACGTTGCAAGGCTTAGCAT", "ABCDEFGHIJKLMNOPQRS"),
+                         ("empty", "", ""), ("short2", "GGGCC", "!!!!!")]
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_max_len_error_policy_names_the_record(tmp_path, parser):
+    path = tmp_path / "r.fq"
+    path.write_bytes(fastq_bytes(READS_WITH_A_LONG_ONE))
+    with pytest.raises(ValueError, match=r"record 2 \('long'\): 19 letters, more than max_len=8; pass "
+                                         r"truncation='head', 'tail' or 'split'"):
+        list(read_fastx(path, parser=parser, max_len=8))
+    assert len(list(read_fastx(path, parser=parser, max_len=19))) == 1  # long enough: nothing to cut
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("truncation", ["head", "tail", "split"])
+def test_max_len_truncation_policies(tmp_path, parser, truncation):
+    path = tmp_path / "r.fq"
+    path.write_bytes(fastq_bytes(READS_WITH_A_LONG_ONE))
+    batches = list(read_fastx(path, parser=parser, max_len=8, truncation=truncation, batch_size=3))
+    rows = [(n, s, q, r, o) for b in batches
+            for n, s, q, r, o in zip(b.names, decode(b.tokens, b.mask),
+                                     ["".join(chr(33 + v) for v in row[m].tolist())
+                                      for row, m in zip(b.qualities, b.mask)],
+                                     b.records.tolist(), b.offsets.tolist())]
+    assert all(b.tokens.shape[1] <= 8 for b in batches)
+    seq, qual = READS_WITH_A_LONG_ONE[1][1], READS_WITH_A_LONG_ONE[1][2]
+    if truncation == "head":
+        long_rows = [("long", seq[:8], qual[:8], 1, 0)]
+    elif truncation == "tail":
+        long_rows = [("long", seq[-8:], qual[-8:], 1, 11)]
+    else:
+        long_rows = [("long", seq[0:8], qual[0:8], 1, 0), ("long", seq[8:16], qual[8:16], 1, 8),
+                     ("long", seq[16:], qual[16:], 1, 16)]
+    expected = [("short1", "ACGTACGT", "I" * 8, 0, 0)]  # exactly max_len: kept whole
+    expected += long_rows + [("empty", "", "", 2, 0), ("short2", "GGGCC", "!!!!!", 3, 0)]
+    assert rows == expected
+    if truncation == "split":  # the windows put back together are the reads
+        joined = {}
+        for n, s, _, r, o in rows:
+            joined.setdefault(r, "")
+            assert o == len(joined[r])
+            joined[r] += s
+        assert [joined[i] for i in range(4)] == [s for _, s, _ in READS_WITH_A_LONG_ONE]
+
+
+def test_read_batch_repr_and_to(tmp_path):
+    path = tmp_path / "r.fq"
+    path.write_bytes(b"@a\nAC\n+\nhh\n")
+    batch = next(read_fastx(path, quality_offset=64))
+    assert "fastq-illumina" in repr(batch) and "torch.uint8" in repr(batch)
+    moved = batch.to("cpu")
+    assert moved.quality_offset == 64 and torch.equal(moved.records, batch.records)
+    assert moved.qualities.tolist() == [[40, 40]]
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("truncation", ["head", "tail", "split"])
+def test_truncation_still_validates_the_whole_read(tmp_path, parser, truncation):
+    """A bad letter or quality in the part a policy drops is still an error, named by record and by its position
+    in the read (not in the window)."""
+    path = tmp_path / "r.fq"
+    path.write_bytes(b"@ok\nACGTACGTACGT\n+\nIIIIIIIIIIII\n@bad\nACGTACGTACXT\n+\nIIIIIIIIIIII\n")
+    with pytest.raises(ValueError, match=r"record 2 \('bad'\): 'X' at position 10"):
+        list(read_fastx(path, parser=parser, max_len=4, truncation=truncation))
+    path.write_bytes(b"@ok\nACGTACGTACGT\n+\nIIIIIIIIIIII\n@bad\nACGTACGTACGT\n+\nIIIIIIIIII I\n")
+    with pytest.raises(ValueError, match=r"record 2 \('bad'\): quality character ' ' at position 10"):
+        list(read_fastx(path, parser=parser, max_len=4, truncation=truncation))

@@ -93,3 +93,29 @@ def test_errors():
 def test_cuda_matches_cpu():
     tokens, mask = encode(["ACGTTN", "AC"])
     assert torch.equal(reverse_complement(tokens.cuda(), mask.cuda()).cpu(), reverse_complement(tokens, mask))
+
+
+def test_list_masks_and_odd_inputs_are_refused_by_name():
+    tokens, mask = encode(["ACGT", "AC"])
+    x = one_hot(tokens)
+    with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+        flip_within_lengths(x, mask.tolist())
+    with pytest.raises(TypeError, match="x must be a tensor"):
+        flip_within_lengths(x.tolist(), mask)
+    with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+        reverse_complement(tokens, mask.tolist())
+    with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+        reverse_complement(tokens[0], mask[0].tolist())
+    with pytest.raises(ValueError, match=r"mask has shape \(2, 3\), expected \(2, 4\)"):
+        flip_within_lengths(x, mask[:, :3])
+    with pytest.raises(ValueError, match="padding at the end"):
+        flip_within_lengths(x, mask.flip(1))
+
+
+def test_meta_tensors_keep_their_shape():
+    tokens = torch.empty(3, 6, dtype=torch.uint8, device="meta")
+    mask = torch.empty(3, 6, dtype=torch.bool, device="meta")
+    assert reverse_complement(tokens, mask).is_meta
+    x = torch.empty(3, 6, 4, device="meta")
+    assert reverse_complement(x, mask).shape == (3, 6, 4)
+    assert flip_within_lengths(x, mask).is_meta

@@ -1,135 +1,181 @@
-"""Fuzz the spectral encodings and the sign helpers: whatever comes in, only ValueError / TypeError come out, and
-whatever comes out is finite."""
+"""Fuzzing the random-walk side of omnipos.graph (issue 14): random_walk_pe, rrwp, eigenvalue_encoding, the
+networkx helpers and the transforms get NaN / inf / extreme weights, empty and 0-d tensors, non-contiguous views,
+wrong dtypes, lists and meta tensors. Only ValueError / TypeError may escape, and every output is finite."""
 
+import math
+
+import networkx as nx
 import numpy as np
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from torch_geometric.data import Batch, Data
 
-from omnipos.graph import canonical_basis, canonical_sign, laplacian_pe, magnetic_laplacian_pe, random_sign_flip
+from omnipos.graph import (
+    AddRandomWalkPE,
+    AddRRWP,
+    RandomSignFlip,
+    eigenvalue_encoding,
+    networkx_random_walk_pe,
+    networkx_to_edge_index,
+    random_walk_pe,
+    rrwp,
+)
 
-FLOATS = st.sampled_from([0.0, 1.0, 0.5, 1e-300, 1e-30, 1e30, 1e300, 3.0e38, float("nan"), float("inf"),
-                          -float("inf"), -1.0, 5e-324])
-DTYPES = st.sampled_from([torch.int64, torch.int32, torch.uint8, torch.int16, torch.float32, torch.float64,
-                          torch.bool, torch.complex64])
-DEVICES = st.sampled_from(["cpu", "cpu", "cpu", "meta"])
+REFUSALS = (ValueError, TypeError)
+DTYPES = [torch.int64, torch.int32, torch.int16, torch.uint8, torch.float32, torch.float16, torch.float64,
+          torch.bool, torch.complex64]
+EXTREME = [0.0, 1e-320, 1e-300, 1e-30, 1.0, 3.0, 1e30, 1e300, 1.7e308, -1.0, -0.0, math.nan, math.inf, -math.inf]
+
+
+def _finite(*tensors):
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            assert torch.isfinite(t).all()
+
+
+@st.composite
+def tensors(draw, shape, *, integers=(0, 9), floats=EXTREME, usual=torch.int64):
+    """A tensor (or list / array) of roughly ``shape``: mostly ``usual`` dtype and contiguous, sometimes another
+    dtype, 0-d, empty, transposed (non-contiguous), a list, an array or a meta tensor."""
+    mode = draw(st.sampled_from(["plain"] * 24 + ["0-d", "empty", "transposed", "transposed", "meta", "list",
+                                                 "numpy", "1-d"]))
+    dtype = draw(st.sampled_from([usual] * 24 + DTYPES))
+    if mode == "0-d":
+        shape = ()
+    elif mode == "empty":
+        shape = tuple(0 if i == len(shape) - 1 else s for i, s in enumerate(shape))
+    elif mode == "1-d":
+        shape = (int(np.prod(shape)),)
+    count = int(np.prod(shape)) if shape else 1
+    if dtype.is_floating_point or dtype.is_complex:
+        values = draw(st.lists(st.sampled_from(floats), min_size=count, max_size=count))
+    else:
+        values = draw(st.lists(st.integers(*integers), min_size=count, max_size=count))
+    base = torch.tensor(values, dtype=torch.float64 if dtype.is_floating_point or dtype.is_complex
+                        else torch.int64).reshape(shape)
+    with np.errstate(all="ignore"):
+        tensor = base.to(dtype)
+    if mode == "transposed" and tensor.ndim == 2:
+        tensor = tensor.T.contiguous().T  # same values, column-major strides
+        assert not tensor.is_contiguous() or tensor.numel() <= 1 or 1 in tensor.shape
+    if mode == "meta":
+        tensor = tensor.to("meta")
+    if mode == "list":
+        return tensor.tolist()
+    if mode == "numpy" and dtype not in (torch.bfloat16,):
+        return tensor.numpy()
+    return tensor
 
 
 @st.composite
 def graph_inputs(draw):
-    n = draw(st.integers(0, 9))
-    edges = draw(st.integers(0, 14))
-    high = max(n, 1) + draw(st.sampled_from([0, 0, 0, 2]))  # sometimes out of range
-    low = draw(st.sampled_from([0, 0, 0, -2]))
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
-    edge_index = torch.from_numpy(rng.integers(low, high, (2, edges)))
-    layout = draw(st.sampled_from(["plain", "transposed", "0-d", "1-d", "list", "dtype"]))
-    if layout == "transposed":  # non-contiguous, same values
-        edge_index = edge_index.T.contiguous().T
-    elif layout == "0-d":
-        edge_index = torch.tensor(3)
-    elif layout == "1-d":
-        edge_index = edge_index.reshape(-1)
-    elif layout == "list":
-        edge_index = edge_index.tolist()
-    elif layout == "dtype":
-        edge_index = edge_index.to(draw(DTYPES))
-    if isinstance(edge_index, torch.Tensor):
-        edge_index = edge_index.to(draw(DEVICES))
-    weight = None
-    if draw(st.booleans()):
-        weight = torch.tensor([draw(FLOATS) for _ in range(edges)], dtype=torch.float64)
-        if draw(st.booleans()):
-            weight = weight.to(draw(DTYPES))
-    batch = None
-    if draw(st.booleans()) and n:
-        cuts = sorted(draw(st.lists(st.integers(0, n), max_size=3)))
-        batch = torch.from_numpy(np.searchsorted(np.array(cuts), np.arange(n), side="right"))
-        if draw(st.booleans()):
-            batch = batch.flip(0)  # unsorted
-        if draw(st.booleans()):
-            batch = batch[: max(n - 1, 0)]  # wrong length
-    k = draw(st.sampled_from([1, 2, 5, 0, -1, 2 ** 40, 2.0]))
-    return edge_index, n, k, weight, batch
-
-
-def assert_clean(call):
-    try:
-        out = call()
-    except (ValueError, TypeError):
-        return
-    outputs = out if isinstance(out, tuple) else (out,)
-    for tensor in outputs:
-        if tensor.is_floating_point():
-            assert bool(torch.isfinite(tensor).all())
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graph_inputs(), st.sampled_from(["sym", "rw", None]), st.booleans())
-def test_laplacian_pe(inputs, normalization, per_component):
-    edge_index, n, k, weight, batch = inputs
-    assert_clean(lambda: laplacian_pe(edge_index, n, k, edge_weight=weight, batch=batch, normalization=normalization,
-                                      per_component=per_component, return_eigenvalues=True))
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graph_inputs(), st.sampled_from([0.0, 0.25, 0.5, -0.1, 0.7, float("nan"), "0.1", None]))
-def test_magnetic_laplacian_pe(inputs, q):
-    edge_index, n, k, weight, batch = inputs
-    assert_clean(lambda: magnetic_laplacian_pe(edge_index, n, k, q=q, edge_weight=weight, batch=batch,
-                                               return_eigenvalues=True))
-
-
-@st.composite
-def matrices(draw):
-    shape = draw(st.sampled_from([(), (4,), (0, 3), (3, 0), (5, 3), (2, 4, 3)]))
-    values = [draw(FLOATS) for _ in range(int(np.prod(shape)) if shape else 1)]
-    tensor = torch.tensor(values, dtype=torch.float64).reshape(shape)
-    kind = draw(st.sampled_from(["plain", "transposed", "dtype", "meta", "list"]))
-    if kind == "transposed" and tensor.ndim >= 2:
-        tensor = tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
-    elif kind == "dtype":
-        tensor = tensor.to(draw(DTYPES))
-    elif kind == "meta":
-        tensor = tensor.to("meta")
-    elif kind == "list":
-        return tensor.tolist()
-    return tensor
-
-
-@settings(max_examples=150, deadline=None)
-@given(matrices())
-def test_canonical_sign(vectors):
-    def call():
-        out = canonical_sign(vectors)
-        return out if out.device.type != "meta" else torch.zeros(1)
-
-    assert_clean(call)
-
-
-@settings(max_examples=100, deadline=None)
-@given(matrices())
-def test_canonical_basis(vectors):
-    if isinstance(vectors, torch.Tensor) and vectors.ndim >= 2:
-        values = torch.zeros(vectors.shape[:-2] + vectors.shape[-1:], dtype=torch.float64)
+    n = draw(st.integers(0, 12))
+    edges = draw(st.integers(0, 20))
+    ids = draw(st.sampled_from([(0, max(n - 1, 0))] * 4 + [(-3, n + 2), (0, 2**62)]))
+    edge_index = draw(tensors((2, edges), integers=ids))
+    edge_weight = draw(st.one_of(st.none(), tensors((edges,), usual=torch.float64,
+                                                    floats=EXTREME + [0.5, 2.0, 1.0, 7.0] * 3)))
+    kind = draw(st.sampled_from(["none", "sorted", "huge", "unsorted", "fuzz"]))
+    if kind == "none":
+        batch = None
+    elif kind == "fuzz":
+        batch = draw(tensors((n,), integers=(-1, 3)))
     else:
-        values = torch.zeros(1)
-    assert_clean(lambda: canonical_basis(vectors, values) if not (isinstance(vectors, torch.Tensor)
-                                                                  and vectors.device.type == "meta")
-                 else canonical_basis(vectors, values.to("meta")).new_zeros(1, device="cpu"))
+        cut = draw(st.integers(0, n))
+        base = torch.tensor([0] * cut + [1] * (n - cut), dtype=torch.long)
+        batch = {"sorted": base, "huge": base * 2**61, "unsorted": base.flip(0)}[kind]
+    num_nodes = draw(st.sampled_from([n] * 16 + [n + 1, -1, 2.0, np.int64(n)]))
+    return edge_index, num_nodes, batch, edge_weight
 
 
-@settings(max_examples=150, deadline=None)
-@given(matrices(), st.sampled_from([None, "ok", "negative", "short", "float", "huge", "list", "meta"]))
-def test_random_sign_flip(pe, batch_kind):
-    rows = pe.shape[0] if isinstance(pe, torch.Tensor) and pe.ndim else 1
-    batch = {None: None, "ok": torch.zeros(rows, dtype=torch.long), "negative": torch.full((rows,), -2),
-             "short": torch.zeros(max(rows - 1, 0), dtype=torch.long), "float": torch.zeros(rows),
-             "huge": torch.full((rows,), 2 ** 62), "list": [0] * rows,
-             "meta": torch.zeros(rows, dtype=torch.long, device="meta")}[batch_kind]
+@given(graph_inputs(), st.sampled_from([1, 3, [1, 5, 2], [0], [], 2.5, True, [2**62], "4", torch.tensor([2, 3])]),
+       st.sampled_from([torch.float64, torch.float32]), st.sampled_from([256, 2]))
+def test_random_walk_pe_fuzz(inputs, steps, compute_dtype, dense_max_nodes):
+    edge_index, num_nodes, batch, edge_weight = inputs
+    try:
+        out = random_walk_pe(edge_index, num_nodes, steps, batch=batch, edge_weight=edge_weight,
+                             compute_dtype=compute_dtype, dense_max_nodes=dense_max_nodes)
+    except REFUSALS:
+        return
+    assert out.dtype == torch.float32 and out.shape[0] == num_nodes
+    _finite(out)
+    assert ((out >= 0) & (out <= 1 + 1e-6)).all()
 
-    def call():
-        out = random_sign_flip(pe, batch, generator=torch.Generator().manual_seed(0))
-        return out if out.device.type != "meta" else torch.zeros(1)
 
-    assert_clean(call)
+@given(graph_inputs(), st.sampled_from([1, 2, 5, 0, -1, 2.0, None]), st.sampled_from([256, 2]))
+def test_rrwp_fuzz(inputs, walk_length, dense_max_nodes):
+    edge_index, num_nodes, batch, edge_weight = inputs
+    try:
+        pair_index, pair_pe, node_pe = rrwp(edge_index, num_nodes, walk_length, batch=batch, edge_weight=edge_weight,
+                                            dense_max_nodes=dense_max_nodes)
+    except REFUSALS:
+        return
+    _finite(pair_pe, node_pe)
+    assert pair_index.shape == (2, pair_pe.shape[0]) and node_pe.shape == (num_nodes, walk_length)
+    assert ((pair_pe >= 0) & (pair_pe <= 1 + 1e-6)).all()
+
+
+@given(tensors((2, 3), floats=EXTREME + [0.5, 1.99], usual=torch.float32), st.sampled_from([4, 2, 3, 0, -2, 2.0]),
+       st.sampled_from([100.0, 1.0, 0.0, -5.0, math.nan, math.inf, True, "1", 1e300]),
+       st.one_of(st.none(), st.sampled_from(["ok", "list", "int", "shape", "meta"])))
+def test_eigenvalue_encoding_fuzz(eigenvalues, dim, scale, mask_kind):
+    mask = None
+    shape = tuple(getattr(eigenvalues, "shape", np.shape(eigenvalues)))
+    if mask_kind is not None:
+        base = torch.rand(shape) > 0.3 if all(isinstance(s, int) for s in shape) else torch.tensor(True)
+        mask = {"ok": base, "list": base.tolist(), "int": base.long(), "shape": base.reshape(-1)[:1],
+                "meta": base.to("meta")}[mask_kind]
+    try:
+        out = eigenvalue_encoding(eigenvalues, dim, scale=scale, mask=mask)
+    except REFUSALS:
+        return
+    _finite(out)
+    assert out.shape[-1] == dim
+
+
+@given(st.sampled_from([nx.Graph, nx.DiGraph, nx.MultiGraph]), st.integers(0, 8),
+       st.lists(st.sampled_from(EXTREME + [None, "heavy", True, 1 + 2j, np.float32(2.0), 7, 10**400]), max_size=12),
+       st.sampled_from([None, "weight", "missing"]), st.sampled_from([4, [1, 3], 0]))
+def test_networkx_fuzz(kind, n, weights, attribute, steps):
+    graph = kind()
+    graph.add_nodes_from(["a", 1, (2, 3), 4.5, "e", "f", "g", "h"][:n])
+    nodes = list(graph.nodes)
+    for i, w in enumerate(weights):
+        if len(nodes) > 1:
+            graph.add_edge(nodes[i % len(nodes)], nodes[(3 * i + 1) % len(nodes)], weight=w)
+    try:
+        out = networkx_random_walk_pe(graph, steps, weight=attribute)
+    except REFUSALS:
+        return
+    _finite(out)
+    assert out.shape[0] == len(nodes)
+    edge_index, edge_weight, _ = networkx_to_edge_index(graph, weight=attribute)
+    assert edge_index.dtype == torch.long and (edge_weight is None or edge_weight.dtype == torch.float64)
+
+
+@given(graph_inputs(), st.sampled_from(["rw", "rrwp", "flip"]), st.sampled_from(["none", "float", "int", "rows"]),
+       st.booleans())
+def test_transforms_fuzz(inputs, which, x_kind, collated):
+    edge_index, num_nodes, _, edge_weight = inputs
+    if not isinstance(num_nodes, (int, np.integer)) or num_nodes < 0:
+        return  # Data does not hold such a node count
+    data = Data(edge_index=edge_index if isinstance(edge_index, torch.Tensor) else torch.as_tensor(
+        np.asarray(edge_index)), num_nodes=int(num_nodes))
+    if isinstance(edge_weight, torch.Tensor):
+        data.edge_weight = edge_weight
+    x_rows = int(num_nodes) + (1 if x_kind == "rows" else 0)
+    if x_kind != "none":
+        data.x = torch.zeros(x_rows, 2, dtype=torch.int64 if x_kind == "int" else torch.float32)
+    transform = {"rw": AddRandomWalkPE(3, attr_name=None), "rrwp": AddRRWP(3, attr_name=None),
+                 "flip": RandomSignFlip("x")}[which]
+    if collated:
+        try:
+            data = Batch.from_data_list([data, data])
+        except (RuntimeError, ValueError, TypeError, IndexError):  # PyG refuses to collate it: not omnipos's input
+            return
+    try:
+        out = transform(data)
+    except REFUSALS:
+        return
+    _finite(out.x)

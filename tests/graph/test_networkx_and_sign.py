@@ -73,3 +73,40 @@ def test_eigenvalue_encoding():
     assert out[0, 2].abs().max() == 0
     with pytest.raises(ValueError, match="even"):
         eigenvalue_encoding(values, 3)
+
+
+def test_eigenvalue_encoding_list_masks_and_padding():
+    """Issue 14: a list mask raised AttributeError; masked-out entries may hold anything (GraphGPS: NaN)."""
+    values = torch.tensor([[0.0, 0.5, 1.9]])
+    expected = eigenvalue_encoding(values, 4, mask=torch.tensor([[True, True, False]]))
+    torch.testing.assert_close(eigenvalue_encoding(values, 4, mask=[[True, True, False]]), expected)
+    torch.testing.assert_close(eigenvalue_encoding([[0.0, 0.5, float("nan")]], 4, mask=[[True, True, False]]),
+                               expected)
+    with pytest.raises(TypeError, match="mask must hold booleans"):
+        eigenvalue_encoding(values, 4, mask=[[1, 1, 0]])
+    with pytest.raises(ValueError, match="mask .* must match"):
+        eigenvalue_encoding(values, 4, mask=[True, False])
+    with pytest.raises(ValueError, match=r"eigenvalues \* scale must be finite.*\[0, 2\]"):
+        eigenvalue_encoding([[0.0, 0.5, float("nan")]], 4)
+    with pytest.raises(ValueError, match=r"eigenvalues \* scale must be finite"):
+        eigenvalue_encoding([[1e307]], 4)
+    with pytest.raises(TypeError, match="scale must be a real number"):
+        eigenvalue_encoding(values, 4, scale="100")
+    with pytest.raises(ValueError, match="meta tensor"):
+        eigenvalue_encoding(values.to("meta"), 4)
+
+
+def test_networkx_weights_must_be_real_numbers():
+    graph = nx.Graph()
+    graph.add_edge("a", "b", weight=True)
+    with pytest.raises(TypeError, match=r"must hold real numbers; edge 'a' -> 'b' has True"):
+        networkx_random_walk_pe(graph, 3, weight="weight")
+    graph["a"]["b"]["weight"] = 10**400
+    with pytest.raises(ValueError, match="beyond float64's range"):
+        networkx_to_edge_index(graph, "weight")
+    graph["a"]["b"]["weight"] = float("nan")
+    with pytest.raises(ValueError, match=r"edge_weight\[0\] = nan .* must be finite"):
+        networkx_random_walk_pe(graph, 3, weight="weight")
+    graph["a"]["b"]["weight"] = 2.5
+    multi = nx.MultiGraph([("a", "b"), ("a", "b")])  # parallel edges add up
+    torch.testing.assert_close(networkx_random_walk_pe(multi, 3), networkx_random_walk_pe(graph, 3))

@@ -1,19 +1,25 @@
 """random_walk_pe against PyG's own expected numbers, PyG's AddRandomWalkPE (unweighted) and a float64 NumPy
-matrix power (weighted, where PyG is wrong: pyg-team/pytorch_geometric#10098)."""
+matrix power (weighted, directed, isolated nodes; where PyG is wrong: pyg-team/pytorch_geometric#10098), on both
+solver paths; batch invariance and run-to-run determinism to the bit; bad input."""
+
+import math
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE
 
+import omnipos.graph.random_walk as rw
 from omnipos.graph import random_walk_pe, transition_matrix
 
 
 def test_pyg_expected_outputs():
     """The expected values of PyG's test/transforms/test_add_positional_encoding.py::test_add_random_walk_pe."""
     edge_index = torch.tensor([[0, 1, 0, 4, 1, 4, 2, 3, 3, 5], [1, 0, 4, 0, 4, 1, 3, 2, 5, 3]])
-    assert random_walk_pe(edge_index, 6, 3).tolist() == [
+    expected = [
         [0.0, 0.5, 0.25],
         [0.0, 0.5, 0.25],
         [0.0, 0.5, 0.00],
@@ -21,24 +27,19 @@ def test_pyg_expected_outputs():
         [0.0, 0.5, 0.25],
         [0.0, 0.5, 0.00],
     ]
+    assert random_walk_pe(edge_index, 6, 3).tolist() == expected
+    assert random_walk_pe(edge_index, 6, 3, dense_max_nodes=1).tolist() == expected  # the sparse path
     loops = torch.tensor([[0, 1, 2], [0, 1, 2]])
-    assert random_walk_pe(loops, 4, 3).tolist() == [
-        [1.0, 1.0, 1.0],
-        [1.0, 1.0, 1.0],
-        [1.0, 1.0, 1.0],
-        [0.0, 0.0, 0.0],
-    ]
+    for dense_max_nodes in (256, 1):
+        assert random_walk_pe(loops, 4, 3, dense_max_nodes=dense_max_nodes).tolist() == [
+            [1.0, 1.0, 1.0],
+            [1.0, 1.0, 1.0],
+            [1.0, 1.0, 1.0],
+            [0.0, 0.0, 0.0],
+        ]
 
 
-def numpy_return_probabilities(edge_index, n, weight, steps):
-    a = np.zeros((n, n))
-    np.add.at(a, (edge_index[0].numpy(), edge_index[1].numpy()), weight)
-    d = a.sum(1, keepdims=True)
-    p = np.divide(a, d, out=np.zeros_like(a), where=d > 0)
-    return np.stack([np.diag(np.linalg.matrix_power(p, s)) for s in steps], axis=1), p
-
-
-@pytest.mark.parametrize("n,seed", [(5, 0), (17, 1), (40, 2)])
+@pytest.mark.parametrize("n,seed", [(5, 0), (17, 1), (40, 2), (300, 3)])
 def test_same_as_pyg_on_unweighted_graphs(graph_factory, n, seed):
     e = graph_factory(n, n, seed)
     ours = random_walk_pe(e, n, 20)
@@ -47,21 +48,66 @@ def test_same_as_pyg_on_unweighted_graphs(graph_factory, n, seed):
     torch.testing.assert_close(ours, ref, atol=1e-6, rtol=1e-5)
 
 
-def test_weighted_transition_rows_sum_to_one_and_match_numpy(graph_factory):
+def test_weighted_transition_rows_sum_to_one_and_match_numpy(graph_factory, walk_refs):
     n = 14
     e = graph_factory(n, 12, 3)
     e = torch.cat([e, torch.tensor([[2, 2], [2, 2]])], 1)  # a self-loop, given twice: weights add
     weight = torch.rand(e.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 5 + 0.05
     p = transition_matrix(e, n, edge_weight=weight)
     torch.testing.assert_close(p.sum(1), torch.ones(n, dtype=torch.float64))
+    np.testing.assert_allclose(p.numpy(), walk_refs.transition(e, n, weight.numpy()), atol=1e-15)
     steps = [1, 2, 3, 7, 16, 21]
-    expected, p_ref = numpy_return_probabilities(e, n, weight.numpy(), steps)
-    np.testing.assert_allclose(p.numpy(), p_ref, atol=1e-15)
-    ours = random_walk_pe(e, n, steps, edge_weight=weight)
-    np.testing.assert_allclose(ours.double().numpy(), expected, rtol=1e-6, atol=1e-7)
+    expected = walk_refs.return_probabilities(e, n, weight.numpy(), steps)
+    for dense_max_nodes in (256, 1):
+        ours = random_walk_pe(e, n, steps, edge_weight=weight, dense_max_nodes=dense_max_nodes)
+        np.testing.assert_allclose(ours.double().numpy(), expected, rtol=1e-6, atol=1e-7)
     # PyG's 1 / sum_j w_ij rows do not sum to 1 here, so its encoding differs (pyg#10098)
     pyg = AddRandomWalkPE(3)(Data(edge_index=e, edge_weight=weight.float(), num_nodes=n)).random_walk_pe
     assert not torch.allclose(pyg, ours[:, :3], atol=1e-3)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+@pytest.mark.parametrize("zero_weights", [False, True])
+def test_both_paths_match_float64_numpy_on_random_batches(walk_refs, directed, zero_weights):
+    """Weighted, directed or not, isolated nodes, self-loops, duplicate and zero-weight edges, a 0-node graph:
+    the dense and the sparse path against the float64 matrix powers, on the float64 values before the cast."""
+    sizes = [6, 1, 0, 23, 40, 9, 70]
+    e, n, batch, w, _ = walk_refs.batch(7 + directed + 2 * zero_weights, sizes, directed=directed,
+                                        zero_weights=zero_weights, loops=True)
+    e = torch.cat([e, e[:, :5]], 1)  # duplicates
+    w = torch.cat([w, w[:5]])
+    steps = [1, 2, 3, 4, 5, 8, 13, 2]
+    expected = walk_refs.return_probabilities(e, n, w.numpy(), steps)
+    g = rw.check_walk_graph(e, n, batch, w)
+    sparse = rw._sparse_return_probabilities(rw.sparse_transitions(g, g.counts > 0), steps, None,
+                                             rw.progress_reporter(None))
+    np.testing.assert_allclose(sparse, expected, rtol=1e-12, atol=1e-15)
+    for dense_max_nodes in (256, 1, 30):
+        ours = random_walk_pe(e, n, steps, batch=batch, edge_weight=w, dense_max_nodes=dense_max_nodes)
+        np.testing.assert_allclose(ours.numpy(), expected.astype(np.float32), rtol=1e-6, atol=1e-7)
+    with pytest.MonkeyPatch.context() as patch:  # graphs of >= 20 nodes renumbered, one at a time
+        patch.setattr(rw, "_RELABEL_MIN_NODES", 20)
+        ours = random_walk_pe(e, n, steps, batch=batch, edge_weight=w, dense_max_nodes=5)
+        np.testing.assert_allclose(ours.numpy(), expected.astype(np.float32), rtol=1e-6, atol=1e-7)
+
+
+def test_sparse_path_bits_do_not_depend_on_blocks_or_dense_continuation(walk_refs, monkeypatch):
+    """Sparse rows and dense columns add the same products in the same order: any block size, and continuing
+    densely always / never, give identical float64 values (a hub-heavy graph and a directed one)."""
+    hub = torch.cat([torch.stack([torch.zeros(40, dtype=torch.long), torch.arange(1, 41)]),
+                     torch.stack([torch.arange(1, 40), torch.arange(2, 41)])], 1)
+    for e, directed in ((torch.cat([hub, hub.flip(0)], 1), False), (hub, True)):
+        g = rw.check_walk_graph(e, 41, None, torch.rand(e.shape[1], dtype=torch.float64) + 0.5)
+        walks = rw.sparse_transitions(g, torch.tensor([True]))
+        assert walks.symmetric != directed or not directed
+        results = []
+        for fill in (0.0, 0.05, math.inf):
+            monkeypatch.setattr(rw, "_DENSE_FILL", fill)
+            for block, entries in ((None, 1 << 22), (1, 1 << 22), (2, 1 << 22), (41, 1 << 22), (None, 16), (7, 16)):
+                monkeypatch.setattr(rw, "_BLOCK_ENTRIES", entries)  # 16: blocks outgrow it and are split again
+                results.append(rw._sparse_return_probabilities(walks, list(range(1, 12)), block,
+                                                               rw.progress_reporter(None)))
+        assert all(np.array_equal(r, results[0]) for r in results)
 
 
 def test_float32_compute_within_documented_error(graph_factory):
@@ -84,32 +130,118 @@ def test_steps_list_and_int_agree():
     picked = random_walk_pe(e, 4, [8, 2, 5, 2])
     torch.testing.assert_close(picked, full[:, [7, 1, 4, 1]])
     torch.testing.assert_close(random_walk_pe(e, 4, 1), full[:, :1])
-
-
-def test_batch_equals_graph_by_graph_and_sparse_path(graph_factory):
-    sizes = [6, 11, 6, 1, 30]
-    graphs = [graph_factory(n, n, s) for s, n in enumerate(sizes)]
-    offsets = np.cumsum([0] + sizes[:-1])
-    e = torch.cat([g + o for g, o in zip(graphs, offsets)], 1)
-    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
-    pe = random_walk_pe(e, sum(sizes), 9, batch=batch)
-    sparse = random_walk_pe(e, sum(sizes), 9, batch=batch, dense_max_nodes=8, block=4)
-    torch.testing.assert_close(sparse, pe, atol=1e-6, rtol=1e-6)
-    for g, n, o in zip(graphs, sizes, offsets):
-        torch.testing.assert_close(pe[o:o + n], random_walk_pe(g, n, 9), atol=1e-7, rtol=0)
+    torch.testing.assert_close(random_walk_pe(e, 4, [8, 2, 5, 2], dense_max_nodes=1), picked)
 
 
 def test_directed_walk_and_isolated_nodes():
     # 0 -> 1 -> 2 -> 0 (a directed triangle) and node 3 with no edges
     e = torch.tensor([[0, 1, 2], [1, 2, 0]])
-    pe = random_walk_pe(e, 4, 6)
-    assert pe[:3].tolist() == [[0.0, 0.0, 1.0, 0.0, 0.0, 1.0]] * 3
-    assert pe[3].abs().max() == 0
+    for dense_max_nodes in (256, 1):
+        pe = random_walk_pe(e, 4, 6, dense_max_nodes=dense_max_nodes)
+        assert pe[:3].tolist() == [[0.0, 0.0, 1.0, 0.0, 0.0, 1.0]] * 3
+        assert pe[3].abs().max() == 0
 
 
-def test_two_runs_identical(graph_factory):
-    e = graph_factory(25, 20, 8)
-    assert torch.equal(random_walk_pe(e, 25, 12), random_walk_pe(e, 25, 12))
+@st.composite
+def batches(draw, max_graphs=5, max_nodes=40):
+    sizes = draw(st.lists(st.integers(0, max_nodes), min_size=1, max_size=max_graphs))
+    return sizes, draw(st.integers(0, 2**31)), draw(st.booleans()), draw(st.booleans())
+
+
+@given(batches(), st.sampled_from([torch.float64, torch.float32]), st.sampled_from([256, 12]), st.booleans())
+def test_batch_invariant_to_the_bit(walk_refs, case, compute_dtype, dense_max_nodes, relabel):
+    """A graph gets the same bits alone and in any batch (issue 14: float32 compute differed in ~1/3 of rows by
+    up to 2.4e-7), on the dense path (NumPy, one BLAS call per matrix) and the sparse one (graphs above 12;
+    ``relabel``: graphs above 20 walked one by one in reverse Cuthill-McKee order, as huge graphs are)."""
+    sizes, seed, directed, zero_weights = case
+    e, n, batch, w, graphs = walk_refs.batch(seed, sizes, directed=directed, zero_weights=zero_weights)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rw, "_RELABEL_MIN_NODES", 20 if relabel else 1 << 30)
+        together = random_walk_pe(e, n, [1, 2, 3, 6, 11], batch=batch, edge_weight=w, compute_dtype=compute_dtype,
+                                  dense_max_nodes=dense_max_nodes)
+        start = 0
+        for ge, gn, gw in graphs:
+            alone = random_walk_pe(ge, gn, [1, 2, 3, 6, 11], edge_weight=gw, compute_dtype=compute_dtype,
+                                   dense_max_nodes=dense_max_nodes)
+            assert torch.equal(alone, together[start:start + gn])
+            start += gn
+
+
+@given(batches(max_graphs=3, max_nodes=60))
+def test_run_to_run_deterministic(walk_refs, case):
+    sizes, seed, directed, zero_weights = case
+    e, n, batch, w, _ = walk_refs.batch(seed, sizes, directed=directed, zero_weights=zero_weights)
+    for dense_max_nodes in (256, 8):
+        first = random_walk_pe(e, n, 9, batch=batch, edge_weight=w, dense_max_nodes=dense_max_nodes)
+        assert torch.equal(first, random_walk_pe(e, n, 9, batch=batch, edge_weight=w,
+                                                 dense_max_nodes=dense_max_nodes))
+
+
+# ------------------------------------------------------------------------------------- issue 14 reproductions
+
+
+def test_sparse_path_zero_weight_out_edges_give_zero_not_nan():
+    """Node 2's only out-edge has weight 0: it cannot move, its return probabilities are 0 (NaN before on the
+    sparse path, > 2048 nodes by default then; the dense path gave 0)."""
+    e = torch.tensor([[0, 1, 2, 1], [1, 0, 1, 2]])
+    w = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    dense = random_walk_pe(e, 3, 4, edge_weight=w)
+    sparse = random_walk_pe(e, 3, 4, edge_weight=w, dense_max_nodes=1)
+    assert torch.isfinite(sparse).all() and torch.equal(dense, sparse)
+    assert sparse[2].tolist() == [0.0] * 4
+    torch.testing.assert_close(sparse[0], torch.tensor([0.0, 0.5, 0.0, 0.25]))
+
+
+def test_huge_step_count_by_squaring():
+    """steps=[2**62] ran for ever (one product per step): repeated squaring takes 62 products."""
+    e = torch.tensor([[0, 1, 1, 2, 2, 0, 0], [1, 0, 2, 1, 0, 2, 0]])  # a triangle with a self-loop at 0
+    w = torch.tensor([1.0, 2.0, 1.0, 3.0, 1.0, 1.0, 0.5], dtype=torch.float64)
+    out = random_walk_pe(e, 3, [2**62, 5000, 3], edge_weight=w)
+    p = np.zeros((3, 3))
+    np.add.at(p, (e[0].numpy(), e[1].numpy()), w.numpy())
+    p /= p.sum(1, keepdims=True)
+    values, vectors = np.linalg.eig(p.T)  # the limit of P^s: every row is the stationary distribution
+    stationary = np.real(vectors[:, np.argmin(np.abs(values - 1))])
+    np.testing.assert_allclose(out[:, 0].numpy(), stationary / stationary.sum(), rtol=1e-6)
+    for column, s in ((1, 5000), (2, 3)):  # (NumPy's own squaring drifts to 1e-40 by s = 2**62)
+        np.testing.assert_allclose(out[:, column].numpy(), np.diag(np.linalg.matrix_power(p, s)), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"steps: 5000 steps on graph 0 .* RW_SPARSE_MAX_STEPS"):
+        random_walk_pe(e, 3, [2, 5000], dense_max_nodes=2)
+    # sixty squarings would square a row sum of 1 + 1e-7 into inf (found by the fuzz test): the limit is the
+    # stationary distribution of 0 -> 0 (1/8), 0 -> 1 (7/8), 1 -> 0: [8/15, 7/15]
+    e = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 0, 1], [0, 1, 1, 1, 1, 1, 1, 1, 0]])
+    for compute_dtype in (torch.float32, torch.float64):
+        out = random_walk_pe(e, 2, [2**62], compute_dtype=compute_dtype)
+        torch.testing.assert_close(out[:, 0], torch.tensor([8 / 15, 7 / 15]), rtol=1e-5, atol=1e-6)
+
+
+def test_huge_batch_ids_cost_nothing():
+    """Graph ids may skip numbers (empty graphs); a huge id used to allocate a count per id."""
+    e = torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]])
+    compact = random_walk_pe(e, 4, 5, batch=torch.tensor([0, 0, 1, 1]))
+    huge = random_walk_pe(e, 4, 5, batch=torch.tensor([3, 3, 2**60, 2**60]))
+    assert torch.equal(compact, huge)
+
+
+def test_extreme_weights_neither_overflow_nor_underflow():
+    """Weights near float64's limits: each row's weights are divided by its largest before they are summed."""
+    e = torch.tensor([[0, 0, 1, 2, 2], [1, 2, 0, 0, 1]])
+    for w, p01 in ((torch.tensor([1e308, 1e308, 1.0, 1.0, 1.0], dtype=torch.float64), 0.5),
+                   (torch.tensor([1e-320, 3e-320, 1.0, 1.0, 1.0], dtype=torch.float64), 0.25)):
+        expected = transition_matrix(e, 3, edge_weight=w)
+        assert expected[0, 1].item() == pytest.approx(p01, rel=1e-2)
+        for dense_max_nodes in (256, 1):
+            out = random_walk_pe(e, 3, [2, 3], edge_weight=w, dense_max_nodes=dense_max_nodes)
+            p = expected.numpy()
+            np.testing.assert_allclose(out.numpy(), np.stack([np.diag(p @ p), np.diag(p @ p @ p)], 1), rtol=1e-5)
+
+
+def test_progress_reports_every_node():
+    calls = []
+    e = torch.tensor([[0, 1], [1, 0]])
+    random_walk_pe(e, 300, 4, batch=torch.tensor([0] * 2 + [1] * 298), dense_max_nodes=100,
+                   progress=lambda done, total: calls.append((done, total)))
+    assert calls and calls[-1] == (300, 300)
 
 
 @pytest.mark.parametrize(
@@ -119,28 +251,87 @@ def test_two_runs_identical(graph_factory):
         ({"steps": []}, ValueError, "empty"),
         ({"steps": [1, -2]}, ValueError, ">= 1"),
         ({"steps": 2.5}, TypeError, "steps"),
-        ({"edge_index": torch.tensor([[0, 3], [1, 0]])}, ValueError, "num_nodes=3"),
-        ({"edge_index": torch.tensor([[0, -1], [1, 0]])}, ValueError, ">= 0"),
-        ({"edge_index": torch.tensor([[0.0, 1.0], [1.0, 0.0]])}, TypeError, "integer"),
-        ({"edge_weight": torch.tensor([1.0, -0.5])}, ValueError, ">= 0"),
-        ({"edge_weight": torch.tensor([float("nan"), 1.0])}, ValueError, "finite"),
-        ({"batch": torch.tensor([0, 0])}, ValueError, "num_nodes"),
-        ({"batch": torch.tensor([0, 1, 1])}, ValueError, "joins graph"),
+        ({"edge_index": torch.tensor([[0, 3], [1, 0]])}, ValueError,
+         r"edge_index\[:, 1\] = \(3, 0\) of graph 0 names node 3; node ids must be in 0..2"),
+        ({"edge_index": torch.tensor([[0, 1], [1, -1]])}, ValueError,
+         r"edge_index\[:, 1\] = \(1, -1\) of graph 0 names node -1"),
+        ({"edge_index": torch.tensor([[0.0, 1.0], [1.0, 0.0]])}, TypeError, "edge_index must be integer"),
+        ({"edge_index": torch.tensor([0, 1])}, ValueError, r"edge_index must have shape \[2, E\]"),
+        ({"edge_weight": torch.tensor([1.0, -0.5])}, ValueError,
+         r"edge_weight\[1\] = -0.5 \(edge 1 -> 0 of graph 0\) must be >= 0"),
+        ({"edge_weight": torch.tensor([float("nan"), 1.0])}, ValueError,
+         r"edge_weight\[0\] = nan \(edge 0 -> 1 of graph 0\) must be finite"),
+        ({"edge_weight": torch.tensor([float("inf"), 1.0])}, ValueError, "must be finite"),
+        ({"edge_weight": torch.tensor([True, False])}, TypeError, "edge_weight must be real"),
+        ({"edge_weight": torch.tensor([1.0])}, ValueError, r"edge_weight must have shape \[E\] = \[2\]"),
+        ({"batch": torch.tensor([0, 0])}, ValueError, r"batch must hold one graph id per node.*\[3\]"),
+        ({"batch": torch.tensor([1, 0, 0])}, ValueError, "non-decreasing.*node 1 has graph id 0 after graph id 1"),
+        ({"batch": torch.tensor([0, 0, -1])}, ValueError, r"batch\[2\] = -1"),
+        ({"batch": torch.tensor([0.0, 0.0, 1.0])}, TypeError, "batch must be integer"),
+        ({"batch": torch.tensor([0, 1, 1])}, ValueError, r"edge_index\[:, 0\] = \(0, 1\) joins graph 0 to graph 1"),
+        ({"num_nodes": -1}, ValueError, "num_nodes must be >= 0"),
+        ({"num_nodes": 3.0}, TypeError, "num_nodes must be an int"),
+        ({"dense_max_nodes": 0}, ValueError, "dense_max_nodes"),
+        ({"block": 0}, ValueError, "block"),
+        ({"edge_index": torch.empty(2, 2, dtype=torch.long, device="meta")}, ValueError, "meta tensor"),
+        ({"edge_index": [["a", "b"], ["c", "d"]]}, TypeError, "edge_index must be a tensor or array of numbers"),
+        ({"progress": "yes"}, TypeError, "progress"),
     ],
 )
 def test_bad_input(kwargs, error, match):
-    arguments = {"edge_index": torch.tensor([[0, 1], [1, 0]]), "num_nodes": 3, "steps": 4}
+    arguments = {"edge_index": torch.tensor([[0, 1], [1, 0]]), "num_nodes": 3, "steps": 4,
+                 "batch": torch.tensor([0, 0, 0])}
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         random_walk_pe(**arguments)
 
 
-@pytest.mark.parametrize("longest", [1, 2, 3, 5, 9, 10, 17, 20, 31])
+def test_graph_index_in_errors_is_the_callers():
+    """Errors name the graph by the caller's id, before any renumbering."""
+    e = torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]])
+    with pytest.raises(ValueError, match=r"edge 3 -> 2 of graph 7\) must be finite"):
+        random_walk_pe(e, 4, 3, batch=torch.tensor([2, 2, 7, 7]),
+                       edge_weight=torch.tensor([1.0, 1.0, 1.0, float("nan")]))
+
+
+@pytest.mark.parametrize("longest", [1, 2, 3, 5, 9, 10, 17, 20, 31, 5000])
 def test_baby_step_giant_step_powers(longest):
     from omnipos.graph.random_walk import return_probabilities
 
     p = torch.rand(3, 7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(longest))
     p /= p.sum(-1, keepdim=True)
-    steps = list(range(longest, 0, -1))  # any order
+    steps = sorted({longest, *range(min(longest, 31), 0, -1)}, reverse=True)  # any order
     expected = np.stack([np.diagonal(np.linalg.matrix_power(p.numpy(), s), axis1=1, axis2=2) for s in steps], -1)
     np.testing.assert_allclose(return_probabilities(p, steps).numpy(), expected, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(return_probabilities(p.numpy(), steps), expected, rtol=1e-12, atol=1e-15)
+
+
+def test_torch_dense_path_padded_chunks(walk_refs, monkeypatch):
+    """The dense path other devices take (torch, chunks padded to a size that depends on n only), run on the
+    CPU: same numbers as NumPy's, and the same bits alone and batched."""
+    monkeypatch.setattr(rw, "_TORCH_ON_CPU", True)
+    sizes = [5, 5, 9, 1, 0, 5, 30]
+    e, n, batch, w, graphs = walk_refs.batch(21, sizes, directed=True)
+    expected = walk_refs.return_probabilities(e, n, w.numpy(), [1, 2, 5, 9])
+    for compute_dtype in (torch.float64, torch.float32):
+        together = random_walk_pe(e, n, [1, 2, 5, 9], batch=batch, edge_weight=w, compute_dtype=compute_dtype)
+        np.testing.assert_allclose(together.numpy(), expected, rtol=1e-5, atol=1e-6)
+        start = 0
+        for ge, gn, gw in graphs:
+            alone = random_walk_pe(ge, gn, [1, 2, 5, 9], edge_weight=gw, compute_dtype=compute_dtype)
+            assert torch.equal(alone, together[start:start + gn])
+            start += gn
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu_and_stays_on_the_device(walk_refs):
+    e, n, batch, w, graphs = walk_refs.batch(22, [6, 40, 1, 300], directed=True)
+    cpu = random_walk_pe(e, n, 12, batch=batch, edge_weight=w)
+    cuda = random_walk_pe(e.cuda(), n, 12, batch=batch.cuda(), edge_weight=w.cuda())
+    assert cuda.device.type == "cuda"
+    torch.testing.assert_close(cuda.cpu(), cpu, atol=1e-6, rtol=1e-5)
+    start = 0
+    for ge, gn, gw in graphs:
+        alone = random_walk_pe(ge.cuda(), gn, 12, edge_weight=gw.cuda())
+        assert torch.equal(alone, cuda[start:start + gn])
+        start += gn

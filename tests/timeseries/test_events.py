@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omnipos.timeseries import EventBatch
+from omnipos.timeseries import EventBatch, TimelineEncoder
 
 
 def random_frame(seed=0, subjects=12, events=200):
@@ -130,10 +130,8 @@ def test_from_parquet_file_and_folder(tmp_path):
 
 
 def test_batch_feeds_the_encoder_and_moves():
-    from omnipos.timeseries import TimelineEncoder
-
     batch = EventBatch.from_frame(random_frame(6))
-    out = TimelineEncoder(16)(batch.times, batch.mask)
+    out = TimelineEncoder(16)(batch)
     assert out.shape == (*batch.times.shape, 16) and (out[~batch.mask] == 0).all()
     assert batch.to("cpu").times is not None and "EventBatch(subjects=" in repr(batch)
 
@@ -179,3 +177,305 @@ def test_order_at_every_timestamp_resolution_and_huge_spans(resolution):
         hours, _, values = ref[sid]
         np.testing.assert_allclose(batch.times[row, : len(hours)].numpy(), hours, rtol=1e-15, atol=0)
         np.testing.assert_array_equal(batch.values[row, : len(hours)].numpy(), values.astype(np.float32))
+
+
+# --- issue 14: calendar range, float32 range ------------------------------------------------------------------
+
+
+def test_end_date_placeholder_9999_sorts_after_2024_and_keeps_its_offset():
+    """A "9999-12-31" placeholder (datetime64[us], as MEDS Parquet and pandas >= 2 give it) wrapped around in
+    int64 nanoseconds and sorted before 2024."""
+    times = np.array(["9999-12-31", "2024-01-01", "2024-01-02T06:00"], dtype="datetime64[us]")
+    df = pd.DataFrame({"subject_id": [1, 1, 1], "time": times, "code": ["END", "A", "B"],
+                       "numeric_value": [np.nan, 1.0, 2.0]})
+    batch = EventBatch.from_frame(df)
+    assert [batch.vocab[i] for i in batch.codes[0]] == ["A", "B", "END"]
+    hours_to_9999 = (np.datetime64("9999-12-31", "s") - np.datetime64("2024-01-01", "s")).astype(np.int64) / 3600
+    assert batch.times[0].tolist() == [0.0, 30.0, hours_to_9999]
+    epoch = EventBatch.from_frame(df, origin="epoch")
+    assert epoch.times[0, 2].item() == (np.datetime64("9999-12-31", "s").astype(np.int64)) / 3600
+
+
+def test_values_beyond_float32_are_refused_by_name():
+    df = pd.DataFrame({"subject_id": [4, 4], "time": [0.0, 1.0], "code": ["A", "B"], "numeric_value": [1.0, 1e39]})
+    with pytest.raises(ValueError, match=r"column 'numeric_value' holds 1e\+39 for subject 4 at row 1.*float32"):
+        EventBatch.from_frame(df)
+    with pytest.raises(ValueError, match=r"holds -inf for subject 4"):
+        EventBatch.from_frame(df.assign(numeric_value=[1.0, -np.inf]))
+    ok = EventBatch.from_frame(df.assign(numeric_value=[np.nan, 3e38]))  # NaN: no value; 3e38 fits
+    assert ok.values[0, 1].item() == np.float32(3e38) and ok.values[0, 0].isnan()
+
+
+def test_mixed_naive_and_aware_times_are_refused_unless_naive_as():
+    import datetime as dt
+
+    aware = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    df = pd.DataFrame({"subject_id": [1, 1], "time": pd.Series([dt.datetime(2024, 1, 1, 11), aware], dtype=object),
+                       "code": ["A", "B"], "numeric_value": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="naive_as='UTC'"):
+        EventBatch.from_frame(df)
+    batch = EventBatch.from_frame(df, naive_as="UTC")
+    assert batch.times[0].tolist() == [0.0, 1.0]                         # 12:00+02:00 is 10:00 UTC, before 11:00
+    assert [batch.vocab[i] for i in batch.codes[0]] == ["B", "A"]
+    tz = random_frame(7).assign(time=lambda d: d["time"].dt.tz_localize("Europe/Paris"))
+    with pytest.raises(ValueError, match="naive_as"):
+        EventBatch.from_frame(tz, origin="2021-01-01")                  # naive reference time, aware column
+    EventBatch.from_frame(tz, origin=pd.Timestamp("2021-01-01", tz="UTC"))
+    with pytest.raises(ValueError, match="naive_as must be"):
+        EventBatch.from_frame(tz, naive_as="local")
+
+
+# --- issue 17: clock time, units ------------------------------------------------------------------------------
+
+
+def test_clock_is_each_rows_origin_on_the_clock():
+    df = random_frame(8)
+    batch = EventBatch.from_frame(df)                                    # origin="first"
+    epoch = EventBatch.from_frame(df, origin="epoch")
+    first = (df.groupby("subject_id")["time"].min() - pd.Timestamp(0)).dt.total_seconds() / 3600
+    np.testing.assert_array_equal(batch.clock.numpy(), first.to_numpy())
+    assert epoch.clock.tolist() == [0.0] * len(epoch)
+    torch.testing.assert_close((batch.times + batch.clock[:, None])[batch.mask], epoch.times[epoch.mask],
+                               rtol=1e-15, atol=0)
+    ref = EventBatch.from_frame(df, origin="2021-02-01", unit="min")
+    assert ref.clock.unique().tolist() == [(pd.Timestamp("2021-02-01") - pd.Timestamp(0)).total_seconds() / 60]
+    numbers = EventBatch.from_frame(pd.DataFrame({"subject_id": [1, 1, 2], "time": [5.0, 7.0, 2.0],
+                                                  "code": ["a", "b", "c"], "numeric_value": [1.0] * 3}))
+    assert numbers.clock.tolist() == [5.0, 2.0] and numbers.times.tolist() == [[0.0, 2.0], [0.0, 0.0]]
+
+
+def test_time_of_day_is_read_on_the_clock_with_the_default_origin():
+    """Issue 17: with origin='first' (the default) a model needing the hour of day saw the time since each
+    patient's first event. Label: the event is before noon (UTC). With clock time the 24 h sine separates the two
+    classes exactly (sin > 0 on (0 h, 12 h)); on times from the first event it is a coin toss."""
+    rng = np.random.default_rng(0)
+    subjects = np.repeat(np.arange(300), 4)
+    minutes = rng.integers(0, 60 * 24 * 365, subjects.size) // 5 * 5 + 1  # never exactly 0:00 or 12:00
+    df = pd.DataFrame({"subject_id": subjects, "code": "X", "numeric_value": np.nan,
+                       "time": np.datetime64("2023-01-01", "m") + minutes.astype("timedelta64[m]")})
+    batch = EventBatch.from_frame(df)
+    before_noon = torch.from_numpy(((minutes % 1440) < 720)[np.lexsort((minutes, subjects))])
+    encoder = TimelineEncoder(2, components=("periodic",), combine="concat", periods=("24h",), harmonics=1)
+    sine = encoder(batch)[..., 0][batch.mask]
+    assert ((sine > 0) == before_noon).float().mean().item() == 1.0
+    blind = encoder(batch.times, batch.mask, torch.zeros(len(batch)))[..., 0][batch.mask]  # times as if clock
+    assert ((blind > 0) == before_noon).float().mean().item() < 0.75
+
+
+def test_encoder_reads_the_batch_unit_instead_of_assuming_hours():
+    df = random_frame(9)
+    hours, minutes = EventBatch.from_frame(df), EventBatch.from_frame(df, unit="min")
+    torch.manual_seed(0)
+    encoder = TimelineEncoder(16, components=("absolute", "periodic", "gap", "gap_bucket", "time2vec"))
+    torch.testing.assert_close(encoder(minutes), encoder(hours), rtol=0, atol=1e-5)
+    in_minutes = TimelineEncoder(16, components=("absolute", "periodic", "gap", "gap_bucket", "time2vec"),
+                                 unit="min")
+    in_minutes.load_state_dict(encoder.state_dict())
+    torch.testing.assert_close(in_minutes(hours), encoder(hours), rtol=0, atol=1e-5)
+    with pytest.raises(TypeError, match="EventBatch alone"):
+        encoder(hours, hours.mask)
+
+
+def test_a_batch_without_clock_is_refused_by_periodic_features():
+    batch = EventBatch.from_frame(random_frame(10))
+    bare = EventBatch(batch.times, batch.codes, batch.values, batch.mask, batch.vocab, batch.subjects)
+    assert bare.clock is None                                            # origin="first": unknown
+    for origin, clock in (("epoch", 0.0), (5.0, 5.0), ("1970-01-02", 24.0), (pd.Timestamp("1970-01-01 01:00"), 1.0)):
+        built = EventBatch(batch.times, batch.codes, batch.values, batch.mask, batch.vocab, batch.subjects,
+                           origin=origin)
+        assert built.clock.tolist() == [clock] * len(batch)              # a fixed origin is its own clock
+    with pytest.raises(ValueError, match="carries no clock"):
+        TimelineEncoder(8)(bare)
+    assert TimelineEncoder(8, components=("absolute", "gap"))(bare).shape == (*batch.times.shape, 8)
+    encoder = TimelineEncoder(8)
+    torch.testing.assert_close(encoder(bare, clock=batch.clock), encoder(batch), rtol=0, atol=0)
+
+
+# --- issue 17: MEDS folders in the real layout ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def meds_root(tmp_path_factory):
+    """A MEDS cohort written by meds-testing-helpers: data/{train,tuning,held_out}/*.parquet (subject_id int64,
+    time timestamp[us], code string, numeric_value float32; static rows with a null time),
+    metadata/dataset.json, codes.parquet, subject_splits.parquet."""
+    from meds_testing_helpers.dataset import MEDSDataset
+    from meds_testing_helpers.static_sample_data import SIMPLE_STATIC_SHARDED_BY_SPLIT
+
+    root = tmp_path_factory.mktemp("meds")
+    MEDSDataset.from_yaml(SIMPLE_STATIC_SHARDED_BY_SPLIT).write(root)
+    assert (root / "metadata" / "dataset.json").is_file() and (root / "data" / "train" / "0.parquet").is_file()
+    return root
+
+
+def meds_frame(root, pattern="data/**/*.parquet"):
+    import pyarrow.parquet as pq
+
+    return pd.concat([pq.read_table(p).to_pandas() for p in sorted(root.glob(pattern))], ignore_index=True)
+
+
+def test_meds_root_reads_every_shard_with_static_events_kept(meds_root):
+    df = meds_frame(meds_root)
+    assert df["time"].dtype == "datetime64[us]" and df["time"].isna().any()
+    batch = EventBatch.from_parquet(meds_root)
+    timed = df[df["time"].notna()]
+    expected = EventBatch.from_frame(timed)
+    assert batch.subjects == sorted(df["subject_id"].unique()) == expected.subjects
+    assert torch.equal(batch.times, expected.times) and torch.equal(batch.mask, expected.mask)
+    assert [[batch.vocab[i] for i in row] for row in batch.codes.tolist()] == \
+        [[expected.vocab[i] for i in row] for row in expected.codes.tolist()]
+    ref = reference(timed)
+    for row, sid in enumerate(batch.subjects):
+        np.testing.assert_array_equal(batch.times[row, : len(ref[sid][0])].numpy(), ref[sid][0])
+        static = df[(df["subject_id"] == sid) & df["time"].isna()]
+        n = int(batch.static_mask[row].sum())
+        assert [batch.vocab[c] for c in batch.static_codes[row, :n]] == static["code"].tolist()
+        np.testing.assert_array_equal(batch.static_values[row, :n].numpy(), static["numeric_value"].to_numpy())
+    assert "static=" in repr(batch)
+
+
+def test_meds_split_glob_and_list_of_shards(meds_root):
+    import pyarrow.parquet as pq
+
+    splits = pq.read_table(meds_root / "metadata" / "subject_splits.parquet").to_pandas()
+    train = EventBatch.from_parquet(meds_root, split="train")
+    assert train.subjects == sorted(splits.loc[splits["split"] == "train", "subject_id"])
+    both = EventBatch.from_parquet(meds_root, split=["tuning", "held_out"])
+    assert both.subjects == sorted(splits.loc[splits["split"] != "train", "subject_id"])
+    glob = EventBatch.from_parquet(str(meds_root / "data" / "train" / "*.parquet"))
+    listed = EventBatch.from_parquet(sorted((meds_root / "data" / "train").glob("*.parquet")))
+    for other in (glob, listed):
+        assert other.subjects == train.subjects and torch.equal(other.times, train.times)
+    with pytest.raises(ValueError, match=r"split 'test' is not in .*'held_out', 'train', 'tuning'"):
+        EventBatch.from_parquet(meds_root, split="test")
+    with pytest.raises(ValueError, match="split= needs a MEDS root"):
+        EventBatch.from_parquet(meds_root / "data", split="train")
+    with pytest.raises(FileNotFoundError, match="no Parquet file matches"):
+        EventBatch.from_parquet(str(meds_root / "data" / "nowhere" / "*.parquet"))
+
+
+def test_meds_static_policies_and_errors_name_the_shard(meds_root):
+    with pytest.raises(ValueError, match=r"column 'time' for subject \d+ in data/\S+\.parquet at row 0.*"
+                                         r"static='keep'"):
+        EventBatch.from_parquet(meds_root, static="error")
+    dropped = EventBatch.from_parquet(meds_root, static="drop")
+    kept = EventBatch.from_parquet(meds_root)
+    assert dropped.static_codes.shape == (len(kept), 0) and torch.equal(dropped.times, kept.times)
+    assert torch.equal(EventBatch.from_parquet(meds_root, static="error", drop_missing=True).times, kept.times)
+    with pytest.raises(ValueError, match="static must be one of"):
+        EventBatch.from_parquet(meds_root, static="ignore")
+    frame = meds_frame(meds_root)
+    with pytest.raises(ValueError, match=r"column 'time' for subject \d+ at row 0 .*static='keep'"):
+        EventBatch.from_frame(frame)                                    # a DataFrame: static='error' by default
+    assert torch.equal(EventBatch.from_frame(frame, static="keep").static_codes, kept.static_codes)
+
+
+def test_unknown_codes_map_to_unk_or_raise(meds_root):
+    train = EventBatch.from_parquet(meds_root, split="train", unknown_code="unk")
+    assert train.vocab[:2] == ["<pad>", "<unk>"] and "<unk>" not in train.vocab[2:]
+    frame = meds_frame(meds_root, "data/held_out/*.parquet")
+    frame.loc[frame["code"] == "HR", "code"] = "HR//NEW"
+    with pytest.raises(ValueError, match=r"\['HR//NEW'\] are not in vocab .*unknown_code='unk'"):
+        EventBatch.from_frame(frame, vocab=train.vocab, static="keep")
+    held = EventBatch.from_frame(frame, vocab=train.vocab, unknown_code="unk", static="keep")
+    names = [held.vocab[i] for i in held.codes[held.mask].tolist()]
+    assert names.count("<unk>") == (frame["code"] == "HR//NEW").sum() and held.vocab == train.vocab
+    plain = EventBatch.from_parquet(meds_root, split="train")
+    with pytest.raises(ValueError, match="needs '<unk>' in vocab"):
+        EventBatch.from_frame(frame, vocab=plain.vocab, unknown_code="unk", static="keep")
+    with pytest.raises(ValueError, match="unknown_code must be one of"):
+        EventBatch.from_frame(frame, unknown_code="skip", static="keep")
+
+
+# --- issue 17: max_len and length-bucketed batches -----------------------------------------------------------
+
+
+def long_and_short(seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = np.r_[rng.integers(1, 6, 9), 23]
+    subjects = np.repeat(np.arange(10) + 50, lengths)
+    df = pd.DataFrame({"subject_id": subjects, "time": rng.uniform(0, 1000, subjects.size).round(1),
+                       "code": rng.choice(["a", "b", "c"], subjects.size),
+                       "numeric_value": rng.normal(size=subjects.size)})
+    df.loc[len(df)] = [50, np.nan, "static", 7.0]                           # a static event of subject 50
+    return df.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def test_max_len_policies():
+    df = long_and_short()
+    full = EventBatch.from_frame(df, static="keep")
+    longest = int(full.lengths.max())
+    with pytest.raises(ValueError, match=rf"subject 59 has {longest} events, more than max_len=8 .*"
+                                         r"truncation='head'"):
+        EventBatch.from_frame(df, static="keep", max_len=8)
+    head = EventBatch.from_frame(df, static="keep", max_len=8, truncation="head")
+    tail = EventBatch.from_frame(df, static="keep", max_len=8, truncation="tail")
+    split = EventBatch.from_frame(df, static="keep", max_len=8, truncation="split")
+    assert head.times.shape[1] == tail.times.shape[1] == split.times.shape[1] == 8
+    for row, n in enumerate(full.lengths.tolist()):
+        events = full.times[row, :n]
+        torch.testing.assert_close(head.times[row, : min(n, 8)], events[:8], rtol=0, atol=0)
+        torch.testing.assert_close(tail.times[row, : min(n, 8)], events[-8:] if n else events, rtol=0, atol=0)
+        windows = [r for r, s in enumerate(split.subjects) if s == full.subjects[row]]
+        assert split.window[windows].tolist() == list(range(max(1, -(-n // 8))))
+        torch.testing.assert_close(split.times[windows][split.mask[windows]], events, rtol=0, atol=0)
+        assert (split.clock[windows] == full.clock[row]).all()
+        assert (split.static_codes[windows] == full.static_codes[row]).all()   # every window keeps them
+    assert tail.times[-1, 0] > 0                                         # still from the subject's first event
+    with pytest.raises(ValueError, match="truncation must be one of"):
+        EventBatch.from_frame(df, static="keep", max_len=8, truncation="middle")
+    with pytest.raises(ValueError, match="max_len must be >= 1"):
+        EventBatch.from_frame(df, static="keep", max_len=0)
+
+
+def test_one_huge_subject_is_refused_before_allocating_and_max_len_fixes_it():
+    """Issue 17: one 20k-event patient among 200k padded everything to 20k slots (a 32 GB allocation)."""
+    subjects = np.r_[np.arange(200_000), np.full(20_000, 7)]
+    df = pd.DataFrame({"subject_id": subjects, "time": np.arange(subjects.size, dtype=np.float64), "code": "A",
+                       "numeric_value": 1.0})
+    with pytest.raises(ValueError, match=r"padding 200,000 rows .* \(20,001 events\) needs .* GiB.*max_len="):
+        EventBatch.from_frame(df)
+    batch = EventBatch.from_frame(df, max_len=16, truncation="tail")
+    assert batch.times.shape == (200_000, 16) and int(batch.lengths[7]) == 16
+
+
+def test_length_bucketed_batches(meds_root):
+    df = long_and_short(1)
+    full = EventBatch.from_frame(df, static="keep")
+    batches = list(EventBatch.batches(df, 3, static="keep"))
+    assert [len(b) for b in batches] == [3, 3, 3, 1]
+    assert sorted(s for b in batches for s in b.subjects) == full.subjects
+    for b in batches:
+        assert b.vocab == full.vocab and b.times.shape[1] == int(b.lengths.max())   # padded to its own longest
+        for row, sid in enumerate(b.subjects):
+            i = full.subjects.index(sid)
+            n = int(full.lengths[i])
+            assert torch.equal(b.times[row, :n], full.times[i, :n]) and b.clock[row] == full.clock[i]
+    longest_per_batch = [int(b.lengths.max()) for b in batches]
+    assert longest_per_batch == sorted(longest_per_batch)                # shortest rows first
+    assert sum(b.times.numel() for b in batches) < full.times.numel()
+    again = [b.subjects for b in EventBatch.batches(df, 3, static="keep", shuffle=True, seed=5)]
+    assert again == [b.subjects for b in EventBatch.batches(df, 3, static="keep", shuffle=True, seed=5)]
+    assert sorted(again) == sorted(b.subjects for b in batches)
+    in_order = [b.subjects for b in EventBatch.batches(df, 4, by_length=False, static="keep")]
+    assert in_order == [full.subjects[i : i + 4] for i in range(0, 10, 4)]
+    windows = list(EventBatch.batches(df, 4, static="keep", max_len=5, truncation="split"))
+    assert all(b.times.shape[1] <= 5 for b in windows)
+    meds = list(EventBatch.batches(meds_root, 4, split="train"))
+    assert sorted(s for b in meds for s in b.subjects) == EventBatch.from_parquet(meds_root, split="train").subjects
+    with pytest.raises(ValueError, match="split= needs a MEDS root"):
+        next(EventBatch.batches(df, 2, split="train"))
+
+
+def test_infinite_times_are_refused_never_static_and_unorderable_columns_are_named():
+    df = pd.DataFrame({"subject_id": [1, 1, 1], "time": [0.0, np.inf, np.nan], "code": ["a", "b", "c"],
+                       "numeric_value": [1.0, 2.0, 3.0]})
+    with pytest.raises(ValueError, match=r"infinite value \(not a time\) in column 'time' for subject 1 at row 1"):
+        EventBatch.from_frame(df, static="keep")
+    batch = EventBatch.from_frame(df, static="keep", drop_missing=True)       # inf dropped, NaN kept as static
+    assert batch.times.tolist() == [[0.0]] and [batch.vocab[c] for c in batch.static_codes[0]] == ["c"]
+    import datetime as dt
+
+    mixed = df.assign(subject_id=pd.Series([1, dt.datetime(2020, 1, 1), 2], dtype=object), time=[0.0, 1.0, 2.0])
+    with pytest.raises(TypeError, match="column 'subject_id' mixes values that cannot be ordered"):
+        EventBatch.from_frame(mixed)

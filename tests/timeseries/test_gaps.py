@@ -115,3 +115,51 @@ def test_gap_bucket_bad_arguments():
     with pytest.raises(ValueError, match="gaps must be >= 0"):
         GapBucketEmbedding(dim=2)(torch.tensor([-1.0]))
     assert "boundaries=('1h'" in repr(GapBucketEmbedding(dim=2))
+
+
+# --- issues 13 and 14: dtypes, integer and meta inputs, extreme gaps -------------------------------------------
+
+
+def test_time_gaps_on_unsigned_integers_still_sees_unsorted_times():
+    """uint8 differences wrapped around (3 - 5 = 254) and hid the unsorted times."""
+    with pytest.raises(ValueError, match="sorted"):
+        time_gaps(torch.tensor([[5, 3]], dtype=torch.uint8))
+    gaps = time_gaps(torch.tensor([[0, 200, 255]], dtype=torch.uint8))
+    assert gaps.dtype == torch.float64 and gaps.tolist() == [[0.0, 200.0, 55.0]]
+    big = time_gaps(torch.tensor([[-2**62, 2**62]]))
+    assert big.tolist() == [[0.0, 2.0**63]]
+
+
+def test_time_gaps_on_meta_tensors_gives_the_shape_without_reading_values():
+    times, mask = torch.empty(2, 5, device="meta"), torch.empty(2, 5, dtype=torch.bool, device="meta")
+    for gaps in (time_gaps(times), time_gaps(times, mask)):
+        assert gaps.is_meta and gaps.shape == (2, 5)
+    with torch.device("meta"):
+        emb = GapBucketEmbedding(dim=3)
+    out = emb(times, mask)
+    assert out.is_meta and out.shape == (2, 5, 3)
+
+
+def test_half_gap_buckets_keep_float64_boundaries():
+    """GapBucketEmbedding(dim=4, unit='s').half() rounded 3.15e7 s boundaries to inf: 1e7 s landed in bucket 1."""
+    emb = GapBucketEmbedding(dim=4, unit="s")
+    gaps = torch.tensor([[0.0, 3599.0, 1e7, 3.2e7]], dtype=torch.float64)
+    expected = emb.bucketize(gaps)
+    assert expected.tolist() == [[0, 0, 5, 7]]
+    for convert in (lambda m: m.half(), lambda m: m.bfloat16(), lambda m: m.to(torch.float16)):
+        low = convert(GapBucketEmbedding(dim=4, unit="s"))
+        low.load_state_dict(emb.state_dict())
+        assert low.boundaries.dtype == torch.float64 and torch.isfinite(low.boundaries).all()
+        assert torch.equal(low.bucketize(gaps), expected)
+        out = low(gaps)
+        assert out.dtype == low.embedding.weight.dtype
+        assert torch.equal(out[0], low.embedding.weight[expected[0]])
+
+
+def test_log_gap_encoding_of_enormous_ratios_is_finite():
+    gaps = torch.tensor([[0.0, 1e300, 1.7e308]], dtype=torch.float64)
+    out = log_gap_encoding(gaps, 4, scale="1e-10h", dtype=torch.float64)
+    assert torch.isfinite(out).all()
+    x = np.log(gaps[0, 1:].numpy()) - np.log(1e-10)
+    w = 1000.0 ** (-np.arange(2) * 2 / 4)
+    np.testing.assert_allclose(out[0, 1:, 0::2].numpy(), np.sin(x[:, None] * w), atol=1e-9)

@@ -45,3 +45,44 @@ def test_time2vec_one_channel_and_bad_input():
     with pytest.raises(ValueError, match=">= 1"):
         Time2Vec(0)
     assert "out_features=3, in_features=1" in repr(Time2Vec(3))
+
+
+def test_list_masks_are_refused_by_name():
+    """A Python list as mask raised AttributeError ('list' object has no attribute 'unsqueeze')."""
+    times = torch.tensor([[0.0, 1.0]])
+    for module, x in ((Time2Vec(3), times), (Time2Vec(3, in_features=2), torch.randn(1, 2, 2))):
+        with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+            module(x, [[True, False]])
+        with pytest.raises(ValueError, match="mask .* must have the shape"):
+            module(x, torch.ones(1, 3, dtype=torch.bool))
+
+
+def test_times_beyond_the_compute_dtype_are_refused():
+    with pytest.raises(ValueError, match="beyond what Time2Vec computes in"):
+        Time2Vec(3)(torch.tensor([[0.0, 1e39]], dtype=torch.float64))
+    assert torch.isfinite(Time2Vec(3).double()(torch.tensor([[0.0, 1e39]], dtype=torch.float64))).all()
+
+
+def test_half_time2vec_is_the_float32_result_rounded():
+    torch.manual_seed(0)
+    t2v = Time2Vec(6)
+    times = torch.linspace(0, 3, 7).unsqueeze(0)
+    reference = t2v(times)
+    half = Time2Vec(6).half()
+    half.load_state_dict({k: v.half().float() for k, v in t2v.state_dict().items()})  # same (rounded) weights
+    rounded_weights = Time2Vec(6)
+    rounded_weights.load_state_dict({k: v.half().float() for k, v in t2v.state_dict().items()})
+    out = half(times)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, rounded_weights(times).half(), rtol=0, atol=0)
+    torch.testing.assert_close(out.float(), reference, rtol=0, atol=2e-2)
+
+
+def test_time2vec_is_batch_invariant_to_the_bit():
+    torch.manual_seed(1)
+    t2v = Time2Vec(9)
+    gen = torch.Generator().manual_seed(0)
+    times = (torch.rand(37, 11, generator=gen) * 100).sort(-1).values
+    whole = t2v(times)
+    for row in (0, 5, 36):
+        assert torch.equal(t2v(times[row : row + 1])[0], whole[row])

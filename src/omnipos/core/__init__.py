@@ -6,6 +6,7 @@ exported here (the domains never import a core submodule or a private name).
 
 from .batching import (
     check_lengths,
+    check_pad_value,
     lengths_to_mask,
     mask_to_lengths,
     pack,
@@ -15,15 +16,20 @@ from .batching import (
     unpad,
 )
 from .checks import (
+    allocation_guard,
     as_position_tensor,
+    can_inspect_values,
     check_choice,
     check_even_dim,
     check_finite,
     check_float_dtype,
     check_integer_tensor,
     check_positive_int,
+    renamed_argument,
+    to_device,
 )
-from .frequencies import RopeScaling, frequency_bands, geometric_frequencies, rope_frequencies
+from .constants import ConstantBuffers
+from .frequencies import frequency_bands, geometric_frequencies
 from .learned import LearnedPositionalEmbedding
 from .progress import ProgressCallback, ProgressReporter, progress_reporter
 from .relative import (
@@ -34,7 +40,11 @@ from .relative import (
     relative_bias_score_mod,
     t5_relative_bucket,
 )
-from .rotary import ROPE_LAYOUTS, RotaryEmbedding, apply_rotary, convert_rope_layout, rope_cos_sin
+from .rope_functional import apply_rotary, rope_cos_sin
+from .rope_kernels import ROPE_LAYOUTS
+from .rope_layout import convert_rope_layout
+from .rope_scaling import RopeScaling, rope_frequencies
+from .rotary import RotaryEmbedding
 from .sinusoid import LAYOUTS as SINUSOID_LAYOUTS
 from .sinusoid import SinusoidalEncoding, add_positional, layout_frequencies, sinusoid_of_turns, sinusoidal
 
@@ -70,19 +80,26 @@ __all__ = [
     "pad_ragged",
     "pad_packed",
     "check_lengths",
+    "check_pad_value",
     "unpad",
     "pack",
     "packed_positions",
     "lengths_to_mask",
     "mask_to_lengths",
     # checks shared by every domain
+    "allocation_guard",
     "as_position_tensor",
+    "can_inspect_values",
     "check_choice",
     "check_even_dim",
     "check_finite",
     "check_float_dtype",
     "check_integer_tensor",
     "check_positive_int",
+    "renamed_argument",
+    "to_device",
+    # modules whose derived constants keep their precision
+    "ConstantBuffers",
     # progress reporting for long-running functions
     "ProgressCallback",
     "ProgressReporter",

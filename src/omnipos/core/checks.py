@@ -4,20 +4,25 @@ Public: the domains import these from :mod:`omnipos.core`, so a given mistake re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
 __all__ = [
+    "allocation_guard",
     "check_positive_int",
     "check_even_dim",
     "check_choice",
     "as_position_tensor",
+    "can_inspect_values",
     "check_finite",
     "check_float_dtype",
     "check_integer_tensor",
+    "renamed_argument",
+    "to_device",
 ]
 
 
@@ -77,11 +82,37 @@ def as_position_tensor(positions: Any, name: str = "positions", *, device: torch
     return tensor
 
 
+def can_inspect_values(*tensors: torch.Tensor) -> bool:
+    """Whether checks that read values on the host (NaN, ranges, sortedness, ``.item()``) can run now.
+
+    False while ``torch.compile`` traces (a host sync would break the graph: such checks stay in eager mode, and
+    a compiled call trusts its inputs) and for meta tensors (shapes without values). Shape and dtype checks never
+    need this: they run everywhere.
+    """
+    return not torch.compiler.is_compiling() and not any(t.is_meta for t in tensors)
+
+
 def check_finite(tensor: torch.Tensor, name: str) -> None:
-    """Raise naming ``name`` when a floating tensor holds NaN or +-inf (integers are always finite)."""
+    """Raise naming ``name`` when a floating tensor holds NaN or +-inf (integers are always finite).
+
+    A value check: skipped while compiling and for meta tensors (see :func:`can_inspect_values`)."""
+    if not can_inspect_values(tensor):
+        return
     if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
         bad = (~torch.isfinite(tensor)).nonzero()[0].tolist()
         raise ValueError(f"{name} must be finite; found {tensor[tuple(bad)].item()} at index {tuple(bad)}")
+
+
+def to_device(tensor: torch.Tensor, device: torch.device | str, name: str) -> torch.Tensor:
+    """``tensor`` on ``device`` (no copy when it is there already). A meta tensor has no values to move: asked to
+    go to a real device it raises a ValueError naming ``name`` (torch's own error is a RuntimeError)."""
+    device = torch.device(device)
+    if tensor.device == device:
+        return tensor
+    if tensor.is_meta:
+        raise ValueError(f"{name} is a meta tensor (shapes without values) but the computation runs on {device}; "
+                         "give real values, or put everything on the meta device")
+    return tensor.to(device)
 
 
 def check_float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
@@ -96,3 +127,36 @@ def check_integer_tensor(tensor: torch.Tensor, name: str, what: str = "an intege
     if tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex():
         raise TypeError(f"{name} must be {what}, got dtype {tensor.dtype}")
     return tensor
+
+
+def renamed_argument(value: Any, old_value: Any, name: str, old_name: str, *, default: Any = None) -> Any:
+    """The value of argument ``name``, which was once called ``old_name`` (still accepted, so no call breaks).
+
+    ``old_value`` is None when the old name was not used. Passing both names raises ``TypeError``, unless
+    ``value`` is still its ``default``. A required argument (``default=None``) given under neither name raises.
+    """
+    if old_value is None:
+        if value is None and default is None:
+            raise TypeError(f"missing the argument {name!r}")
+        return value
+    if value is not None and value != default:
+        raise TypeError(f"got {name}={value!r} and its old name {old_name}={old_value!r}; pass {name} only")
+    return old_value
+
+
+@contextmanager
+def allocation_guard(what: str) -> Iterator[None]:
+    """Turn the allocator's refusal into a ``ValueError`` that says which argument asked for the memory.
+
+    ``with allocation_guard(f"max_len={max_len} (a mask [{b}, {max_len}])"): torch.zeros(...)``: a size beyond
+    what the machine (or int64) can hold then reads as bad input, not as a RuntimeError from deep inside torch.
+    """
+    try:
+        yield
+    except torch.OutOfMemoryError as exc:
+        raise ValueError(f"{what} does not fit in memory: {str(exc).splitlines()[0]}") from None
+    except RuntimeError as exc:
+        message = str(exc)
+        if "allocate" in message or "overflow" in message or "out of memory" in message:
+            raise ValueError(f"{what} does not fit in memory: {message.splitlines()[0][:200]}") from None
+        raise

@@ -13,10 +13,17 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from .checks import check_positive_int
+from .checks import (
+    allocation_guard,
+    as_position_tensor,
+    check_float_dtype,
+    check_integer_tensor,
+    check_positive_int,
+)
 
 __all__ = [
     "alibi_slopes",
@@ -28,11 +35,22 @@ __all__ = [
 ]
 
 
+# Positions and their differences stay below 2**53: exact in float64 (ALiBi's distances), far from int64 overflow.
+MAX_POSITION = 2**53
+
+
 def _offset(q_len: int, k_len: int, q_offset: int | None) -> int:
     if q_offset is None:
         return k_len - q_len
-    if isinstance(q_offset, bool) or not isinstance(q_offset, int):
+    if isinstance(q_offset, bool) or not isinstance(q_offset, (int, np.integer)):
         raise TypeError(f"q_offset must be an int or None, got {type(q_offset).__name__}")
+    q_offset = int(q_offset)
+    if abs(q_offset) + max(q_len, k_len, 1) > MAX_POSITION:
+        raise ValueError(
+            f"q_offset={q_offset} puts positions beyond +-2**53 (= {MAX_POSITION}), where key - query distances are "
+            "no longer exact in float64 (and overflow int64 near 2**63); expected |q_offset| + max(q_len, k_len) "
+            "<= 2**53"
+        )
     return q_offset
 
 
@@ -40,9 +58,13 @@ def _query_key_offsets(q_len: int, k_len: int, q_offset: int | None, device: Any
     """``key - query`` positions ``[q_len, k_len]`` (int64)."""
     q_len = check_positive_int(q_len, "q_len", minimum=0)
     k_len = check_positive_int(k_len, "k_len", minimum=0)
+    for name, n in (("q_len", q_len), ("k_len", k_len)):
+        if n > MAX_POSITION:
+            raise ValueError(f"{name}={n} is beyond 2**53 positions")
     offset = _offset(q_len, k_len, q_offset)
-    query = torch.arange(q_len, device=device) + offset
-    return torch.arange(k_len, device=device)[None, :] - query[:, None]
+    with allocation_guard(f"q_len={q_len}, k_len={k_len} (a [q_len, k_len] table)"):
+        query = torch.arange(q_len, device=device) + offset
+        return torch.arange(k_len, device=device)[None, :] - query[:, None]
 
 
 def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32,
@@ -55,13 +77,16 @@ def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32,
     for head counts that are not powers of two).
     """
     num_heads = check_positive_int(num_heads, "num_heads")
-    closest = 2 ** math.floor(math.log2(num_heads))
-    first = 2.0 ** (-8.0 / closest)
-    slopes = [first ** (i + 1) for i in range(closest)]
-    if closest < num_heads:
-        extra = 2.0 ** (-8.0 / (2 * closest))
-        slopes += [extra ** (2 * i + 1) for i in range(num_heads - closest)]
-    return torch.tensor(slopes, dtype=torch.float64, device=device).to(dtype)
+    check_float_dtype(dtype)
+    closest = 2 ** (num_heads.bit_length() - 1)  # the largest power of two <= num_heads
+    with allocation_guard(f"num_heads={num_heads}"):
+        ladder = torch.arange(1, closest + 1, dtype=torch.float64, device=device)
+        slopes = torch.pow(torch.tensor(2.0 ** (-8.0 / closest), dtype=torch.float64, device=device), ladder)
+        if closest < num_heads:
+            odd = torch.arange(1, 2 * (num_heads - closest), 2, dtype=torch.float64, device=device)
+            extra = torch.tensor(2.0 ** (-8.0 / (2 * closest)), dtype=torch.float64, device=device)
+            slopes = torch.cat((slopes, torch.pow(extra, odd)))
+        return slopes.to(dtype)
 
 
 def alibi_bias(num_heads: int, q_len: int, k_len: int, *, q_offset: int | None = None,
@@ -70,10 +95,26 @@ def alibi_bias(num_heads: int, q_len: int, k_len: int, *, q_offset: int | None =
 
     For causal attention this equals BLOOM's ``build_alibi_tensor`` (``m_h * j``) up to a constant per query row,
     which the softmax ignores; the symmetric ``|i - j|`` form also serves bidirectional attention.
+
+    A bias beyond ``dtype``'s range (float16 reaches -inf past ``|i - j| * m = 65504``) is a ValueError: ask for
+    a wider dtype, or a smaller ``q_offset``.
     """
+    num_heads = check_positive_int(num_heads, "num_heads")
+    check_float_dtype(dtype)
     distance = _query_key_offsets(q_len, k_len, q_offset, device).abs().to(torch.float64)
+    if q_len and k_len:  # the largest |bias| is the steepest slope at the farthest corner, known without the table
+        offset = _offset(q_len, k_len, q_offset)
+        farthest = max(abs(offset + i - j) for i in (0, q_len - 1) for j in (0, k_len - 1))
+        closest = 2 ** (num_heads.bit_length() - 1)
+        steepest = 2.0 ** (-4.0 / closest if closest < num_heads else -8.0 / closest)
+        if steepest * farthest > torch.finfo(dtype).max:
+            raise ValueError(
+                f"the ALiBi bias reaches -{steepest * farthest:.4g} (slope {steepest:.4g} x distance {farthest}), "
+                f"beyond {dtype}'s range (largest {torch.finfo(dtype).max:.4g}); use a wider dtype"
+            )
     slopes = alibi_slopes(num_heads, dtype=torch.float64, device=distance.device)
-    return (0.0 - slopes[:, None, None] * distance).to(dtype)  # 0 - x: no -0.0 on the diagonal
+    with allocation_guard(f"num_heads={num_heads}, q_len={q_len}, k_len={k_len} (the bias [H, q_len, k_len])"):
+        return (0.0 - slopes[:, None, None] * distance).to(dtype)  # 0 - x: no -0.0 on the diagonal
 
 
 def t5_relative_bucket(relative_position: torch.Tensor, *, bidirectional: bool = True, num_buckets: int = 32,
@@ -95,14 +136,13 @@ def t5_relative_bucket(relative_position: torch.Tensor, *, bidirectional: bool =
     Returns:
         int64 tensor of the same shape, values in ``[0, num_buckets)``.
     """
-    if not isinstance(relative_position, torch.Tensor):
-        relative_position = torch.as_tensor(relative_position)
-    if relative_position.is_floating_point() or relative_position.is_complex() or \
-            relative_position.dtype == torch.bool:
-        raise TypeError(f"relative_position must be an integer tensor, got {relative_position.dtype}")
+    relative_position = as_position_tensor(relative_position, "relative_position")
+    check_integer_tensor(relative_position, "relative_position")
     num_buckets = check_positive_int(num_buckets, "num_buckets", minimum=2 if not bidirectional else 4)
     max_distance = check_positive_int(max_distance, "max_distance")
-    rel = relative_position.long()
+    # every |rel| >= max_distance shares the last bucket: clamping (far beyond it) keeps abs() and the float32 log
+    # away from int64's edge, where -(-2**63) overflows to -2**63
+    rel = relative_position.long().clamp(-(2**62), 2**62)
     buckets = torch.zeros_like(rel)
     if bidirectional:
         num_buckets //= 2
@@ -143,7 +183,15 @@ class RelativePositionBias(nn.Module):
         self.bidirectional = bool(bidirectional)
         t5_relative_bucket(torch.zeros(1, dtype=torch.long), bidirectional=self.bidirectional,
                            num_buckets=self.num_buckets, max_distance=self.max_distance)  # validates early
-        self.relative_attention_bias = nn.Embedding(self.num_buckets, self.num_heads)
+        # built empty and filled by reset_parameters (the only use of the RNG, as for every omnipos module)
+        with allocation_guard(f"num_buckets={self.num_buckets}, num_heads={self.num_heads} (the bias table)"):
+            table = torch.empty(self.num_buckets, self.num_heads)
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, self.num_heads, _weight=table)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """``N(0, 1)`` per (bucket, head), ``nn.Embedding``'s initialisation."""
+        nn.init.normal_(self.relative_attention_bias.weight)
 
     def buckets(self, q_len: int, k_len: int, *, q_offset: int | None = None) -> torch.Tensor:
         """int64 buckets ``[q_len, k_len]``."""

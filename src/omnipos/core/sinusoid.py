@@ -25,6 +25,7 @@ from torch import nn
 
 from .checks import as_position_tensor, check_choice, check_even_dim, check_finite, check_float_dtype
 from .frequencies import frequency_bands, geometric_frequencies
+from .phase import TWO_PI, reduced_phase
 
 __all__ = [
     "LAYOUTS",
@@ -38,7 +39,6 @@ __all__ = [
 ]
 
 LAYOUTS = ("interleaved", "split", "fairseq")
-_TWO_PI = 2.0 * math.pi
 
 
 def layout_frequencies(
@@ -54,24 +54,29 @@ def layout_frequencies(
     return frequency_bands(dim, base=base, device=device)
 
 
-def _sincos_from_turns_(turns: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
-    """Consumes (overwrites) the float64 ``turns`` tensor; see :func:`sinusoid_of_turns`.
+def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, consume: bool) -> torch.Tensor:
+    """float64 ``turns [..., h]`` -> ``[..., 2h]`` sin/cos channels in ``layout``; see :func:`sinusoid_of_turns`.
 
-    Large temporaries cost more than the arithmetic here (each fresh buffer is page-faulted in), so the
-    phase is reduced in place and written straight into the cosine slots of the output, where sin and cos
-    are then taken in place: one float64 buffer and the output, nothing else of size N.
+    Large temporaries cost more than the arithmetic here (each fresh buffer is page-faulted in), so when the
+    turns are scratch (``consume``) and no gradient is wanted, the reduced phase is written straight into the
+    cosine slots of the output, where sin and cos are then taken in place: one float64 buffer and the output,
+    nothing else of size N.
     """
     half = turns.shape[-1]
     work = torch.float64 if dtype == torch.float64 else torch.float32
+    differentiable = turns.requires_grad and torch.is_grad_enabled()
+    if differentiable or torch.compiler.is_compiling():
+        phase = reduced_phase(turns, work)
+        pair = (torch.sin(phase), torch.cos(phase))
+        stacked = torch.stack(pair, -1) if layout == "interleaved" else torch.stack(pair, -2)
+        return stacked.reshape(*turns.shape[:-1], 2 * half).to(dtype)
     if layout == "interleaved":
         out = torch.empty(*turns.shape, 2, dtype=work, device=turns.device)
         sin_slot, cos_slot = out[..., 0], out[..., 1]
     else:
         out = torch.empty(*turns.shape[:-1], 2, half, dtype=work, device=turns.device)
         sin_slot, cos_slot = out[..., 0, :], out[..., 1, :]
-    if work != torch.float64:
-        turns.frac_()  # |phase| < 1 turn, so float32 sin/cos see a small angle whatever the position
-    cos_slot.copy_(turns.mul_(_TWO_PI))
+    reduced_phase(turns, out=cos_slot, consume=consume)
     torch.sin(cos_slot, out=sin_slot)
     cos_slot.cos_()
     return out.reshape(*turns.shape[:-1], 2 * half).to(dtype)
@@ -90,11 +95,10 @@ def sinusoid_of_turns(
     for this call and no longer needs (it is then used as scratch space: one copy of N x h float64 saved).
     """
     check_choice(layout, "layout", LAYOUTS)
-    if inplace:
-        if turns.dtype != torch.float64:
-            raise TypeError(f"turns must be float64 for inplace=True, got {turns.dtype}")
-        return _sincos_from_turns_(turns, layout, dtype)
-    return _sincos_from_turns_(turns.to(torch.float64, copy=True), layout, dtype)
+    check_float_dtype(dtype)
+    if inplace and turns.dtype != torch.float64:
+        raise TypeError(f"turns must be float64 for inplace=True, got {turns.dtype}")
+    return _sincos_from_turns(turns.to(torch.float64), layout, dtype, consume=inplace or turns.dtype != torch.float64)
 
 
 def sinusoid_of_angles(
@@ -102,7 +106,7 @@ def sinusoid_of_angles(
 ) -> torch.Tensor:
     """``[..., h]`` angles in radians (float64 for precision) -> ``[..., 2h]`` sin/cos channels; see
     :func:`sinusoid_of_turns`."""
-    return sinusoid_of_turns(angles.to(torch.float64) * (1.0 / _TWO_PI), layout=layout, dtype=dtype)
+    return sinusoid_of_turns(angles.to(torch.float64) * (1.0 / TWO_PI), layout=layout, dtype=dtype, inplace=True)
 
 
 def sinusoidal(
@@ -136,9 +140,9 @@ def sinusoidal(
     check_float_dtype(dtype)
     positions = as_position_tensor(positions)
     check_finite(positions, "positions")
-    cycles_per_unit = layout_frequencies(dim, base=base, layout=layout, device=positions.device) / _TWO_PI
+    cycles_per_unit = layout_frequencies(dim, base=base, layout=layout, device=positions.device) / TWO_PI
     turns = positions.to(torch.float64).unsqueeze(-1) * cycles_per_unit
-    return _sincos_from_turns_(turns, layout, dtype)
+    return _sincos_from_turns(turns, layout, dtype, consume=True)
 
 
 class SinusoidalEncoding(nn.Module):
@@ -150,11 +154,14 @@ class SinusoidalEncoding(nn.Module):
 
     Args:
         dim: channels (even). base, layout: as in :func:`sinusoidal`.
-        scale: multiplier of the encoding. learnable_scale: learn it (initialised at ``scale``).
-        dtype: dtype of the encoding before scaling.
+        scale: multiplier of the encoding (finite). learnable_scale: learn it (initialised at ``scale``).
+        dtype: the initial dtype of the scale and so of the output; ``.half()`` / ``.double()`` / ``.to(dtype)``
+            change it like any module's. The sinusoid itself is computed in float32 (float64 for a float64 module)
+            from float64 phases and rounded once.
 
     Shape:
-        ``forward(positions)``: positions of any shape -> ``[*positions.shape, dim]``.
+        ``forward(positions)``: positions of any shape (differentiable when real-valued) ->
+        ``[*positions.shape, dim]`` of the module's dtype.
     """
 
     def __init__(
@@ -172,25 +179,42 @@ class SinusoidalEncoding(nn.Module):
         self.layout = check_choice(layout, "layout", LAYOUTS)
         layout_frequencies(dim, base=base, layout=layout)  # validates base and fairseq's dim early
         self.base = float(base)
-        self.dtype = dtype
-        if not math.isfinite(float(scale)):
-            raise ValueError(f"scale must be finite, got {scale}")
+        check_float_dtype(dtype)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(float(scale)):
+            raise ValueError(f"scale must be a finite number, got {scale!r}")
+        if abs(float(scale)) > torch.finfo(dtype).max:
+            raise ValueError(f"scale={scale} is beyond the range of dtype={dtype} (largest {torch.finfo(dtype).max})")
+        self.initial_scale = float(scale)
         self.learnable_scale = bool(learnable_scale)
         if self.learnable_scale:
-            self.scale = nn.Parameter(torch.tensor(float(scale), dtype=dtype))
-        else:
-            self.register_buffer("scale", torch.tensor(float(scale), dtype=dtype), persistent=False)
+            self.scale = nn.Parameter(torch.empty((), dtype=dtype))
+        else:  # a buffer, so that it (and the output) follows .half() / .double()
+            self.register_buffer("scale", torch.empty((), dtype=dtype), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Set the scale to its initial value (after meta-device construction and ``to_empty``)."""
+        with torch.no_grad():
+            self.scale.fill_(self.initial_scale)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The output dtype: the scale's, which follows ``.half()`` / ``.double()`` / ``.to(dtype)``."""
+        return self.scale.dtype
 
     def forward(self, positions: Any) -> torch.Tensor:
         if not isinstance(positions, torch.Tensor):
             positions = as_position_tensor(positions, device=self.scale.device)
-        pe = sinusoidal(positions, self.dim, base=self.base, layout=self.layout, dtype=self.dtype)
-        return pe * self.scale.to(pe.device)
+        out = self.scale.dtype
+        work = torch.float64 if out == torch.float64 else torch.float32
+        pe = sinusoidal(positions, self.dim, base=self.base, layout=self.layout, dtype=work)
+        return (pe * self.scale.to(device=pe.device, dtype=work)).to(out)
 
     def extra_repr(self) -> str:
+        scale = f"{float(self.scale):g}" if not self.scale.is_meta else "meta"
         return (
             f"dim={self.dim}, base={self.base:g}, layout={self.layout!r}, "
-            f"scale={float(self.scale):g}, learnable_scale={self.learnable_scale}"
+            f"scale={scale}, learnable_scale={self.learnable_scale}"
         )
 
 

@@ -1,6 +1,8 @@
 """DNA: alphabet, reverse complement, k-mers, centered RC-symmetric encodings, Enformer's basis, FASTA/FASTQ reads.
 
-Imports ``omnipos.core`` only. dnaio (extra ``[dna]``) is imported lazily by ``omnipos.dna.dnaio``.
+Tokens are ``torch.uint8`` unless a ``token_dtype=`` asks otherwise; every function takes any integer dtype.
+Imports ``omnipos.core`` only. dnaio (extra ``[dna]``) is imported lazily by ``omnipos.dna.dnaio``; the
+pure-Python parser (``omnipos.dna.fastx``) is the reference that states the FASTA/FASTQ rules both follow.
 """
 
 from .alphabet import (

@@ -1,17 +1,38 @@
 """dnaio integration (extra ``[dna]``): the fast FASTA/FASTQ parser under :func:`omnipos.dna.read_fastx`.
 
-dnaio is imported here only, when first needed. Its format errors are turned into omnipos' ``ValueError``
-naming the record: the pure-Python parser re-reads the file up to the bad record, so both parsers report a
-malformed file in the same words (dnaio's own message stays attached as the cause).
+dnaio is imported here only, when first needed. It is a fast path, not a second definition of the format: the
+pure-Python parser (:mod:`omnipos.dna.fastx`) is the reference, and :func:`omnipos.dna.read_fastx` re-reads with
+it whatever dnaio refuses (a wrapped FASTQ, a trailing blank line, a byte-order mark, a damaged gzip stream, a
+malformed record), from the record where dnaio stopped. So both parsers give the same batches, and the same
+error in the same words, on every file.
+
+What dnaio reads directly it must read exactly like the reference; two differences are removed here: FASTQ names
+lose their trailing whitespace (dnaio keeps it), and FASTA is handed to dnaio through a stream that refuses any
+non-ASCII byte (dnaio's FASTA reader decodes UTF-8 and strips Unicode whitespace such as a no-break space, which
+the reference refuses).
 """
 
 from __future__ import annotations
 
+import io
+import re
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
+from typing import IO
 
-__all__ = ["require_dnaio", "dnaio_records"]
+from .fastx import RawRecords, has_bom, open_binary
+
+__all__ = ["require_dnaio", "dnaio_records", "DnaioStopped"]
+
+_TRAILING_SPACE = re.compile(r"\s(?:\n|$)")  # whitespace str.rstrip() would remove from a name
+
+class DnaioStopped(Exception):
+    """dnaio could not go on; ``done`` records were handed over before it stopped (the reference re-reads)."""
+
+    def __init__(self, done: int, cause: BaseException) -> None:
+        super().__init__(f"dnaio stopped after {done} records: {type(cause).__name__}: {cause}")
+        self.done, self.cause = done, cause
 
 
 def require_dnaio():
@@ -24,22 +45,62 @@ def require_dnaio():
     return dnaio
 
 
-def dnaio_records(path: Path, fmt: str, batch_size: int) -> Iterator:
-    """Batches of raw records (``omnipos.dna.reads.RawRecords``) parsed by dnaio."""
-    from .reads import RawRecords, python_records
+class _AsciiOnly(io.RawIOBase):
+    """A binary stream that raises ValueError at the first non-ASCII byte."""
 
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__()
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._raw.read(len(buffer))
+        if not data.isascii():
+            raise ValueError("non-ASCII byte")
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _source(path: Path, fmt: str) -> IO[bytes] | str:
+    """What to hand dnaio: for FASTA, an ASCII-only stream opened by us; for gzip FASTQ, the path (dnaio's opener,
+    xopen, gunzips in a thread, and sniffs the content when the name does not say gzip); for plain FASTQ, a
+    stream opened by us (xopen would try to gunzip a plain file named ``.gz``)."""
+    handle = open_binary(path)
+    if fmt == "fasta":
+        return io.BufferedReader(_AsciiOnly(handle))
+    if isinstance(handle, io.BufferedReader):
+        return handle
+    handle.close()
+    return str(path)
+
+
+def dnaio_records(path: Path, fmt: str, batch_size: int) -> Iterator[RawRecords]:
+    """Batches of raw records parsed by dnaio. Raises :class:`DnaioStopped` (with the number of records handed
+    over) when dnaio refuses the rest of the file, for the reference parser to take over."""
     dnaio = require_dnaio()
-    first = 0
+    done = 0
+    if has_bom(path):
+        raise DnaioStopped(0, ValueError("a byte-order mark"))
+    source = _source(path, fmt)
     try:
-        with dnaio.open(path, fileformat=fmt, mode="r") as reader:
+        with dnaio.open(source, fileformat=fmt, mode="r") as reader:
             iterator = iter(reader)  # once: dnaio's FASTA reader hands out a fresh generator per iter()
             while records := list(islice(iterator, batch_size)):
                 names = [r.name for r in records]
+                if _TRAILING_SPACE.search("\n".join(names)):  # rare: strip only then (one C-level scan)
+                    names = [n.rstrip() for n in names]
                 sequences = [r.sequence for r in records]
                 qualities = [r.qualities for r in records] if fmt == "fastq" else None
-                yield RawRecords(first, names, sequences, qualities)
-                first += len(records)
-    except (dnaio.exceptions.FileFormatError, UnicodeDecodeError) as exc:  # FASTA: non-ASCII -> UnicodeDecodeError
-        for _ in python_records(path, fmt, batch_size):  # raises the ValueError naming the record
-            pass
-        raise ValueError(f"{path}: record {first + 1} or later: {exc}") from exc
+                yield RawRecords(done, names, sequences, qualities)
+                done += len(records)
+    except Exception as exc:  # noqa: BLE001 - any refusal or failure of the fast path goes to the reference parser
+        raise DnaioStopped(done, exc) from exc
+    finally:
+        if not isinstance(source, str):
+            source.close()

@@ -39,7 +39,11 @@ class RCEquivariant(nn.Module):
 
     Shape:
         ``forward(x, mask=None)``: ``mask [B, L]`` is the padding mask (tokens default to ``x != PAD``; a
-        one-hot batch without a mask is taken as unpadded).
+        one-hot batch without a mask is taken as unpadded). Tokens of any integer dtype pass through as they are
+        (uint8 by default: convert them inside ``module`` if it embeds them, ``nn.Embedding`` takes int32/int64).
+
+    The output dtype is the wrapped module's (``.half()`` / ``.double()`` convert it); ``reset_parameters()``
+    re-initialises it after meta-device construction; under ``torch.compile`` the wrapper adds no graph break.
     """
 
     def __init__(self, module: nn.Module, *, mode: str = "invariant", per_position: bool = False,
@@ -51,6 +55,16 @@ class RCEquivariant(nn.Module):
         self.mode = check_choice(mode, "mode", MODES)
         self.per_position = bool(per_position)
         self.pass_mask = bool(pass_mask)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise the wrapped module: ``reset_parameters()`` of each of its submodules that has one, in
+        registration order (PyTorch's convention: each resets its own parameters), so that a seeded meta-device
+        init reproduces ``__init__``."""
+        if isinstance(self.module, nn.Module):
+            for sub in self.module.modules():
+                reset = getattr(sub, "reset_parameters", None)
+                if callable(reset):
+                    reset()
 
     def _call(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.module(x, mask=mask) if self.pass_mask else self.module(x)

@@ -7,6 +7,9 @@ False. Soft-masked (lowercase) bases count as bases.
 
 Canonical k-mers take the smaller of a k-mer and its reverse complement, so a read and its RC give the same
 multiset of canonical k-mers.
+
+Tokens of any integer dtype are accepted (uint8 by default); k-mer ids are int64 (``4^31`` needs 62 bits). Under
+``torch.compile`` it traces without graph breaks (the value checks of tokens and mask run in eager mode only).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from ..core import check_positive_int
-from .alphabet import PAD, SOFT_MASK, _check_tokens
+from .alphabet import PAD, SOFT_MASK, check_tokens
+from .limits import check_batch_bytes
 from .reverse_complement import check_mask
 
 __all__ = ["kmer_tokens", "MAX_K"]
@@ -33,7 +37,7 @@ def kmer_tokens(
     """k-mer ids of every window of ``k`` tokens, every ``stride`` positions.
 
     Args:
-        tokens: ``[B, L]`` ids from :func:`omnipos.dna.encode`.
+        tokens: ``[B, L]`` ids from :func:`omnipos.dna.encode` (any integer dtype).
         k: k-mer length, 1..31.
         mask: ``[B, L]`` bool padding mask (default ``tokens != PAD``).
         stride: step between window starts.
@@ -43,33 +47,46 @@ def kmer_tokens(
         ``(kmers [B, W] int64, kmer_mask [B, W] bool)`` with ``W = (L - k) // stride + 1`` (0 when ``L < k``);
         windows containing N, an ambiguity code or a pad have mask False and id ``4**k``.
     """
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [B, L], got shape {tuple(tokens.shape)}")
     k = check_positive_int(k, "k")
     if k > MAX_K:
         raise ValueError(f"k must be <= {MAX_K} (k-mer ids are int64), got {k}")
     stride = check_positive_int(stride, "stride")
+    if not isinstance(canonical, bool):
+        raise TypeError(f"canonical must be a bool, got {type(canonical).__name__}")
     if mask is None:
         mask = tokens != PAD
     else:
-        mask = check_mask(mask.to(tokens.device), tokens.shape)
+        mask = check_mask(mask, tokens.shape).to(tokens.device)
     batch, length = tokens.shape
     windows = max(0, (length - k) // stride + 1)
     invalid_id = 4**k
     if windows == 0:
         empty = torch.empty(batch, 0, dtype=torch.long, device=tokens.device)
         return empty, empty.bool()
+    check_batch_bytes(batch, windows, 8 * (3 if canonical else 2), f"tokens {tuple(tokens.shape)} with k={k}")
     base = tokens.long() % SOFT_MASK  # fold the soft-mask bit: a lowercase base is still a base
     valid = mask & (base < 4)
     base = torch.where(valid, base, 0)
-    powers = 4 ** torch.arange(k - 1, -1, -1, device=tokens.device, dtype=torch.long)
-    view = base.unfold(1, k, stride)  # [B, W, k]
-    ids = (view * powers).sum(-1)
+    # Horner's rule over k strided views, [B, W] each: no [B, W, k] temporary (k times the output's memory)
+    step = min(stride, length)  # any stride >= L takes the first window only (and stays a machine integer)
+    span = (windows - 1) * step + 1
+
+    def digit(j: int, x: torch.Tensor) -> torch.Tensor:
+        return x[:, j:j + span:step]
+
+    ids = digit(0, base)
+    kmer_mask = digit(0, valid)
+    for j in range(1, k):
+        ids = ids * 4 + digit(j, base)
+        kmer_mask = kmer_mask & digit(j, valid)
     if canonical:
         # complement of base b is 3 - b; reversing the window reverses the digit order
-        rc_ids = ((3 - view) * powers.flip(0)).sum(-1)
+        rc_ids = 3 - digit(k - 1, base)
+        for j in range(k - 2, -1, -1):
+            rc_ids = rc_ids * 4 + (3 - digit(j, base))
         ids = torch.minimum(ids, rc_ids)
-    kmer_mask = valid.unfold(1, k, stride).all(-1)
     ids = torch.where(kmer_mask, ids, invalid_id)
     return ids, kmer_mask

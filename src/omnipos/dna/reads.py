@@ -1,36 +1,84 @@
 """FASTA/FASTQ reads, plain or gzip, as batches of tokens: ``read_fastx`` and ``ReadBatch``.
 
 Two parsers give identical batches and identical errors: dnaio (extra ``[dna]``, C speed; ``omnipos.dna.dnaio``)
-and a pure-Python one (this module). The format is told by the first character ('@' FASTQ, '>' FASTA), gzip by its
-magic bytes, never by the file name. Windows line endings are read like Unix ones; empty reads are reads of length
-0. A malformed record (quality and sequence lengths differ, a truncated record, a missing '@' or '+' line, a
-character outside the IUPAC alphabet, a non-ASCII byte, a quality below '!') is a ``ValueError`` naming the file
-and the record (its number, 1-based, and its name when the header was read). When dnaio rejects a file, the
-pure-Python parser re-reads it to name the record the same way.
+and a pure-Python one (:mod:`omnipos.dna.fastx`, the reference: its docstring states the format rules). dnaio is
+the fast path for the files it reads; whatever it refuses is re-read by the reference from where dnaio stopped.
 
-FASTQ records are the standard four lines (sequence and quality on one line each, as dnaio requires); FASTA
-sequences may span lines, blank lines are skipped.
+The format is told by the first significant character ('@' FASTQ, '>' FASTA), gzip by its magic bytes, never by
+the file name. A malformed record (quality and sequence lengths differ, a truncated record, a missing '@' or '+'
+line, a character outside the IUPAC alphabet, a non-ASCII byte, a quality character outside the offset's range)
+is a ``ValueError`` naming the file and the record (its number, 1-based, and its name when the header was read)
+and pointing at the bad character; a damaged gzip stream names the last record read in full.
+
+Policies, all by name:
+
+- ``quality_offset``: 33 (the default; Sanger, Illumina 1.8+: Biopython's "fastq-sanger"), 64 (Illumina 1.3-1.7:
+  "fastq-illumina") or ``"auto"``: 33 as soon as a quality character below ``';'`` (59) appears; otherwise, after
+  :data:`AUTO_WINDOW` records (or the whole file), 64 when every character is ``'@'`` (64) or above and some is
+  above ``'J'`` (74, the top of Phred+33 Illumina); a range that fits both readings is a ValueError asking for
+  the offset by name. Every batch says which offset it used (``ReadBatch.quality_offset``).
+- ``quality_encoding``: ``"phred"`` or ``"solexa"`` (Biopython's "fastq-solexa": offset 64, Solexa scores
+  -5..62 converted to Phred as Biopython does, ``round(10 log10(10^(q/10) + 1))``). Qualities are always Phred.
+- ``rna``: ``"error"`` (U refused, saying it is RNA), ``"to_t"`` (U read as T) or ``"keep"`` (U read as T, and
+  ``ReadBatch.rna`` flags the reads that had U, so ``decode(..., rna=batch.rna)`` gives them back; a read with
+  both T and U is refused).
+- ``max_len`` with ``truncation``: a read longer than ``max_len`` is an error (``"error"``, the default), keeps
+  its first (``"head"``) or last (``"tail"``) ``max_len`` bases, or is cut into windows of ``max_len``
+  (``"split"``, the last one shorter). ``ReadBatch.records`` and ``ReadBatch.offsets`` say where each row
+  came from.
+- ``token_dtype``: ``torch.uint8`` (default: one byte per base) or a wider integer dtype.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..core import check_choice, check_positive_int, pad_packed
-from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, encode_joined
+from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, letter_codes, pad_codes
+from .fastx import RawRecords, detect_format, python_records, record_label
+from .limits import check_token_dtype
 
-__all__ = ["ReadBatch", "read_fastx", "PARSERS", "detect_format", "RawRecords"]
+__all__ = [
+    "ReadBatch",
+    "read_fastx",
+    "read_options",
+    "PARSERS",
+    "TRUNCATIONS",
+    "QUALITY_OFFSETS",
+    "QUALITY_ENCODINGS",
+    "READ_RNA_POLICIES",
+    "QUALITY_FORMATS",
+    "AUTO_WINDOW",
+    "detect_format",
+    "solexa_to_phred",
+]
 
 PARSERS = ("auto", "dnaio", "python")
-_GZIP_MAGIC = b"\x1f\x8b"
+TRUNCATIONS = ("error", "head", "tail", "split")
+QUALITY_OFFSETS = (33, 64, "auto")
+QUALITY_ENCODINGS = ("phred", "solexa")
+READ_RNA_POLICIES = ("error", "to_t", "keep")
+QUALITY_FORMATS = {(33, "phred"): "fastq-sanger", (64, "phred"): "fastq-illumina", (64, "solexa"): "fastq-solexa"}
+AUTO_WINDOW = 10_000  # records quality_offset="auto" examines before deciding on the evidence seen
+_SOLEXA_OFFSET, _SOLEXA_MIN = 64, -5
+
+
+def solexa_to_phred(solexa: Any) -> Any:
+    """Biopython's ``phred_quality_from_solexa`` rounded as its Solexa-to-Sanger conversion does:
+    ``round(10 * log10(10 ** (q / 10) + 1))``, for an int or an array of ints."""
+    return np.round(10.0 * np.log10(np.power(10.0, np.asarray(solexa, dtype=np.float64) / 10.0) + 1.0))
+
+
+# Quality character -> Phred score under Solexa scaling (255 = not a Solexa character).
+_SOLEXA_TABLE = np.full(256, 255, dtype=np.uint8)
+_SOLEXA_TABLE[_SOLEXA_OFFSET + _SOLEXA_MIN:127] = solexa_to_phred(np.arange(_SOLEXA_MIN, 127 - _SOLEXA_OFFSET))
 
 
 @dataclass
@@ -38,11 +86,18 @@ class ReadBatch:
     """A batch of reads.
 
     Attributes:
-        names: B header lines (without '@' / '>').
-        tokens: ``[B, L]`` int64 token ids (``omnipos.dna.encode``), ``PAD`` past each read.
+        names: B record names (header lines without '@' / '>' and trailing whitespace).
+        tokens: ``[B, L]`` token ids (``omnipos.dna.encode``; uint8 unless ``token_dtype`` said otherwise),
+            ``PAD`` past each read.
         mask: ``[B, L]`` bool, True at real bases.
         lengths: ``[B]`` int64 read lengths.
-        qualities: FASTQ only: ``[B, L]`` uint8 Phred scores (ASCII - offset), 0 at pads; None for FASTA.
+        qualities: FASTQ only: ``[B, L]`` uint8 Phred scores, 0 at pads; None for FASTA.
+        records: ``[B]`` int64, the 0-based number of each row's record in its file (rows of one record share it
+            with ``truncation="split"``).
+        offsets: ``[B]`` int64, where each row starts within its record (0 unless truncated or split).
+        rna: ``[B]`` bool with ``rna="keep"``: True for reads that had U (pass it to ``decode``); else None.
+        quality_offset: the Phred ASCII offset used (33 or 64; None for FASTA).
+        quality_encoding: ``"phred"`` or ``"solexa"`` (converted to Phred; None for FASTA).
     """
 
     names: list[str]
@@ -50,155 +105,35 @@ class ReadBatch:
     mask: torch.Tensor
     lengths: torch.Tensor
     qualities: torch.Tensor | None = None
+    records: torch.Tensor | None = None
+    offsets: torch.Tensor | None = None
+    rna: torch.Tensor | None = None
+    quality_offset: int | None = None
+    quality_encoding: str | None = field(default=None)
 
     def __len__(self) -> int:
         return len(self.names)
 
+    @property
+    def quality_format(self) -> str | None:
+        """Biopython's name of the quality format read: ``"fastq-sanger"``, ``"fastq-illumina"``,
+        ``"fastq-solexa"`` (None for FASTA)."""
+        if self.quality_offset is None:
+            return None
+        return QUALITY_FORMATS[self.quality_offset, self.quality_encoding or "phred"]
+
     def to(self, device: torch.device | str) -> ReadBatch:
         """The same batch with its tensors on ``device``."""
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
         return ReadBatch(self.names, self.tokens.to(device), self.mask.to(device), self.lengths.to(device),
-                         None if self.qualities is None else self.qualities.to(device))
+                         move(self.qualities), move(self.records), move(self.offsets), move(self.rna),
+                         self.quality_offset, self.quality_encoding)
 
     def __repr__(self) -> str:
-        kind = "FASTQ" if self.qualities is not None else "FASTA"
-        return f"ReadBatch({len(self)} {kind} reads, tokens {tuple(self.tokens.shape)})"
-
-
-@dataclass
-class RawRecords:
-    """What a parser hands over for one batch: parallel lists, and the 0-based number of the first record."""
-
-    first: int
-    names: list[str]
-    sequences: list[str] | list[bytes]
-    qualities: list[str] | list[bytes] | None
-
-
-def _open_binary(path: Path) -> IO[bytes]:
-    handle = open(path, "rb")
-    if handle.read(2) == _GZIP_MAGIC:
-        handle.close()
-        return gzip.open(path, "rb")
-    handle.seek(0)
-    return handle
-
-
-def detect_format(path: str | os.PathLike) -> str | None:
-    """``"fastq"`` or ``"fasta"`` from the first non-blank character of the (possibly gzipped) file; None if
-    the file is empty or blank. Raises ValueError for anything else."""
-    with _open_binary(Path(path)) as handle:
-        while chunk := handle.read(1 << 16):
-            stripped = chunk.lstrip()
-            if stripped:
-                first = stripped[:1]
-                if first == b"@":
-                    return "fastq"
-                if first == b">":
-                    return "fasta"
-                raise ValueError(f"{path}: not FASTA or FASTQ: the first character is {first.decode('latin-1')!r}"
-                                 " (expected '>' or '@')")
-    return None
-
-
-def _record(path: Path, number: int, name: str | None) -> str:
-    label = f"{path}: record {number + 1}"
-    return f"{label} ({name!r})" if name is not None else label
-
-
-def _strip_eol(line: bytes) -> bytes:
-    if line.endswith(b"\n"):
-        line = line[:-1]
-    if line.endswith(b"\r"):
-        line = line[:-1]
-    return line
-
-
-def _check_ascii(path: Path, number: int, name: str | None, line: bytes, what: str) -> None:
-    # dnaio refuses non-ASCII records; so does this parser, with the same words whichever parser ran
-    if not line.isascii():
-        bad = next(b for b in line if b > 127)
-        raise ValueError(f"{_record(path, number, name)}: non-ASCII byte 0x{bad:02x} in its {what} line")
-
-
-def _python_fastq(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, bytes]]:
-    lines = iter(handle)
-    number = 0
-    line_no = 0
-    for header in lines:
-        line_no += 1
-        header = _strip_eol(header)
-        if not header.startswith(b"@"):
-            raise ValueError(f"{_record(path, number, None)}, line {line_no}: expected a header starting with "
-                             f"'@', found {header[:30].decode('latin-1')!r}")
-        _check_ascii(path, number, None, header, "header")
-        name = header[1:].decode("ascii")
-        body = []
-        for what in ("sequence", "'+' separator", "quality"):
-            line = next(lines, None)
-            if line is None:
-                raise ValueError(f"{_record(path, number, name)}: truncated record: the file ends before its "
-                                 f"{what} line")
-            line_no += 1
-            body.append(_strip_eol(line))
-        sequence, plus, quality = body
-        for line, what in ((sequence, "sequence"), (plus, "'+'"), (quality, "quality")):
-            _check_ascii(path, number, name, line, what)
-        if not plus.startswith(b"+"):
-            raise ValueError(f"{_record(path, number, name)}, line {line_no - 1}: expected the '+' separator, "
-                             f"found {plus[:30].decode('latin-1')!r}")
-        if len(plus) > 1 and plus[1:] != header[1:]:
-            raise ValueError(f"{_record(path, number, name)}, line {line_no - 1}: the '+' line names "
-                             f"{plus[1:].decode('latin-1')!r}; it must be empty or repeat the header")
-        if len(sequence) != len(quality):
-            raise ValueError(f"{_record(path, number, name)}: the sequence has {len(sequence)} letters but the "
-                             f"quality has {len(quality)}")
-        yield name, sequence, quality
-        number += 1
-
-
-def _python_fasta(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, None]]:
-    name: str | None = None
-    number = -1
-    parts: list[bytes] = []
-    for line_no, line in enumerate(handle, 1):
-        line = _strip_eol(line)
-        if line.startswith(b">"):
-            if name is not None:
-                yield name, b"".join(parts), None
-            number += 1
-            _check_ascii(path, number, None, line, "header")
-            name, parts = line[1:].decode("ascii"), []
-        elif not line.strip():
-            continue
-        elif name is None:
-            raise ValueError(f"{path}: line {line_no}: expected a '>' header before the first sequence, found "
-                             f"{line[:30].decode('latin-1')!r}")
-        else:
-            _check_ascii(path, number, name, line, "sequence")
-            parts.append(line)
-    if name is not None:
-        yield name, b"".join(parts), None
-
-
-def python_records(path: Path, fmt: str, batch_size: int) -> Iterator[RawRecords]:
-    """The pure-Python parser: batches of raw records of a FASTA/FASTQ file (plain or gzip)."""
-    with _open_binary(path) as handle:
-        parse = _python_fastq if fmt == "fastq" else _python_fasta
-        batch: list[tuple[str, bytes, bytes | None]] = []
-        first = 0
-        for item in parse(path, handle):
-            batch.append(item)
-            if len(batch) == batch_size:
-                yield _to_raw(first, batch, fmt)
-                first += len(batch)
-                batch = []
-        if batch:
-            yield _to_raw(first, batch, fmt)
-
-
-def _to_raw(first: int, batch: list, fmt: str) -> RawRecords:
-    names, sequences, qualities = (list(column) for column in zip(*batch))
-    return RawRecords(first, names, sequences, qualities if fmt == "fastq" else None)
+        kind = f"FASTQ ({self.quality_format})" if self.qualities is not None else "FASTA"
+        return f"ReadBatch({len(self)} {kind} reads, tokens {tuple(self.tokens.shape)} {self.tokens.dtype})"
 
 
 def _join(parts: Sequence[str] | Sequence[bytes]) -> bytes:
@@ -207,25 +142,142 @@ def _join(parts: Sequence[str] | Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def assemble(path: Path, raw: RawRecords, *, ambiguity: str, lowercase: str, quality_offset: int) -> ReadBatch:
-    """Raw records -> ReadBatch (shared by both parsers, so both validate and encode alike)."""
+@dataclass
+class _Options:
+    """The validated options of one read_fastx call (shared by the parsers and the assembly)."""
+
+    batch_size: int
+    ambiguity: str
+    lowercase: str
+    rna: str
+    quality_offset: int | str
+    quality_encoding: str
+    max_len: int | None
+    truncation: str
+    token_dtype: torch.dtype
+
+
+@dataclass
+class _Quality:
+    """The offset in use, and how it was chosen (for messages)."""
+
+    offset: int | None = None
+    detected_from: int | None = None  # records examined when "auto" decided
+
+
+def _windows(lengths: np.ndarray, options: _Options) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The rows ``max_len`` / ``truncation`` make of reads of ``lengths``: (read index, start, length) per row;
+    None when every read fits. (``truncation="error"`` is checked by the caller.)"""
+    limit = options.max_len
+    if limit is None or not lengths.size or int(lengths.max()) <= limit:
+        return None
+    if options.truncation in ("head", "tail"):
+        index = np.arange(lengths.size)
+        starts = np.maximum(lengths - limit, 0) if options.truncation == "tail" else np.zeros_like(lengths)
+        return index, starts, np.minimum(lengths, limit)
+    pieces = np.maximum(-(-lengths // limit), 1)  # ceil(L / max_len) windows, one (empty) row for an empty read
+    index = np.repeat(np.arange(lengths.size), pieces)
+    first_row = np.cumsum(pieces) - pieces
+    starts = (np.arange(index.size) - first_row[index]) * limit
+    return index, starts, np.minimum(lengths[index] - starts, limit)
+
+
+def _gather(values: np.ndarray, lengths: np.ndarray, window: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The letters (or qualities) of each window, joined: ``values [sum lengths]`` -> ``[sum window lengths]``."""
+    index, starts, sizes = window
+    read_starts = np.cumsum(lengths) - lengths
+    row_starts = read_starts[index] + starts
+    offsets = np.repeat(row_starts - (np.cumsum(sizes) - sizes), sizes)
+    return values[np.arange(int(sizes.sum())) + offsets]
+
+
+def _rna_flags(path: Path, raw: RawRecords, data: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per row: True where the read has U/u; a read with both T and U is refused (one flag per read)."""
+    is_u = (data == ord("U")) | (data == ord("u"))
+    is_t = (data == ord("T")) | (data == ord("t"))
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    u_count = np.concatenate([[0], np.cumsum(is_u)])
+    t_count = np.concatenate([[0], np.cumsum(is_t)])
+    has_u = (u_count[ends] - u_count[starts]) > 0
+    has_t = (t_count[ends] - t_count[starts]) > 0
+    both = np.flatnonzero(has_u & has_t)
+    if both.size:
+        i = int(both[0])
+        row = data[starts[i]:ends[i]]
+        u = int(np.flatnonzero((row == ord("U")) | (row == ord("u")))[0])
+        t = int(np.flatnonzero((row == ord("T")) | (row == ord("t")))[0])
+        raise ValueError(f"{record_label(path, raw.first + i, raw.names[i])}: has both T (position {t}) and U "
+                         f"(position {u}); rna='keep' keeps one RNA flag per read: pass rna='to_t' to read U as T")
+    return has_u
+
+
+def _quality_error(path: Path, raw: RawRecords, lengths: np.ndarray, scores: np.ndarray, bad: np.ndarray,
+                   options: _Options, quality: _Quality) -> tuple[int, str]:
+    flat = int(np.flatnonzero(bad)[0])
+    index = int(np.searchsorted(np.cumsum(lengths), flat, side="right"))
+    position = flat - int(lengths[:index].sum())
+    char = chr(scores[flat])
+    shown = repr(char) if " " <= char <= "~" else f"{char!r} (0x{scores[flat]:02x})"
+    if options.quality_encoding == "solexa":
+        expected = "';'..'~' (Solexa scores -5..62 at offset 64)"
+    else:
+        expected = f"{chr(quality.offset)!r}..'~' (Phred offset {quality.offset})"
+    how = ""
+    if quality.detected_from is not None:
+        how = (f"; quality_offset='auto' chose {quality.offset} from the first {quality.detected_from:,} records: "
+               "pass quality_offset=33 or 64 by name")
+    return index, (f"{record_label(path, raw.first + index, raw.names[index])}: quality character {shown} at position "
+                   f"{position} is outside {expected}{how}")
+
+
+def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) -> ReadBatch:
+    """Raw records -> ReadBatch (shared by both parsers, so both validate and encode alike). Whole reads are
+    validated, also where ``truncation`` then drops a part; of several bad records in a batch, the first one in the
+    file is reported."""
     lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
+    joined = _join(raw.sequences)
+    data = np.frombuffer(joined, dtype=np.uint8)
+    errors: list[tuple[int, str]] = []
+    codes = scores = phred = None
     try:
-        tokens, mask = encode_joined(_join(raw.sequences), lengths, ambiguity=ambiguity, lowercase=lowercase)
+        codes = letter_codes(data, lengths, ambiguity=options.ambiguity, lowercase=options.lowercase,
+                             rna="error" if options.rna == "error" else "to_t")
     except InvalidLetterError as exc:
-        raise ValueError(f"{_record(path, raw.first + exc.index, raw.names[exc.index])}: {exc.detail}") from None
-    qualities = None
+        errors.append((exc.index, f"{record_label(path, raw.first + exc.index, raw.names[exc.index])}: {exc.detail}"))
     if raw.qualities is not None:
         scores = np.frombuffer(_join(raw.qualities), dtype=np.uint8)
-        if scores.size and (scores.min() < quality_offset or scores.max() > 126):
-            flat = int(np.flatnonzero((scores < quality_offset) | (scores > 126))[0])
-            index = int(np.searchsorted(np.cumsum(lengths), flat, side="right"))
-            position = flat - int(lengths[:index].sum())
-            raise ValueError(f"{_record(path, raw.first + index, raw.names[index])}: quality character "
-                             f"{chr(scores[flat])!r} at position {position} is outside "
-                             f"{chr(quality_offset)!r}..'~' (Phred offset {quality_offset})")
-        qualities = pad_packed(torch.from_numpy(scores - np.uint8(quality_offset)), mask, 0)
-    return ReadBatch(raw.names, tokens, mask, torch.from_numpy(lengths), qualities)
+        if options.quality_encoding == "solexa":
+            phred = np.take(_SOLEXA_TABLE, scores)
+            bad = phred == 255
+        else:
+            bad = (scores < quality.offset) | (scores > 126)
+            phred = scores - np.uint8(quality.offset)
+        if scores.size and bad.any():
+            errors.append(_quality_error(path, raw, lengths, scores, bad, options, quality))
+    if options.max_len is not None and options.truncation == "error" and lengths.size \
+            and int(lengths.max()) > options.max_len:
+        i = int(np.flatnonzero(lengths > options.max_len)[0])
+        errors.append((i, f"{record_label(path, raw.first + i, raw.names[i])}: {int(lengths[i]):,} letters, more "
+                          f"than max_len={options.max_len:,}; pass truncation='head', 'tail' or 'split' to cut it "
+                          "by name"))
+    if errors:
+        raise ValueError(min(errors)[1])
+    rna = _rna_flags(path, raw, data, lengths) if options.rna == "keep" else None
+    names, records, offsets = raw.names, np.arange(raw.first, raw.first + lengths.size, dtype=np.int64), None
+    window = _windows(lengths, options)
+    if window is not None:
+        index, offsets, sizes = window
+        codes = _gather(codes, lengths, window)
+        phred = None if phred is None else _gather(phred, lengths, window)
+        names, records, lengths = [raw.names[i] for i in index.tolist()], records[index], sizes
+        rna = None if rna is None else rna[index]
+    tokens, mask = pad_codes(codes, lengths, token_dtype=options.token_dtype)
+    qualities = None if phred is None else pad_packed(torch.from_numpy(phred), mask, 0)
+    return ReadBatch(names, tokens, mask, torch.from_numpy(lengths), qualities, torch.from_numpy(records),
+                     torch.zeros(lengths.size, dtype=torch.int64) if offsets is None else torch.from_numpy(offsets),
+                     None if rna is None else torch.from_numpy(rna), quality.offset,
+                     options.quality_encoding if raw.qualities is not None else None)
 
 
 def _resolve_parser(parser: str) -> str:
@@ -233,14 +285,60 @@ def _resolve_parser(parser: str) -> str:
     if parser == "python":
         return parser
     try:
-        from . import dnaio as _dnaio_integration
+        from .dnaio import require_dnaio
 
-        _dnaio_integration.require_dnaio()
+        require_dnaio()
     except ImportError:
         if parser == "dnaio":
             raise
         return "python"
     return "dnaio"
+
+
+def read_options(
+    *,
+    batch_size: int = 1024,
+    ambiguity: str = "keep",
+    lowercase: str = "soft_mask",
+    rna: str = "error",
+    quality_offset: int | str | None = None,
+    quality_encoding: str = "phred",
+    max_len: int | None = None,
+    truncation: str = "error",
+    token_dtype: torch.dtype = torch.uint8,
+) -> _Options:
+    """Validate the options of :func:`read_fastx` (each refused by name), before any file is opened."""
+    batch_size = check_positive_int(batch_size, "batch_size")
+    check_choice(ambiguity, "ambiguity", AMBIGUITY_POLICIES)
+    check_choice(lowercase, "lowercase", LOWERCASE_POLICIES)
+    check_choice(rna, "rna", READ_RNA_POLICIES)
+    check_choice(quality_encoding, "quality_encoding", QUALITY_ENCODINGS)
+    if quality_offset is None:  # the format's own offset: 33 (Sanger) for Phred, 64 for Solexa
+        quality_offset = 64 if quality_encoding == "solexa" else 33
+    if isinstance(quality_offset, str):
+        if quality_offset != "auto":
+            raise ValueError(f"quality_offset must be 33, 64 or 'auto', got {quality_offset!r}")
+    elif isinstance(quality_offset, bool) or not isinstance(quality_offset, (int, np.integer)):
+        raise TypeError(f"quality_offset must be 33, 64 or 'auto', got {type(quality_offset).__name__} "
+                        f"({quality_offset!r})")
+    elif int(quality_offset) not in (33, 64):
+        raise ValueError(f"quality_offset must be 33 (Sanger, Illumina 1.8+), 64 (Illumina 1.3-1.7) or 'auto', got "
+                         f"{quality_offset}")
+    else:
+        quality_offset = int(quality_offset)
+    if quality_encoding == "solexa":
+        if quality_offset == 33:
+            raise ValueError("quality_encoding='solexa' uses offset 64 (Biopython's 'fastq-solexa'); got "
+                             "quality_offset=33")
+        quality_offset = 64
+    if max_len is not None:
+        max_len = check_positive_int(max_len, "max_len")
+    check_choice(truncation, "truncation", TRUNCATIONS)
+    if truncation != "error" and max_len is None:
+        raise ValueError(f"truncation={truncation!r} needs max_len= (the length to cut reads to)")
+    check_token_dtype(token_dtype)
+    return _Options(batch_size, ambiguity, lowercase, rna, quality_offset, quality_encoding, max_len, truncation,
+                    token_dtype)
 
 
 def read_fastx(
@@ -250,46 +348,110 @@ def read_fastx(
     ambiguity: str = "keep",
     lowercase: str = "soft_mask",
     parser: str = "auto",
-    quality_offset: int = 33,
+    quality_offset: int | str | None = None,
+    quality_encoding: str = "phred",
+    rna: str = "error",
+    max_len: int | None = None,
+    truncation: str = "error",
+    token_dtype: torch.dtype = torch.uint8,
 ) -> Iterator[ReadBatch]:
     """Read a FASTA or FASTQ file (plain or gzip) in batches of encoded reads.
 
     Args:
         path: the file; format from its first character, compression from its magic bytes.
-        batch_size: reads per batch (the last one may be smaller).
+        batch_size: records per batch (the last one may be smaller; ``truncation="split"`` may give more rows).
         ambiguity, lowercase: the alphabet policies of :func:`omnipos.dna.encode`.
         parser: ``"auto"`` (dnaio when installed, else pure Python), ``"dnaio"`` (ImportError naming the
             ``[dna]`` extra when missing) or ``"python"``. Both give identical batches and errors.
-        quality_offset: Phred ASCII offset of FASTQ qualities (33, Sanger / Illumina 1.8+).
+        quality_offset: 33, 64 or ``"auto"`` (module docstring); None (default): 33, or 64 with Solexa.
+        quality_encoding: ``"phred"`` or ``"solexa"``.
+        rna: ``"error"``, ``"to_t"`` or ``"keep"`` (module docstring).
+        max_len, truncation: the longest row to produce and what to do with longer reads: ``"error"``
+            (default), ``"head"``, ``"tail"``, ``"split"``.
+        token_dtype: integer dtype of the tokens (``torch.uint8`` by default).
 
     Yields:
         :class:`ReadBatch` objects; ``qualities`` is None for FASTA.
 
     Raises:
-        ValueError: a malformed record (named by file, number and name), a file that is neither FASTA nor FASTQ.
+        ValueError: a malformed record (named by file, number and name), a file that is neither FASTA nor FASTQ,
+            a damaged gzip stream (naming the last record read in full), a read longer than ``max_len`` under
+            ``truncation="error"``, an option outside its choices.
+        TypeError: an option of the wrong type.
         FileNotFoundError: no such file.
     """
     path = Path(path)
-    batch_size = check_positive_int(batch_size, "batch_size")
-    check_choice(ambiguity, "ambiguity", AMBIGUITY_POLICIES)
-    check_choice(lowercase, "lowercase", LOWERCASE_POLICIES)
-    quality_offset = check_positive_int(quality_offset, "quality_offset")
+    options = read_options(batch_size=batch_size, ambiguity=ambiguity, lowercase=lowercase, rna=rna,
+                           quality_offset=quality_offset, quality_encoding=quality_encoding, max_len=max_len,
+                           truncation=truncation, token_dtype=token_dtype)
     engine = _resolve_parser(parser)
     if not path.is_file():
         raise FileNotFoundError(f"path: no such file {str(path)!r}")
-    return _read(path, batch_size, ambiguity, lowercase, engine, quality_offset)
+    return _read(path, options, engine)
 
 
-def _read(path: Path, batch_size: int, ambiguity: str, lowercase: str, engine: str,
-          quality_offset: int) -> Iterator[ReadBatch]:
+def _decide_offset(path: Path, raw_batches: Iterable[RawRecords], quality: _Quality) -> Iterator[RawRecords]:
+    """Pass the raw batches through, holding them back until ``quality_offset="auto"`` has decided."""
+    held: list[RawRecords] = []
+    low, high, seen = 255, 0, 0
+    iterator = iter(raw_batches)
+    for raw in iterator:
+        held.append(raw)
+        seen += len(raw.names)
+        scores = np.frombuffer(_join(raw.qualities), dtype=np.uint8)
+        if scores.size:
+            low, high = min(low, int(scores.min())), max(high, int(scores.max()))
+        if low < 59 or seen >= AUTO_WINDOW:
+            break
+    if low < 59 or low == 255:  # a character below ';' (or no qualities at all): Phred+33
+        quality.offset = 33
+    elif low >= 64 and high > 74:
+        quality.offset = 64
+    else:
+        raise ValueError(
+            f"{path}: quality_offset='auto' cannot tell the offset from the first {seen:,} records: their quality "
+            f"characters span {chr(low)!r}..{chr(high)!r}, which read as Phred {low - 33}..{high - 33} at offset 33 or "
+            f"{low - 64}..{high - 64} at offset 64"
+            + (" (or Solexa scores: quality_encoding='solexa')" if low >= 59 else "")
+            + "; pass quality_offset=33 or 64 by name")
+    quality.detected_from = seen
+    yield from held
+    yield from iterator
+
+
+def _assembled(path: Path, fmt: str, raw_batches: Iterable[RawRecords], options: _Options,
+               quality: _Quality) -> Iterator[tuple[ReadBatch, int]]:
+    if fmt == "fastq" and quality.offset is None:
+        raw_batches = _decide_offset(path, raw_batches, quality)
+    for raw in raw_batches:
+        yield assemble(path, raw, options, quality), raw.first + len(raw.names)
+
+
+def _initial_quality(fmt: str, options: _Options) -> _Quality:
+    if fmt == "fasta" or options.quality_offset == "auto":
+        return _Quality()
+    return _Quality(offset=int(options.quality_offset))
+
+
+def _read(path: Path, options: _Options, engine: str) -> Iterator[ReadBatch]:
     fmt = detect_format(path)
     if fmt is None:
         return
+    quality = _initial_quality(fmt, options)
+    done = 0
     if engine == "dnaio":
-        from .dnaio import dnaio_records
+        from .dnaio import DnaioStopped, dnaio_records
 
-        source = dnaio_records(path, fmt, batch_size)
-    else:
-        source = python_records(path, fmt, batch_size)
-    for raw in source:
-        yield assemble(path, raw, ambiguity=ambiguity, lowercase=lowercase, quality_offset=quality_offset)
+        try:
+            for batch, done in _assembled(path, fmt, dnaio_records(path, fmt, options.batch_size), options,
+                                          quality):
+                yield batch
+            return
+        except (DnaioStopped, ValueError):
+            pass  # the reference parser re-reads from the first record not yet handed over, and has the last word
+        if done == 0:  # nothing handed over: the reference decides everything afresh ("auto" included)
+            quality = _initial_quality(fmt, options)
+    source = python_records(path, fmt, options.batch_size, skip=done, four_line_prefix=engine == "dnaio")
+    for batch, _ in _assembled(path, fmt, source, options, quality):
+        yield batch
+

@@ -2,7 +2,9 @@
 
 A padded batch is reversed within each row's length: pads stay at the end (Caduceus flips them along with the
 bases, so a short read's RC starts with padding). The reversal is one gather with an index built from the
-lengths, no loop over rows, and applying it twice is the identity.
+lengths, no loop over rows, and applying it twice is the identity. Tokens keep their integer dtype (uint8 by
+default) and one-hot tensors their floating dtype. Under ``torch.compile`` it traces without graph breaks: the check
+that a mask's padding sits at the end of each row (a host sync) runs in eager mode only.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any, overload
 import torch
 
 from ..core import mask_to_lengths
-from ._take import take_rows
-from .alphabet import IUPAC_COMPLEMENT, PAD, _check_tokens, complement_tokens
+from .alphabet import IUPAC_COMPLEMENT, PAD, check_bool_mask, check_tokens, complement_tokens
+from .rows import take_rows
 
 __all__ = ["reverse_complement", "flip_within_lengths", "check_mask"]
 
@@ -32,14 +34,21 @@ _INVALID_BYTES = re.compile(_INVALID_TEXT.pattern.encode())
 
 
 def check_mask(mask: Any, shape: torch.Size, name: str = "mask") -> torch.Tensor:
-    """A boolean ``[B, L]`` mask of the given leading shape whose True entries come first in every row."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"{name} must be a boolean tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
-    if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected {tuple(shape)}")
-    if mask.shape[1] > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+    """A boolean ``[B, L]`` mask of the given leading shape whose True entries come first in every row.
+
+    The order check is a host sync: it runs in eager mode on real devices, not under ``torch.compile`` nor on
+    the meta device.
+    """
+    mask = check_bool_mask(mask, shape, name)
+    if (mask.ndim == 2 and mask.shape[1] > 1 and not torch.compiler.is_compiling() and not mask.is_meta
+            and bool((mask[:, 1:] & ~mask[:, :-1]).any())):
         raise ValueError(f"{name} must have its padding at the end of each row (True entries first)")
     return mask
+
+
+def _all_real(mask: torch.Tensor) -> bool:
+    """True when no row is padded (eager only: under compile or on meta the general path runs)."""
+    return not torch.compiler.is_compiling() and not mask.is_meta and bool(mask.all())
 
 
 def flip_within_lengths(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -47,12 +56,13 @@ def flip_within_lengths(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
     ``mask [B, L]`` is the padding mask (True = real; padding at the end). Involutive: applying it twice gives x.
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor [B, L, ...], got {type(x).__name__}")
     if x.ndim < 2:
         raise ValueError(f"x must be [B, L, ...], got shape {tuple(x.shape)}")
-    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == x.shape[:2] \
-            and bool(mask.all()):
+    mask = check_mask(mask, x.shape[:2]).to(x.device)
+    if x.shape[1] == 0 or _all_real(mask):
         return x.flip(1)  # no padding: a plain flip (the common case of equal-length reads)
-    mask = check_mask(mask.to(x.device), x.shape[:2])
     lengths = mask_to_lengths(mask).unsqueeze(1)
     position = torch.arange(x.shape[1], device=x.device)
     index = torch.where(mask, lengths - 1 - position, position)
@@ -113,14 +123,14 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
         if mask is None:
             mask = torch.ones(batch.shape[:2], dtype=torch.bool, device=x.device)
         elif single:
-            mask = mask.reshape(1, -1)
-        mask = check_mask(mask.to(x.device) if isinstance(mask, torch.Tensor) else mask, batch.shape[:2])
+            mask = check_bool_mask(mask, x.shape[:1]).reshape(1, -1)
+        mask = check_mask(mask, batch.shape[:2]).to(x.device)
         # A, C, G, T -> T, G, C, A is the channel order reversed; a soft-mask channel stays put.
         if batch.shape[-1] == 4:
             # Reversing a row's (position, channel) elements reverses positions and complements in one fast
             # flip; padded rows then shift left by their padding, and pad slots keep their own values.
             flipped = batch.reshape(batch.shape[0], -1).flip(1).reshape(batch.shape)
-            if bool(mask.all()):
+            if _all_real(mask):
                 out = flipped
             else:
                 size, width = batch.shape[0] * batch.shape[1], batch.shape[1]
@@ -134,7 +144,7 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
             order = torch.tensor([3, 2, 1, 0, 4], device=x.device)
             out = flip_within_lengths(batch.index_select(-1, order), mask)
         return out[0] if single else out
-    tokens = _check_tokens(x, "x")
+    tokens = check_tokens(x, "x")
     if tokens.ndim not in (1, 2):
         raise ValueError(f"token x must be [B, L] or [L], got shape {tuple(tokens.shape)}")
     single = tokens.ndim == 1
@@ -142,7 +152,7 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
     if mask is None:
         mask = batch != PAD
     elif single:
-        mask = mask.reshape(1, -1)
+        mask = check_bool_mask(mask, tokens.shape).reshape(1, -1)
     out = flip_within_lengths(complement_tokens(batch), mask)
     return out[0] if single else out
 

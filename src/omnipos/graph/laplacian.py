@@ -82,8 +82,6 @@ def check_normalization(normalization: Any) -> str | None:
     return normalization
 
 
-_check_normalization = check_normalization  # the name graph/pyg.py imports
-
 
 def dense_laplacian(adjacency: torch.Tensor, normalization: str | None = "sym") -> tuple[torch.Tensor, torch.Tensor]:
     """Batched dense Laplacians of symmetric adjacencies ``[G, n, n]`` (no self-loops).

@@ -8,8 +8,10 @@ random walk is directed, the Laplacian symmetrised, as for an edge list).
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
+import numpy as np
 import torch
 
 from .laplacian import laplacian_pe
@@ -20,8 +22,10 @@ __all__ = ["networkx_to_edge_index", "networkx_laplacian_pe", "networkx_random_w
 
 def networkx_to_edge_index(graph: Any, weight: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None, list]:
     """``(edge_index [2, E], edge_weight [E] float64 or None, nodes)`` of a networkx graph."""
-    import networkx as nx
-
+    try:
+        import networkx as nx
+    except ImportError as exc:
+        raise ImportError('networkx input needs networkx: pip install "omnipos[graph]"') from exc
     if not isinstance(graph, nx.Graph):
         raise TypeError(f"graph must be a networkx graph, got {type(graph).__name__}")
     nodes = list(graph.nodes)
@@ -35,11 +39,19 @@ def networkx_to_edge_index(graph: Any, weight: str | None = None) -> tuple[torch
             pairs.append((position[v], position[u]))
             weights.append(w)
     edge_index = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2).T.contiguous()
-    try:
-        edge_weight = torch.tensor(weights, dtype=torch.float64) if weight is not None else None
-    except (TypeError, ValueError):
-        raise TypeError(f"edge attribute {weight!r} must hold numbers") from None
-    return edge_index, edge_weight, nodes
+    if weight is None:
+        return edge_index, None, nodes
+    values = []
+    for w, (u, v) in zip(weights, pairs):
+        if isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real):
+            raise TypeError(f"edge attribute {weight!r} must hold real numbers; edge {nodes[u]!r} -> {nodes[v]!r} "
+                            f"has {w!r}")
+        try:
+            values.append(float(w))
+        except OverflowError:
+            raise ValueError(f"edge attribute {weight!r} of edge {nodes[u]!r} -> {nodes[v]!r} is beyond float64's "
+                             f"range: {w!r}") from None
+    return edge_index, torch.tensor(values, dtype=torch.float64), nodes
 
 
 def networkx_laplacian_pe(graph: Any, k: int, *, weight: str | None = None, **kwargs: Any) -> Any:

@@ -2,16 +2,20 @@
 
 Plain float times are in hours unless a function's ``unit=`` says otherwise; durations may be strings such as
 ``"24h"``, ``"7d"``, ``"30min"``. Every encoding is ``[B, L, D]`` with padded positions exactly zero, and refuses
-unsorted times. :class:`EventBatch` (pandas / pyarrow, extra ``[clinical]``) reads MEDS-style event tables.
+unsorted times. Relative times (from each timeline's first event, by default) come with the *clock* of each
+row's origin (``batch_timelines(..., return_clock=True)``, ``EventBatch.clock``): periodic features (time of day,
+day of week, in a named ``timezone``) are always taken on the clock. :class:`EventBatch` (pandas / pyarrow, extra
+``[clinical]``) reads MEDS event tables and folders.
 """
 
 from .absolute import absolute_time_encoding
+from .calendar import batch_timelines, to_offsets
+from .durations import UNITS, parse_duration
 from .encoder import TimelineEncoder
-from .events import EventBatch
+from .events import PAD_CODE, UNK_CODE, EventBatch
 from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_encoding, time_gaps
 from .periodic import periodic_encoding
 from .time2vec import Time2Vec
-from .units import UNITS, batch_timelines, parse_duration, to_offsets
 
 __all__ = [
     "UNITS",
@@ -27,4 +31,6 @@ __all__ = [
     "Time2Vec",
     "TimelineEncoder",
     "EventBatch",
+    "PAD_CODE",
+    "UNK_CODE",
 ]

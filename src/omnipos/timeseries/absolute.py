@@ -7,14 +7,25 @@ same vector in any batch, at any padding, on any device.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from ..core import SINUSOID_LAYOUTS, check_choice, check_even_dim, geometric_frequencies, sinusoid_of_turns
-from .units import check_times, check_unit, encode_valid, parse_duration
+from ..core import (
+    SINUSOID_LAYOUTS,
+    check_choice,
+    check_even_dim,
+    check_float_dtype,
+    geometric_frequencies,
+    sinusoid_of_turns,
+)
+from .durations import check_unit, positive_duration
+from .timelines import can_check_values, check_times, encode_valid
 
-__all__ = ["absolute_time_encoding", "absolute_cycles"]
+__all__ = ["absolute_time_encoding", "absolute_cycles", "absolute_features"]
+
+_WHOLE_TURNS = 2.0**53
 
 
 def absolute_cycles(dim: int, min_period: Any, max_period: Any, unit: str = "h",
@@ -23,15 +34,15 @@ def absolute_cycles(dim: int, min_period: Any, max_period: Any, unit: str = "h",
     ``P_i = min_period * (max_period / min_period) ** (i / (dim/2 - 1))``, shortest first."""
     dim = check_even_dim(dim)
     unit = check_unit(unit)
-    low = parse_duration(min_period, unit, name="min_period")
-    high = parse_duration(max_period, unit, name="max_period")
-    if not low > 0:
-        raise ValueError(f"min_period must be a positive duration, got {min_period!r}")
+    low = positive_duration(min_period, unit, "min_period")
+    high = positive_duration(max_period, unit, "max_period")
     half = dim // 2
     if half == 1:
         return torch.tensor([1.0 / low], dtype=torch.float64, device=device)
     if not high > low:
         raise ValueError(f"max_period ({max_period!r}) must be longer than min_period ({min_period!r})")
+    if not math.isfinite(high / low):
+        raise ValueError(f"max_period / min_period ({max_period!r} / {min_period!r}) overflows float64")
     return geometric_frequencies(half, base=high / low, denominator=half - 1, device=device) / low
 
 
@@ -61,13 +72,20 @@ def absolute_time_encoding(
     Returns:
         ``[..., L, dim]``.
     """
+    check_float_dtype(dtype)
     check_choice(layout, "layout", SINUSOID_LAYOUTS[:2])
     times, mask = check_times(times, mask)
     cycles = absolute_cycles(dim, min_period, max_period, unit, device=times.device)
-    return encode_valid(times, mask, lambda t: _absolute(t, cycles, layout, dtype))
+    return encode_valid(times, mask, lambda t: absolute_features(t, cycles, layout, dtype))
 
 
-def _absolute(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
+def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
+    """The encoding of real events' times ``t [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``."""
     # the product is a fresh float64 buffer: let the core consume it instead of copying it again
     turns = t.to(torch.float64).unsqueeze(-1) * cycles
+    # beyond 2**53 turns a float64 phase is a whole number of turns (phase 0); a product that overflowed to inf
+    # is read the same way instead of becoming NaN (eager skips the pass when no phase gets that large)
+    if not can_check_values(t) or (t.numel() and bool(t.abs().max() * cycles.max() >= _WHOLE_TURNS)):
+        turns = torch.where(turns.abs() < _WHOLE_TURNS, turns, torch.zeros((), dtype=turns.dtype,
+                                                                           device=turns.device))
     return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)

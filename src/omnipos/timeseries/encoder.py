@@ -8,27 +8,41 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import check_choice, check_positive_int
-from .absolute import _absolute, absolute_cycles
-from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, _log_gap, _positive, log_gap_cycles
-from .periodic import DEFAULT_PERIODS, _periodic, _periods_tensor, periodic_dim
+from ..core import ConstantBuffers, check_choice, check_float_dtype, check_positive_int
+from .absolute import absolute_cycles, absolute_features
+from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
+from .durations import UNITS, check_unit, positive_duration
+from .events import EventBatch
+from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_cycles, log_gap_features
+from .periodic import (
+    DEFAULT_PERIODS,
+    clock_required,
+    clock_shift,
+    periodic_dim,
+    periodic_features,
+    periods_tensor,
+    phase_remainders,
+)
 from .time2vec import Time2Vec
-from .units import UNITS, check_times, check_unit, checked_gaps
+from .timelines import can_check_values, check_module_device, check_times, checked_gaps
 
 __all__ = ["TimelineEncoder", "COMPONENTS", "COMBINES"]
 
 COMPONENTS = ("absolute", "periodic", "gap", "gap_bucket", "time2vec")
 COMBINES = ("sum", "concat")
 _EVEN = ("absolute", "gap")  # sin/cos pairs
+_LOW = (torch.float16, torch.bfloat16)
 
 
-class TimelineEncoder(nn.Module):
-    """Encode padded timelines ``times [B, L]`` (+ ``mask``) into ``[B, L, dim]``.
+class TimelineEncoder(ConstantBuffers):
+    """Encode padded timelines ``times [B, L]`` (+ ``mask``, + ``clock``) or an :class:`EventBatch` into
+    ``[B, L, dim]``.
 
     Components (any subset, in the order given):
 
-    - ``"absolute"``: :func:`absolute_time_encoding` with ``min_period`` .. ``max_period``;
-    - ``"periodic"``: :func:`periodic_encoding` with ``periods`` and ``harmonics``;
+    - ``"absolute"``: :func:`absolute_time_encoding` of the (relative) times, ``min_period`` .. ``max_period``;
+    - ``"periodic"``: :func:`periodic_encoding` of *clock* time, with ``periods``, ``harmonics``, ``timezone``
+      and ``phase_origin``: time of day and day of week on the clock, whatever origin the times are relative to;
     - ``"gap"``: :func:`log_gap_encoding` of the gap to the previous event (continuous);
     - ``"gap_bucket"``: :class:`GapBucketEmbedding` with ``gap_boundaries`` (learned);
     - ``"time2vec"``: :class:`Time2Vec` (learned) of the time in hours.
@@ -43,17 +57,36 @@ class TimelineEncoder(nn.Module):
         dim: output channels.
         components: which encodings, from :data:`COMPONENTS`.
         combine: ``"sum"`` or ``"concat"``.
-        unit: unit of the times given to ``forward`` and of plain-float durations below.
+        unit: unit of the plain times (and clocks) given to ``forward`` and of plain-float durations below. An
+            :class:`EventBatch` carries its own unit: its times are converted.
         min_period, max_period: the absolute encoding's period range (default 1 hour to 10 years).
         periods, harmonics: the periodic encoding's periods and harmonics (default a day and a week).
+        timezone: where "time of day" is read: ``None``/``"UTC"``, an IANA zone (``"America/New_York"``, daylight
+            saving time included) or a fixed offset (``"+05:30"``).
+        phase_origin: the local wall-clock time where every period's phase is 0: ``"epoch"`` (1970-01-01, a
+            Thursday) or a naive datetime / ISO string (``"2024-01-01"``, a Monday).
         gap_scale, gap_base: the log-gap encoding's scale and base (see :func:`log_gap_encoding`).
         gap_boundaries: the gap buckets' boundaries.
-        dtype: dtype of the sinusoids.
+        dtype: the initial dtype of the output and of the learned parts (``.half()``, ``.double()``, ``.to()``
+            change it later; periods, frequencies and time-zone tables stay float64 constants).
 
     Shape:
-        ``forward(times, mask=None)``: ``[B, L]`` (any ``[..., L]``) sorted real times -> ``[..., L, dim]``,
-        padded slots exactly 0.
+        ``forward(batch)`` with an :class:`EventBatch` (its mask, clock and unit are used), or
+        ``forward(times, mask=None, clock=None)``: ``[B, L]`` (any ``[..., L]``) sorted real times in
+        ``unit`` -> ``[..., L, dim]``, padded slots exactly 0. ``clock`` (``[B]`` float64, or a number) is the
+        clock time of each row's origin in ``unit`` since 1970-01-01 UTC (``batch_timelines(...,
+        return_clock=True)`` gives it; ``0`` when the times are clock times already); the ``"periodic"``
+        component refuses to run without it.
+
+    Precision: sinusoids are formed in float64 and evaluated in float32 (float64 for a float64 module); a
+    float16 / bfloat16 module computes in float32 and rounds once at the end. Every output value is computed
+    element by element (the periodic lift too), so a timeline's encoding is the same, to the bit, alone or in
+    any batch, at any padding.
     """
+
+    periods: torch.Tensor
+    tz_transitions: torch.Tensor
+    tz_offsets: torch.Tensor
 
     def __init__(
         self,
@@ -66,6 +99,8 @@ class TimelineEncoder(nn.Module):
         max_period: Any = "3650d",
         periods: Sequence[Any] = DEFAULT_PERIODS,
         harmonics: int = 1,
+        timezone: Any = None,
+        phase_origin: Any = "epoch",
         gap_scale: Any = "1h",
         gap_base: float = 1000.0,
         gap_boundaries: Sequence[Any] = DEFAULT_GAP_BOUNDARIES,
@@ -82,27 +117,60 @@ class TimelineEncoder(nn.Module):
         if len(set(components)) != len(components):
             raise ValueError(f"components must not repeat, got {components!r}")
         self.components = tuple(components)
-        self.dtype = dtype
+        check_float_dtype(dtype)
+        self.harmonics = check_positive_int(harmonics, "harmonics")
         self.sizes = self._sizes(periodic_dim(periods, harmonics))
-        self.harmonics = harmonics
         self.period_labels = tuple(periods)
-        self.register_buffer("periods", _periods_tensor(periods, unit, torch.device("cpu")), persistent=False)
+        periods_tensor(periods, unit)  # checks them now
+        self.timezone = timezone_name(timezone)
+        self.phase_origin = phase_origin
+        self.phase = phase_shift(phase_origin, self.unit)
         self.min_period, self.max_period = min_period, max_period
-        self.gap_scale = _positive(gap_scale, unit, "gap_scale")
+        self.gap_scale = positive_duration(gap_scale, unit, "gap_scale")
+        if isinstance(gap_base, bool) or not isinstance(gap_base, (int, float)) or not 0 < gap_base < float("inf"):
+            raise ValueError(f"gap_base must be a finite number > 0, got {gap_base!r}")
         self.gap_base = float(gap_base)
-        if "absolute" in self.sizes:
-            self.register_buffer("cycles", absolute_cycles(self.sizes["absolute"], min_period, max_period, unit),
-                                 persistent=False)
-        if "gap" in self.sizes:
-            self.register_buffer("gap_cycles", log_gap_cycles(self.sizes["gap"], self.gap_base, "interleaved"),
-                                 persistent=False)
-        self.lift = (nn.Linear(periodic_dim(periods, harmonics), dim, bias=False)
+        self.register_constants()
+        # the output dtype: follows .half() / .double() / .to(dtype) like any floating buffer (empty: no memory)
+        self.register_buffer("dtype_tracker", torch.empty(0, dtype=dtype), persistent=False)
+        lifted = periodic_dim(periods, harmonics)
+        self.lift = (_uninitialised(lambda: nn.Linear(lifted, dim, bias=False, dtype=dtype))
                      if "periodic" in self.sizes and combine == "sum" else None)
-        self.gap_bucket = (GapBucketEmbedding(gap_boundaries, self.sizes["gap_bucket"], unit=unit)
+        self.gap_bucket = (_uninitialised(lambda: GapBucketEmbedding(gap_boundaries, self.sizes["gap_bucket"],
+                                                                     unit=unit).to(dtype))
                            if "gap_bucket" in self.sizes else None)
-        self.time2vec = Time2Vec(self.sizes["time2vec"]) if "time2vec" in self.sizes else None
+        self.time2vec = (_uninitialised(lambda: Time2Vec(self.sizes["time2vec"]).to(dtype))
+                         if "time2vec" in self.sizes else None)
         self._hours_per_unit = UNITS[self.unit] / UNITS["h"]
         self.chunk = 1 << 14  # time slots per block (measured: 2^12..2^16 within noise, 2^14 best)
+        self.reset_parameters()
+
+    def compute_constants(self, device: torch.device | None) -> dict[str, torch.Tensor]:
+        transitions, offsets = timezone_tensors(self.timezone, self.unit, device)
+        periods = periods_tensor(self.period_labels, self.unit, device)
+        constants = {"periods": periods, "phase_mod": phase_remainders(self.phase, periods),
+                     "tz_transitions": transitions, "tz_offsets": offsets}
+        if "absolute" in self.sizes:
+            constants["cycles"] = absolute_cycles(self.sizes["absolute"], self.min_period, self.max_period,
+                                                  self.unit, device=device)
+        if "gap" in self.sizes:
+            constants["gap_cycles"] = log_gap_cycles(self.sizes["gap"], self.gap_base, "interleaved", device)
+        return constants
+
+    def reset_parameters(self) -> None:
+        """Re-initialise the learned parts (lift, gap buckets, Time2Vec, in that order) as their ``__init__``
+        does; the only use of the RNG in building this module."""
+        if self.lift is not None:
+            self.lift.reset_parameters()
+        if self.gap_bucket is not None:
+            self.gap_bucket.reset_parameters()
+        if self.time2vec is not None:
+            self.time2vec.reset_parameters()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The output dtype (set by ``dtype=``, then by ``.half()`` / ``.double()`` / ``.to(dtype)``)."""
+        return self.dtype_tracker.dtype
 
     def _sizes(self, periodic_channels: int) -> dict[str, int]:
         if self.combine == "sum":
@@ -130,19 +198,34 @@ class TimelineEncoder(nn.Module):
                              f"{periodic_channels} (2 x periods x harmonics), got {self.dim}")
         return sizes
 
-    def forward(self, times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, times: torch.Tensor | EventBatch, mask: torch.Tensor | None = None,
+                clock: Any = None) -> torch.Tensor:
+        if isinstance(times, EventBatch):
+            times, mask, clock = self._from_batch(times, mask, clock)
         times, mask = check_times(times, mask, check_sorted=False)
+        check_module_device(self.dtype_tracker.device, times)
         gaps = checked_gaps(times, mask)  # checks the order too
         if not {"gap", "gap_bucket"} & set(self.components):
             gaps = None
+        clocks = None
+        if "periodic" in self.sizes:
+            if clock is None:
+                raise clock_required("TimelineEncoder's 'periodic' component")
+            clocks = clock_tensor(clock, times).expand(*times.shape[:-1], 1)
         if mask is None:
             mask = torch.ones_like(times, dtype=torch.bool)
+        out_dtype = self.dtype
         if times.numel() == 0:
-            return torch.zeros(*times.shape, self.dim, dtype=self.dtype, device=times.device)
+            return torch.zeros(*times.shape, self.dim, dtype=out_dtype, device=times.device)
+        if not can_check_values(times, mask):
+            return self._dense(times, mask, gaps, clocks)
         length = times.shape[-1]
         rows_t, rows_m = times.reshape(-1, length), mask.reshape(-1, length)
         rows_g = None if gaps is None else gaps.reshape(-1, length)
-        out = torch.empty(*rows_t.shape, self.dim, dtype=self.dtype, device=times.device)
+        rows_c = None if clocks is None else clocks.reshape(-1)
+        # each row's clock modulo each period, once per row: [rows, P]
+        rows_cm = None if clocks is None else torch.remainder(rows_c.unsqueeze(-1), self.periods)
+        out = torch.empty(*rows_t.shape, self.dim, dtype=out_dtype, device=times.device)
         # On CPU, blocks of rows small enough to stay in cache while they are zeroed, encoded and filled in: the
         # work is memory-bound (float64 phase buffers, the padded output). Elsewhere one block (no syncs).
         step = max(1, self.chunk // length) if times.device.type == "cpu" else rows_t.shape[0]
@@ -155,36 +238,110 @@ class TimelineEncoder(nn.Module):
             if slots.numel():
                 t = rows_t[block].reshape(-1)[slots]
                 g = None if rows_g is None else rows_g[block].reshape(-1)[slots]
-                target.index_copy_(0, slots, self._combined(t, g).to(out.dtype))
+                row = None if rows_c is None else slots // length
+                c = None if rows_c is None else (rows_c[block][row], rows_cm[block][row])
+                target.index_copy_(0, slots, self._combined(t, g, c).to(out_dtype))
         return out.reshape(*mask.shape, self.dim)
 
-    def _combined(self, t: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
-        """``[n]`` times (and gaps) of real events -> ``[n, dim]``."""
+    def _from_batch(self, batch: EventBatch, mask: Any, clock: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        if mask is not None:
+            raise TypeError("pass an EventBatch alone (its mask is used), or times and mask")
+        clock = batch.clock if clock is None else clock
+        times = batch.times
+        if batch.unit != self.unit:  # the batch says what its numbers mean: convert, never assume
+            factor = UNITS[check_unit(batch.unit, "EventBatch.unit")] / UNITS[self.unit]
+            times = times * factor
+            clock = None if clock is None else clock * factor
+        if clock is None and "periodic" in self.sizes:
+            raise clock_required("TimelineEncoder's 'periodic' component (this EventBatch carries no clock: "
+                                 "build it with EventBatch.from_frame / from_parquet)")
+        return times, batch.mask, clock
+
+    def _dense(self, times: torch.Tensor, mask: torch.Tensor, gaps: torch.Tensor | None,
+               clocks: torch.Tensor | None) -> torch.Tensor:
+        """Every slot encoded, padded ones from time 0 and zeroed after: no data-dependent shapes (compile, meta).
+        Elementwise, so the real events get exactly the values of the blockwise eager path."""
+        zero = torch.zeros((), dtype=times.dtype, device=times.device)
+        t = torch.where(mask, times, zero).reshape(-1)
+        g = None if gaps is None else torch.where(mask, gaps, zero).reshape(-1)
+        c = None
+        if clocks is not None:
+            c = clocks.expand(times.shape).reshape(-1)
+            c = (c, torch.remainder(c.unsqueeze(-1), self.periods))
+        out = self._combined(t, g, c).to(self.dtype).reshape(*times.shape, self.dim)
+        return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+    def _combined(self, t: torch.Tensor, g: torch.Tensor | None,
+                  c: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """``[n]`` times (gaps; clocks ``[n]`` and clocks modulo each period ``[n, P]``) of real events ->
+        ``[n, dim]`` in the work dtype."""
+        work = torch.float32 if self.dtype in _LOW else self.dtype
         if self.combine == "concat":
-            return torch.cat([self._component(c, t, g) for c in self.components], dim=-1)
+            return torch.cat([self._component(name, t, g, c, work) for name in self.components], dim=-1)
         out = None
-        for c in self.components:  # accumulate in place: one [n, dim] buffer, not one per component
-            if c == "periodic" and out is not None:
-                out = out.addmm_(self._component(c, t, g, lift=False), self.lift.weight.T.to(out.dtype))
+        for name in self.components:
+            piece = self._component(name, t, g, c, work)
+            if name == "periodic":
+                out = self._lift(piece, out, work)
             else:
-                piece = self._component(c, t, g)
-                out = piece if out is None else out.add_(piece)
+                out = _accumulate(out, piece)
         return out
 
-    def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None, lift: bool = True) -> torch.Tensor:
+    def _lift(self, features: torch.Tensor, out: torch.Tensor | None, work: torch.dtype) -> torch.Tensor:
+        """``out + features @ lift.weight.T``, one product and one sum per feature in a fixed order: a matrix
+        product's rounding depends on how many rows it is given (its blocking), this does not (each product and
+        each sum is one correctly rounded operation, whichever kernel path an element takes)."""
+        weight = self.lift.weight.to(work)
+        if out is not None and not (torch.is_grad_enabled() and (out.requires_grad or weight.requires_grad
+                                                                   or features.requires_grad)):
+            term = torch.empty_like(out)  # one scratch buffer for every product, written in place
+            for k in range(features.shape[-1]):
+                out.add_(torch.mul(features[:, k : k + 1], weight[:, k], out=term))
+            return out
+        for k in range(features.shape[-1]):
+            out = _accumulate(out, features[:, k : k + 1] * weight[:, k])
+        return out
+
+    def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None,
+                   c: tuple[torch.Tensor, torch.Tensor] | None, work: torch.dtype) -> torch.Tensor:
         if name == "absolute":
-            return _absolute(t, self.cycles.to(t.device), "interleaved", self.dtype)
+            return absolute_features(t, self.cycles, "interleaved", work)
         if name == "periodic":
-            out = _periodic(t, self.periods.to(t.device), self.harmonics, self.dtype)
-            return self.lift(out.to(self.lift.weight.dtype)) if self.lift is not None and lift else out
+            shift = clock_shift(t.to(torch.float64), c[0], c[1], self.tz_transitions, self.tz_offsets, self.phase_mod)
+            return periodic_features(t, self.periods, self.harmonics, work, shift)
         if name == "gap":
-            return _log_gap(g, self.gap_cycles.to(g.device), self.gap_scale, "interleaved", self.dtype)
+            return log_gap_features(g, self.gap_cycles, self.gap_scale, "interleaved", work)
         if name == "gap_bucket":
-            return self.gap_bucket._embed(g)
+            return self.gap_bucket.encode_events(g).to(work)
         # in hours whatever the unit, so the learned frequencies mean the same thing for every unit
-        return self.time2vec._features((t.to(torch.float64) * self._hours_per_unit).unsqueeze(-1))
+        hours = t.to(torch.float64) * self._hours_per_unit if self._hours_per_unit != 1 else t
+        return self.time2vec.encode_events(hours.unsqueeze(-1), dtype=work)
 
     def extra_repr(self) -> str:
-        return (f"dim={self.dim}, components={self.components}, combine={self.combine!r}, unit={self.unit!r}, "
-                f"sizes={self.sizes}, periods={self.period_labels}, harmonics={self.harmonics}, "
-                f"min_period={self.min_period!r}, max_period={self.max_period!r}")
+        parts = [f"dim={self.dim}", f"components={self.components}", f"combine={self.combine!r}",
+                 f"unit={self.unit!r}", f"sizes={self.sizes}"]
+        if "periodic" in self.sizes:
+            parts += [f"periods={self.period_labels}", f"harmonics={self.harmonics}",
+                      f"timezone={self.timezone!r}", f"phase_origin={self.phase_origin!r}"]
+        if "absolute" in self.sizes:
+            parts += [f"min_period={self.min_period!r}", f"max_period={self.max_period!r}"]
+        return ", ".join(parts)
+
+
+def _accumulate(out: torch.Tensor | None, piece: torch.Tensor) -> torch.Tensor:
+    """``out + piece``, in place when autograd does not need ``out`` (one buffer for the whole sum)."""
+    if out is None:
+        return piece
+    if torch.is_grad_enabled() and (out.requires_grad or piece.requires_grad):
+        return out + piece
+    return out.add_(piece)
+
+
+def _uninitialised(build: Any) -> nn.Module:
+    """A submodule built without drawing from the RNG (on the meta device, then given storage on the current
+    default device): the owner's ``reset_parameters()`` initialises it, once, so that a seeded meta-device
+    construction reproduces ``__init__``."""
+    device = torch.get_default_device()
+    with torch.device("meta"):
+        module = build()
+    return module.to_empty(device=device)

@@ -1,25 +1,51 @@
-"""Event tables (MEDS-style: ``subject_id, time, code, numeric_value``) -> padded tensors. Extra ``[clinical]``.
+"""Event tables (MEDS: ``subject_id, time, code, numeric_value``) -> padded tensors. Extra ``[clinical]``.
 
 The only module of :mod:`omnipos.timeseries` that imports pandas / pyarrow, and only when called. The whole table
 is handled at once: one stable sort by (subject, time), one factorisation of subjects and of codes, one pad
-through :func:`omnipos.core.pad_ragged`; no per-subject Python loop.
+through :func:`omnipos.core.pad_packed`; no per-subject Python loop.
+
+MEDS (the Medical Event Data Standard) stores a cohort as a folder: ``data/**/*.parquet`` shards of events
+(``subject_id`` int64, ``time`` timestamp[us], ``code`` string, ``numeric_value`` float32), ``metadata/
+dataset.json``, ``metadata/codes.parquet`` and ``metadata/subject_splits.parquet`` (``subject_id, split``).
+Events with a null time are *static* (eye colour, sex): they belong to the subject, not to a moment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import glob as _glob
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..core import pad_ragged
-from .units import _as_time_array, _missing, check_unit, offsets_from_origin
+from ..core import check_choice, check_positive_int, lengths_to_mask, pad_packed
+from .calendar import (
+    align_origin,
+    check_awareness,
+    check_naive_as,
+    is_missing,
+    offsets_from_origin,
+    parse_origin,
+    read_times,
+)
+from .durations import check_unit
 
-__all__ = ["EventBatch", "require_pandas", "PAD_CODE"]
+__all__ = ["EventBatch", "require_pandas", "PAD_CODE", "UNK_CODE", "TRUNCATIONS", "STATIC_POLICIES",
+           "UNKNOWN_CODE_POLICIES"]
 
 PAD_CODE = "<pad>"
+UNK_CODE = "<unk>"
+TRUNCATIONS = ("error", "head", "tail", "split")
+STATIC_POLICIES = ("error", "keep", "drop")
+UNKNOWN_CODE_POLICIES = ("error", "unk")
+_MEDS_COLUMNS = ("subject_id", "time", "code", "numeric_value")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: bytes per padded slot of a batch: times float64 + codes int64 + values float32 + mask bool
+_SLOT_BYTES = 8 + 8 + 4 + 1
 
 
 def require_pandas():
@@ -31,27 +57,58 @@ def require_pandas():
     return pandas
 
 
+def _require_pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError("reading Parquet needs pyarrow: pip install 'omnipos[clinical]'") from exc
+    return pyarrow
+
+
 class EventBatch:
-    """A padded batch of event timelines, one row per subject.
+    """A padded batch of event timelines, one row per subject (or per window of a subject, see ``max_len``).
 
     Attributes:
         times: ``[B, L]`` float64, offsets in ``unit`` (hours by default) from ``origin``; 0 at padded slots.
         codes: ``[B, L]`` long, indices into ``vocab``; 0 (``"<pad>"``) at padded slots.
         values: ``[B, L]`` float32 numeric values; NaN where an event has none and at padded slots.
         mask: ``[B, L]`` bool, True at real events (padding at the end of each row).
-        vocab: code strings by index; ``vocab[0] == "<pad>"``, real codes sorted from index 1.
-        subjects: subject ids by row, sorted (a subject whose events were all dropped keeps an all-masked row).
+        vocab: code strings by index; ``vocab[0] == "<pad>"``, then ``"<unk>"`` when built with
+            ``unknown_code="unk"``, then the real codes, sorted.
+        subjects: subject id of each row, sorted (a subject whose events were all dropped keeps an all-masked
+            row; with ``truncation="split"`` a subject's windows are consecutive rows).
         unit, origin: how ``times`` were made.
+        clock: ``[B]`` float64, the clock time of each row's origin in ``unit`` since 1970-01-01 UTC (plain-number
+            and duration times: since their own zero), so ``times + clock[:, None]`` is clock time; 0 for a row
+            without events when ``origin="first"``. A batch built by hand without ``clock=`` gets it from a fixed
+            ``origin`` (``"epoch"``, a number, a reference time); with ``origin="first"`` it is None (unknown).
+            :class:`~omnipos.timeseries.TimelineEncoder` reads it for time-of-day features.
+        static_codes, static_values, static_mask: ``[B, S]`` the subject's static events (MEDS rows with a null
+            time, kept with ``static="keep"``) in table order, padded like the timelines (``S`` may be 0).
+        window: ``[B]`` long, the window index of each row within its subject (0 unless ``truncation="split"``).
 
     Rows are sorted by time; events at the same time keep their order in the table (a stable sort).
     """
 
     def __init__(self, times: torch.Tensor, codes: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-                 vocab: Sequence[str], subjects: Sequence[Any], *, unit: str = "h", origin: Any = "first") -> None:
+                 vocab: Sequence[str], subjects: Sequence[Any], *, unit: str = "h", origin: Any = "first",
+                 clock: torch.Tensor | None = None, static_codes: torch.Tensor | None = None,
+                 static_values: torch.Tensor | None = None, static_mask: torch.Tensor | None = None,
+                 window: torch.Tensor | None = None) -> None:
         self.times, self.codes, self.values, self.mask = times, codes, values, mask
         self.vocab = list(vocab)
         self.subjects = list(subjects)
         self.unit, self.origin = unit, origin
+        rows, device = times.shape[0], times.device
+        self.clock = _clock_of_fixed_origin(origin, unit, rows, device) if clock is None else clock
+        self.static_codes = (torch.zeros(rows, 0, dtype=torch.long, device=device) if static_codes is None
+                             else static_codes)
+        self.static_values = (torch.zeros(rows, 0, dtype=torch.float32, device=device) if static_values is None
+                              else static_values)
+        self.static_mask = (torch.zeros(rows, 0, dtype=torch.bool, device=device) if static_mask is None
+                            else static_mask)
+        self.window = torch.zeros(rows, dtype=torch.long, device=device) if window is None else window
 
     @classmethod
     def from_frame(
@@ -66,6 +123,11 @@ class EventBatch:
         origin: Any = "first",
         drop_missing: bool = False,
         vocab: Sequence[str] | None = None,
+        unknown_code: str = "error",
+        static: str = "error",
+        max_len: int | None = None,
+        truncation: str = "error",
+        naive_as: str | None = None,
     ) -> EventBatch:
         """Build a batch from a pandas DataFrame with one row per event.
 
@@ -74,69 +136,99 @@ class EventBatch:
             subject, time, code, value: column names (``value=None``: no numeric values, all NaN). ``time``
                 holds datetimes (tz-aware ones are read in UTC), timedeltas, or plain numbers in ``unit``.
             unit: unit of the resulting ``times`` (and of plain-number times in the table).
-            origin: ``"first"`` (each subject's first event), ``"epoch"`` or a reference time.
-            drop_missing: drop events with a missing time or code instead of raising ValueError.
-            vocab: a previous batch's ``vocab``, to encode codes with the same indices (unknown codes raise).
+            origin: ``"first"`` (each subject's first event), ``"epoch"`` or a reference time. Whatever it is,
+                :attr:`clock` keeps each row's origin on the clock.
+            drop_missing: drop events with a missing subject or code (and, with ``static="error"``, a missing
+                time) instead of raising ValueError.
+            vocab: a previous batch's ``vocab``, to encode codes with the same indices.
+            unknown_code: codes outside ``vocab``: ``"error"`` (ValueError listing them) or ``"unk"`` (the
+                ``"<unk>"`` index; the vocab must hold ``"<unk>"``: build the first batch with
+                ``unknown_code="unk"`` too, which reserves index 1 for it).
+            static: events with a null time (MEDS static events): ``"error"`` (ValueError naming the row, unless
+                ``drop_missing``), ``"keep"`` (into :attr:`static_codes` / :attr:`static_values`) or ``"drop"``.
+            max_len: the longest timeline a row may hold (None: no limit). Padding is to the longest row, so
+                one very long subject sets the size of the whole batch.
+            truncation: what happens to a subject with more than ``max_len`` events: ``"error"`` (ValueError
+                naming it), ``"head"`` (keep its first ``max_len`` events), ``"tail"`` (its last ``max_len``),
+                ``"split"`` (consecutive windows of ``max_len`` events, one row each; see :attr:`window`).
+                Times stay relative to the subject's origin in every case.
+            naive_as: ``"UTC"``: read naive datetimes as UTC where they meet timezone-aware ones (the column
+                and ``origin``); refused otherwise.
+
+        Raises:
+            ValueError: a missing column, value or code; a numeric value beyond float32 (it would become inf);
+                an unknown code; a subject longer than ``max_len`` with ``truncation="error"``; a batch whose
+                padding would not fit in memory (use ``max_len`` or :meth:`batches`).
         """
-        pd = require_pandas()
-        unit = check_unit(unit)
-        if not isinstance(df, pd.DataFrame):
-            raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
-        wanted = {"subject": subject, "time": time, "code": code} | ({"value": value} if value is not None else {})
-        absent = [f"{arg}={col!r}" for arg, col in wanted.items() if col not in df.columns]
-        if absent:
-            raise ValueError(f"column(s) {', '.join(absent)} not in the frame; its columns: {list(df.columns)}")
-
-        subject_ix, subjects = pd.factorize(df[subject], sort=True)
-        subjects = subjects.tolist()
-        times = _as_time_array(df[time], f"column {time!r}")
-        code_ix, code_names = _encode_codes(pd, df[code], vocab)
-        values = (np.full(len(df), np.nan, dtype=np.float32) if value is None
-                  else pd.to_numeric(df[value], errors="raise").to_numpy(dtype=np.float32, na_value=np.nan))
-
-        missing = (subject_ix < 0) | _missing(times) | (code_ix < 0)
-        if missing.any():
-            if not drop_missing:
-                column = np.where(subject_ix < 0, subject, np.where(code_ix < 0, code, time))
-                _refuse_missing(df, missing, column, subjects, subject_ix)
-            keep = ~missing
-            subject_ix, times, code_ix, values = subject_ix[keep], times[keep], code_ix[keep], values[keep]
-
-        lengths = np.bincount(subject_ix, minlength=len(subjects)).astype(np.int64)
-        order = _subject_time_order(subject_ix, times)
-        times, code_ix, values = times[order], code_ix[order], values[order]
-        offsets = offsets_from_origin(times, lengths, origin=origin, unit=unit)
-
-        index, mask = pad_ragged(list(torch.arange(len(offsets)).split(lengths.tolist())), 0)
-        pad = ~mask
-        padded_times = torch.from_numpy(np.ascontiguousarray(offsets))[index].masked_fill_(pad, 0.0)
-        padded_codes = torch.from_numpy(code_ix.astype(np.int64))[index].masked_fill_(pad, 0)
-        padded_values = torch.from_numpy(values)[index].masked_fill_(pad, float("nan"))
-        return cls(padded_times, padded_codes, padded_values, mask, code_names, subjects,
-                   unit=unit, origin=origin)
+        table = _EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
+                                  drop_missing=drop_missing, vocab=vocab, unknown_code=unknown_code,
+                                  static=static, max_len=max_len, truncation=truncation, naive_as=naive_as)
+        return table.pad(np.arange(table.rows))
 
     @classmethod
-    def from_parquet(cls, path: str | Path, subject: str = "subject_id", time: str = "time", code: str = "code",
-                     value: str | None = "numeric_value", **kwargs: Any) -> EventBatch:
-        """Read a Parquet file or a folder of shards (MEDS ``data/*.parquet``) and call :meth:`from_frame`.
+    def from_parquet(cls, path: Any, subject: str = "subject_id", time: str = "time", code: str = "code",
+                     value: str | None = "numeric_value", *, split: str | Sequence[str] | None = None,
+                     static: str = "keep", **kwargs: Any) -> EventBatch:
+        """Read MEDS Parquet data and call :meth:`from_frame`.
 
-        Only the four columns are read. Keyword arguments go to :meth:`from_frame`.
+        Args:
+            path: a MEDS root (a folder holding ``data/``, as MEDS writes it beside ``metadata/``: every
+                ``data/**/*.parquet`` shard is read), a folder of Parquet shards (read recursively), one file, a
+                glob (``"cohort/data/train/*.parquet"``), or a list of files.
+            split: with a MEDS root, only the subjects of this split (or splits) in
+                ``metadata/subject_splits.parquet`` (``"train"``, ``"tuning"``, ``"held_out"``, ...).
+            static: as in :meth:`from_frame`, but MEDS rows with a null time are static events by the standard,
+                so they are kept (``"keep"``) unless asked otherwise.
+            **kwargs: the other keyword arguments of :meth:`from_frame`.
+
+        Only the four columns are read. Error messages name the shard file and the row within it.
         """
+        df = _read_parquet_events(path, [subject, time, code] + ([value] if value is not None else []),
+                                  subject, split)
+        return cls.from_frame(df, subject, time, code, value, static=static, **kwargs)
+
+    @classmethod
+    def batches(cls, source: Any, batch_size: int, *, by_length: bool = True, shuffle: bool = False, seed: int = 0,
+                subject: str = "subject_id", time: str = "time", code: str = "code",
+                value: str | None = "numeric_value", split: str | Sequence[str] | None = None,
+                **kwargs: Any) -> Iterator[EventBatch]:
+        """Length-bucketed batches of a table: each padded only to its own longest row.
+
+        The table (a DataFrame, or anything :meth:`from_parquet` reads) is sorted and encoded once, with one
+        vocabulary; then rows (subjects, or windows with ``truncation="split"``) are grouped ``batch_size`` at a
+        time and each group is padded on its own. With ``by_length`` rows are grouped by length (shortest first,
+        ties in subject order), so a long subject shares its batch with other long ones instead of padding
+        thousands of short ones to its length.
+
+        Args:
+            source: a pandas DataFrame, or a MEDS root / folder / file / glob / list of files.
+            batch_size: rows per batch (>= 1); the last batch may be smaller.
+            by_length: group rows of similar length (False: consecutive rows in subject order).
+            shuffle: yield the batches in an order drawn from ``seed`` (a local generator: no global RNG is used).
+            split: a MEDS split, as in :meth:`from_parquet` (only for a MEDS root).
+            **kwargs: keyword arguments of :meth:`from_frame` (``max_len``, ``truncation``, ``unit``, ...).
+        """
+        batch_size = check_positive_int(batch_size, "batch_size")
         pd = require_pandas()
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - exercised only without the extra
-            raise ImportError("reading Parquet needs pyarrow: pip install 'omnipos[clinical]'") from exc
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"no Parquet file or folder at {path}")
-        columns = [subject, time, code] + ([value] if value is not None else [])
-        df = pd.read_parquet(path, columns=columns)
-        return cls.from_frame(df, subject, time, code, value, **kwargs)
+        if isinstance(source, pd.DataFrame):
+            if split is not None:
+                raise ValueError("split= needs a MEDS root (a folder with data/ and metadata/), not a DataFrame")
+            df = source
+        else:
+            kwargs.setdefault("static", "keep")
+            df = _read_parquet_events(source, [subject, time, code] + ([value] if value is not None else []),
+                                      subject, split)
+        table = _EventTable.build(df, subject, time, code, value, **kwargs)
+        order = (np.argsort(table.lengths, kind="stable") if by_length else np.arange(table.rows))
+        groups = [order[i : i + batch_size] for i in range(0, table.rows, batch_size)]
+        if shuffle:
+            groups = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
+        for rows in groups:
+            yield table.pad(np.sort(rows))
 
     @property
     def lengths(self) -> torch.Tensor:
-        """Events per subject ``[B]``."""
+        """Events per row ``[B]``."""
         return self.mask.sum(dim=1)
 
     def __len__(self) -> int:
@@ -144,12 +236,216 @@ class EventBatch:
 
     def to(self, device: torch.device | str) -> EventBatch:
         """A copy with every tensor on ``device``."""
+        move = (lambda t: None if t is None else t.to(device))
         return EventBatch(self.times.to(device), self.codes.to(device), self.values.to(device),
-                          self.mask.to(device), self.vocab, self.subjects, unit=self.unit, origin=self.origin)
+                          self.mask.to(device), self.vocab, self.subjects, unit=self.unit, origin=self.origin,
+                          clock=move(self.clock), static_codes=move(self.static_codes),
+                          static_values=move(self.static_values), static_mask=move(self.static_mask),
+                          window=move(self.window))
 
     def __repr__(self) -> str:
-        return (f"EventBatch(subjects={len(self)}, max_len={self.times.shape[1]}, events={int(self.mask.sum())}, "
-                f"vocab={len(self.vocab)}, unit={self.unit!r}, origin={self.origin!r})")
+        static = f", static={int(self.static_mask.sum())}" if self.static_mask.numel() else ""
+        return (f"EventBatch(subjects={len(self)}, max_len={self.times.shape[1]}, events={int(self.mask.sum())}"
+                f"{static}, vocab={len(self.vocab)}, unit={self.unit!r}, origin={self.origin!r})")
+
+
+# --- building: one sorted, encoded flat table; padding any subset of its rows ----------------------------------
+
+
+@dataclass
+class _EventTable:
+    """The sorted, encoded events of a table, not yet padded: rows are subjects (or windows of subjects)."""
+
+    times: np.ndarray  # [N] float64 offsets, rows consecutive
+    codes: np.ndarray  # [N] int64
+    values: np.ndarray  # [N] float32
+    lengths: np.ndarray  # [B] int64
+    clock: np.ndarray  # [B] float64
+    subjects: list[Any]
+    window: np.ndarray  # [B] int64
+    static_codes: np.ndarray  # [M] int64, rows consecutive
+    static_values: np.ndarray  # [M] float32
+    static_lengths: np.ndarray  # [B] int64
+    vocab: list[str]
+    unit: str
+    origin: Any
+
+    @property
+    def rows(self) -> int:
+        return int(self.lengths.size)
+
+    @classmethod
+    def build(cls, df: Any, subject: str = "subject_id", time: str = "time", code: str = "code",
+              value: str | None = "numeric_value", *, unit: str = "h", origin: Any = "first",
+              drop_missing: bool = False, vocab: Sequence[str] | None = None, unknown_code: str = "error",
+              static: str = "error", max_len: int | None = None, truncation: str = "error",
+              naive_as: str | None = None) -> _EventTable:
+        pd = require_pandas()
+        unit = check_unit(unit)
+        check_choice(unknown_code, "unknown_code", UNKNOWN_CODE_POLICIES)
+        check_choice(static, "static", STATIC_POLICIES)
+        check_choice(truncation, "truncation", TRUNCATIONS)
+        check_naive_as(naive_as)
+        if max_len is not None:
+            max_len = check_positive_int(max_len, "max_len")
+        if not isinstance(df, pd.DataFrame):
+            raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
+        wanted = {"subject": subject, "time": time, "code": code} | ({"value": value} if value is not None else {})
+        absent = [f"{arg}={col!r}" for arg, col in wanted.items() if col not in df.columns]
+        if absent:
+            raise ValueError(f"column(s) {', '.join(absent)} not in the frame; its columns: {list(df.columns)}")
+
+        subject_ix, subjects = _factorize(pd, df[subject], subject)
+        subjects = subjects.tolist()
+        times, awareness = read_times(df[time], f"column {time!r}", naive_as=naive_as)
+        code_ix, code_names = _encode_codes(pd, df[code], vocab, unknown_code)
+        values = _read_values(pd, df, value, subject_ix, subjects)
+
+        null_time = np.isnat(times) if times.dtype.kind in "Mm" else np.isnan(times)  # MEDS: a static event
+        infinite = is_missing(times) & ~null_time  # +-inf: not a time at all, never a static event
+        bad = (subject_ix < 0) | (code_ix < 0) | infinite | (null_time & (static == "error"))
+        if bad.any() and not drop_missing:
+            column = np.where(subject_ix < 0, subject, np.where(code_ix < 0, code, time))
+            _refuse_missing(df, bad, column, subjects, subject_ix, null_time & (static == "error"), ~infinite)
+        keep = ~bad & ~(null_time & (static == "drop"))
+        static_rows = keep & null_time
+        timed = keep & ~null_time
+
+        # the timelines: sorted by (subject, time), offsets from the origin, clock of each subject's origin
+        kind = times.dtype.kind if times.dtype.kind in "Mm" else "f"
+        fixed, origin_awareness = parse_origin(origin, kind, unit)
+        check_awareness({awareness, origin_awareness} - {None}, naive_as, f"column {time!r} and origin")
+        t_subject, t_times = subject_ix[timed], times[timed]
+        if kind in "Mm":
+            (t_times,), fixed = align_origin([t_times], fixed, f"column {time!r}")
+        order = _subject_time_order(t_subject, t_times)
+        lengths = np.bincount(t_subject, minlength=len(subjects)).astype(np.int64)
+        t_times = t_times[order]
+        offsets, clock = offsets_from_origin(t_times, lengths, fixed=fixed, unit=unit, name=f"column {time!r}")
+        codes_sorted = code_ix[timed][order].astype(np.int64)
+        values_sorted = values[timed][order]
+
+        # static events: per subject, table order
+        s_subject = subject_ix[static_rows]
+        s_order = np.argsort(s_subject, kind="stable")
+        static_codes = code_ix[static_rows][s_order].astype(np.int64)
+        static_values = values[static_rows][s_order]
+        static_lengths = np.bincount(s_subject, minlength=len(subjects)).astype(np.int64)
+
+        table = cls(offsets, codes_sorted, values_sorted, lengths, clock, subjects,
+                    np.zeros(len(subjects), dtype=np.int64), static_codes, static_values, static_lengths,
+                    code_names, unit, origin)
+        if max_len is not None and lengths.size and int(lengths.max()) > max_len:
+            table = table.truncated(max_len, truncation)
+        return table
+
+    def truncated(self, max_len: int, truncation: str) -> _EventTable:
+        """Rows longer than ``max_len`` cut by the named policy (see :meth:`EventBatch.from_frame`)."""
+        lengths = self.lengths
+        if truncation == "error":
+            row = int(np.flatnonzero(lengths > max_len)[0])
+            raise ValueError(
+                f"subject {self.subjects[row]!r} has {int(lengths[row]):,} events, more than max_len={max_len:,} "
+                f"({int((lengths > max_len).sum()):,} subject(s) do); pass truncation='head' (first events), "
+                f"'tail' (last events) or 'split' (windows of max_len events)")
+        starts = np.cumsum(lengths) - lengths
+        position = np.arange(self.times.size) - np.repeat(starts, lengths)
+        if truncation in ("head", "tail"):
+            keep = position < max_len if truncation == "head" else position >= np.repeat(lengths - max_len, lengths)
+            return replace(self, times=self.times[keep], codes=self.codes[keep], values=self.values[keep],
+                           lengths=np.minimum(lengths, max_len))
+        windows = np.maximum(1, -(-lengths // max_len))  # an empty subject keeps one (empty) row
+        first_window = np.cumsum(windows) - windows
+        row_of_event = np.repeat(first_window, lengths) + position // max_len
+        source = np.repeat(np.arange(lengths.size), windows)
+        static_take = _gather_index(self.static_lengths, source)  # each window keeps its subject's static events
+        return replace(
+            self, lengths=np.bincount(row_of_event, minlength=int(windows.sum())).astype(np.int64),
+            clock=self.clock[source], subjects=[self.subjects[r] for r in source.tolist()],
+            window=np.arange(source.size) - first_window[source],
+            static_codes=self.static_codes[static_take], static_values=self.static_values[static_take],
+            static_lengths=self.static_lengths[source])
+
+    def pad(self, rows: np.ndarray) -> EventBatch:
+        """The padded :class:`EventBatch` of ``rows`` (indices, in the order given)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lengths = self.lengths[rows]
+        longest = int(lengths.max()) if lengths.size else 0
+        _check_padded_size(rows.size, longest, int(self.static_lengths[rows].max()) if rows.size else 0)
+        take = _gather_index(self.lengths, rows)
+        mask = lengths_to_mask(torch.from_numpy(lengths), longest)
+        times = pad_packed(torch.from_numpy(np.ascontiguousarray(self.times[take])), mask, 0.0)
+        codes = pad_packed(torch.from_numpy(self.codes[take]), mask, 0)
+        values = pad_packed(torch.from_numpy(np.ascontiguousarray(self.values[take])), mask, float("nan"))
+        s_lengths = self.static_lengths[rows]
+        s_take = _gather_index(self.static_lengths, rows)
+        s_mask = lengths_to_mask(torch.from_numpy(s_lengths), int(s_lengths.max()) if s_lengths.size else 0)
+        return EventBatch(times, codes, values, mask, self.vocab, [self.subjects[r] for r in rows.tolist()],
+                          unit=self.unit, origin=self.origin, clock=torch.from_numpy(self.clock[rows].copy()),
+                          static_codes=pad_packed(torch.from_numpy(self.static_codes[s_take]), s_mask, 0),
+                          static_values=pad_packed(torch.from_numpy(np.ascontiguousarray(
+                              self.static_values[s_take])), s_mask, float("nan")),
+                          static_mask=s_mask, window=torch.from_numpy(self.window[rows].copy()))
+
+
+def _clock_of_fixed_origin(origin: Any, unit: str, rows: int, device: torch.device) -> torch.Tensor | None:
+    """The clock of every row of a batch whose times are offsets from one fixed ``origin`` (None for "first")."""
+    if isinstance(origin, str) and origin == "first":
+        return None
+    if isinstance(origin, (int, float, np.integer, np.floating)) and not isinstance(origin, bool):
+        value = float(origin)  # plain-number times: their own zero
+    elif isinstance(origin, str) and origin == "epoch":
+        value = 0.0
+    else:
+        fixed, _ = parse_origin(origin, "M", check_unit(unit))
+        _, fixed = align_origin([], fixed, "origin")
+        value = float(offsets_from_origin(np.array([fixed]), np.array([1]), fixed=np.datetime64(0, "s"),
+                                          unit=unit, name="origin")[0][0])
+    return torch.full((rows,), value, dtype=torch.float64, device=device)
+
+
+def _gather_index(lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Flat positions of the entries of ``rows`` (in that order) in a flat array of rows of ``lengths``."""
+    starts = np.cumsum(lengths) - lengths
+    take = lengths[rows]
+    within = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
+    return np.repeat(starts[rows], take) + within
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - platforms without sysconf
+        return None
+
+
+def _check_padded_size(rows: int, longest: int, static_longest: int) -> None:
+    """Refuse, before allocating, a padded batch larger than half of this machine's memory."""
+    need = rows * (longest * _SLOT_BYTES + static_longest * 13)
+    total = _physical_memory()
+    if total is not None and need > total // 2:
+        raise ValueError(
+            f"padding {rows:,} rows to the longest timeline ({longest:,} events) needs {need / 2**30:.1f} GiB "
+            f"(this machine has {total / 2**30:.0f} GiB): pass max_len= with truncation='head', 'tail' or "
+            f"'split', or iterate EventBatch.batches(..., batch_size=...) (each batch padded to its own longest "
+            f"row, rows grouped by length)")
+
+
+def _read_values(pd: Any, df: Any, value: str | None, subject_ix: np.ndarray, subjects: list[Any]) -> np.ndarray:
+    if value is None:
+        return np.full(len(df), np.nan, dtype=np.float32)
+    try:
+        wide = pd.to_numeric(df[value], errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"column {value!r} must hold numbers (or nulls): {exc}") from None
+    too_big = np.abs(wide) > _FLOAT32_MAX  # NaN compares False: a missing value stays NaN
+    if too_big.any():
+        i = int(np.flatnonzero(too_big)[0])
+        who = f"subject {subjects[subject_ix[i]]!r}" if subject_ix[i] >= 0 else "a row with no subject"
+        raise ValueError(f"column {value!r} holds {float(wide[i])!r} for {who} {_at_row(df, i)}: "
+                         f"values are float32, whose largest finite value is {_FLOAT32_MAX:.4g}; rescale the "
+                         f"column (or mark the value missing) first")
+    return wide.astype(np.float32)
 
 
 def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -162,7 +458,7 @@ def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray) -> np.ndarray
     """
     if times.dtype.kind in "Mm":
         key = times.view(np.int64)
-        for step in (60 * 10**9, 10**9, 10**6, 10**3):  # drop resolution the timestamps do not use
+        for step in (60 * 10**9, 10**9, 10**6, 10**3, 60):  # drop resolution the timestamps do not use
             if key.size and not (key % step).any():
                 key = key // step
                 break
@@ -180,28 +476,162 @@ def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray) -> np.ndarray
     return order[torch.sort(subjects[order], stable=True).indices].numpy()
 
 
-def _encode_codes(pd: Any, column: Any, vocab: Sequence[str] | None) -> tuple[np.ndarray, list[str]]:
+def _factorize(pd: Any, column: Any, name: str) -> tuple[np.ndarray, Any]:
+    """``pd.factorize(column, sort=True)``, refusing by name a column whose values cannot be sorted together."""
+    try:
+        return pd.factorize(column, sort=True)
+    except TypeError as exc:
+        raise TypeError(f"column {name!r} mixes values that cannot be ordered (e.g. numbers and strings): {exc}"
+                        ) from None
+
+
+def _encode_codes(pd: Any, column: Any, vocab: Sequence[str] | None,
+                  unknown_code: str) -> tuple[np.ndarray, list[str]]:
     """Codes -> indices from 1 (0 is padding; -1 marks a missing code) and the vocabulary."""
+    reserved = [PAD_CODE] + ([UNK_CODE] if unknown_code == "unk" else [])
     if vocab is None:
-        ix, uniques = pd.factorize(column, sort=True)
-        names = [PAD_CODE] + [str(u) for u in uniques]
-        return np.where(ix >= 0, ix + 1, -1), names
-    names = list(vocab)
+        ix, uniques = _factorize(pd, column, column.name)
+        codes = [str(u) for u in uniques]
+        if PAD_CODE in codes:
+            raise ValueError(f"the code {PAD_CODE!r} is reserved for padding; rename it in the table")
+        if unknown_code == "unk" and UNK_CODE in codes:  # the table's own "<unk>" rows take the reserved index
+            at = codes.index(UNK_CODE)
+            codes.pop(at)
+            remap = np.arange(len(uniques)) + len(reserved) - (np.arange(len(uniques)) > at)
+            remap[at] = 1
+            return np.where(ix >= 0, remap[np.maximum(ix, 0)], -1), reserved + codes
+        return np.where(ix >= 0, ix + len(reserved), -1), reserved + codes
+    if isinstance(vocab, str) or not isinstance(vocab, Sequence):
+        raise TypeError(f"vocab must be a list of code strings (a previous EventBatch's vocab), got "
+                        f"{type(vocab).__name__}")
+    names = [str(v) for v in vocab]
     if not names or names[0] != PAD_CODE:
         raise ValueError(f"vocab must be a previous EventBatch's vocab (starting with {PAD_CODE!r})")
+    if len(set(names)) != len(names):
+        raise ValueError("vocab must not repeat a code")
+    if unknown_code == "unk" and UNK_CODE not in names:
+        raise ValueError(f"unknown_code='unk' needs {UNK_CODE!r} in vocab: build the batch that made the vocab "
+                         f"with unknown_code='unk' (it reserves index 1 for {UNK_CODE!r})")
     present = column.notna().to_numpy()
     ix = np.full(len(column), -1, dtype=np.int64)
-    ix[present] = pd.Index(names[1:]).get_indexer(column[present].astype(str))
+    ix[present] = pd.Index(names).get_indexer(column[present].astype(str))
     unknown = (ix < 0) & present
     if unknown.any():
-        found = pd.unique(column[unknown])[:5]
-        raise ValueError(f"code(s) {list(found)} are not in vocab (of {len(names) - 1} codes)")
-    return np.where(ix >= 0, ix + 1, -1), names
+        if unknown_code == "unk":
+            ix[unknown] = names.index(UNK_CODE)
+        else:
+            found = pd.unique(column[unknown])[:5]
+            raise ValueError(f"code(s) {list(found)} are not in vocab (of {len(names) - 1} codes); pass "
+                             f"unknown_code='unk' to map them to {UNK_CODE!r}")
+    if present.any() and (ix[present] == 0).any():
+        raise ValueError(f"the code {PAD_CODE!r} is reserved for padding; rename it in the table")
+    return ix, names
 
 
-def _refuse_missing(df: Any, missing: np.ndarray, column: np.ndarray, subjects: Any,
-                    subject_ix: np.ndarray) -> None:
+def _refuse_missing(df: Any, missing: np.ndarray, column: np.ndarray, subjects: Any, subject_ix: np.ndarray,
+                    null_time: np.ndarray, missing_value: np.ndarray) -> None:
     i = int(np.flatnonzero(missing)[0])
     who = f"subject {subjects[subject_ix[i]]!r}" if subject_ix[i] >= 0 else "a row with no subject"
-    raise ValueError(f"missing value (NaN/NaT/None) in column {str(column[i])!r} for {who} at row {df.index[i]!r} "
-                     f"(position {i}); pass drop_missing=True to drop such events")
+    hint = "pass drop_missing=True to drop such events"
+    if null_time[i] and column[i] != "code" and subject_ix[i] >= 0:
+        hint = ("a null time marks a static event in MEDS: pass static='keep' to keep such events as static codes, "
+                "static='drop' (or drop_missing=True) to drop them")
+    what = "missing value (NaN/NaT/None)" if missing_value[i] else "infinite value (not a time)"
+    raise ValueError(f"{what} in column {str(column[i])!r} for {who} {_at_row(df, i)}; {hint}")
+
+
+def _at_row(df: Any, i: int) -> str:
+    """Where row ``i`` (position) of the table is: its index label, or its shard file and row there."""
+    label = df.index[i]
+    if isinstance(label, tuple) and len(label) == 2:  # from_parquet: (file, row in file)
+        return f"in {label[0]} at row {int(label[1])}"
+    return f"at row {label!r} (position {i})"
+
+
+# --- Parquet / MEDS sources --------------------------------------------------------------------------------------
+
+
+def meds_root(path: Path) -> bool:
+    """True for a MEDS root: a folder holding a ``data/`` folder."""
+    return path.is_dir() and (path / "data").is_dir()
+
+
+def parquet_files(source: Any) -> tuple[list[Path], Path | None]:
+    """The Parquet files a source names, sorted, and the MEDS root when the source is one."""
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise ValueError("the list of Parquet files is empty")
+        files = [Path(p) for p in source]
+        for f in files:
+            if not f.is_file():
+                raise FileNotFoundError(f"no Parquet file at {f}")
+        return files, None
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"path must be a MEDS root, a folder, a file, a glob or a list of files, got "
+                        f"{type(source).__name__}")
+    text = os.fspath(source)
+    if any(ch in text for ch in "*?[") and not Path(text).exists():
+        files = sorted(Path(p) for p in _glob.glob(text, recursive=True) if Path(p).is_file())
+        if not files:
+            raise FileNotFoundError(f"no Parquet file matches {text!r}")
+        return files, None
+    path = Path(text)
+    if not path.exists():
+        raise FileNotFoundError(f"no Parquet file or folder at {path}")
+    if path.is_file():
+        return [path], None
+    root = path if meds_root(path) else None
+    files = sorted((path / "data" if root else path).rglob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no *.parquet files under {path / 'data' if root else path}")
+    return files, root
+
+
+def split_subjects(root: Path | None, split: str | Sequence[str], subject: str) -> list[Any]:
+    """Subject ids of one or more named splits from ``metadata/subject_splits.parquet``."""
+    pa = _require_pyarrow()
+    if root is None:
+        raise ValueError("split= needs a MEDS root (a folder with data/ and metadata/subject_splits.parquet)")
+    names = [split] if isinstance(split, str) else list(split)
+    where = root / "metadata" / "subject_splits.parquet"
+    if not where.is_file():
+        raise FileNotFoundError(f"split={split!r} needs {where}, which does not exist")
+    table = pa.parquet.read_table(where).to_pandas()
+    if "split" not in table.columns or subject not in table.columns:
+        raise ValueError(f"{where} must have columns {subject!r} and 'split', has {list(table.columns)}")
+    known = sorted(set(table["split"].astype(str)))
+    for name in names:
+        if name not in known:
+            raise ValueError(f"split {name!r} is not in {where}; its splits: {known}")
+    return table.loc[table["split"].isin(names), subject].tolist()
+
+
+def _read_parquet_events(source: Any, columns: list[str], subject: str,
+                         split: str | Sequence[str] | None) -> Any:
+    pd = require_pandas()
+    pa = _require_pyarrow()
+    files, root = parquet_files(source)
+    wanted = None if split is None else split_subjects(root, split, subject)
+    tables, names = [], []
+    for f in files:
+        try:
+            table = pa.parquet.read_table(f, columns=columns)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError / KeyError alike
+            raise ValueError(f"{f}: cannot read columns {', '.join(columns)} (missing, corrupt or not Parquet): "
+                             f"{type(exc).__name__}: {exc}") from None
+        if wanted is not None:
+            table = table.filter(pa.compute.is_in(table[subject], value_set=pa.array(wanted,
+                                                                                      type=table[subject].type)))
+        tables.append(table)
+        names.append(str(f.relative_to(root)) if root is not None else str(f))
+    try:
+        merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"the Parquet files do not share one schema ({exc}); MEDS shards must (time: "
+                         f"timestamp[us], numeric_value: float32)") from None
+    df = merged.to_pandas()
+    # error messages name the shard and the row within it
+    df.index = pd.MultiIndex.from_arrays(
+        [pd.Categorical(np.repeat(names, [t.num_rows for t in tables])),
+         np.concatenate([np.arange(t.num_rows) for t in tables])], names=["file", "row"])
+    return df

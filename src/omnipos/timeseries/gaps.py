@@ -15,10 +15,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import SINUSOID_LAYOUTS, check_choice, check_positive_int, layout_frequencies, sinusoid_of_turns
-from .units import check_times, check_unit, checked_gaps, encode_valid, parse_duration, parse_durations
+from ..core import (
+    SINUSOID_LAYOUTS,
+    ConstantBuffers,
+    check_choice,
+    check_float_dtype,
+    check_positive_int,
+    layout_frequencies,
+    sinusoid_of_turns,
+)
+from .durations import check_unit, parse_durations, positive_duration
+from .timelines import can_check_values, check_module_device, check_times, checked_gaps, encode_valid
 
-__all__ = ["time_gaps", "log_gap_encoding", "GapBucketEmbedding", "DEFAULT_GAP_BOUNDARIES"]
+__all__ = ["time_gaps", "log_gap_encoding", "log_gap_cycles", "log_gap_features", "GapBucketEmbedding",
+           "DEFAULT_GAP_BOUNDARIES"]
 
 DEFAULT_GAP_BOUNDARIES = ("1h", "1d", "7d", "30d", "90d", "180d", "365d")
 
@@ -35,6 +45,8 @@ def time_gaps(times: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Te
 
 def _check_gaps(gaps: Any, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     gaps, mask = check_times(gaps, mask, name="gaps", check_sorted=False)
+    if not can_check_values(gaps, mask):
+        return gaps, mask
     negative = gaps < 0 if mask is None else mask & (gaps < 0)
     if bool(negative.any()):
         index = tuple(negative.nonzero()[0].tolist())
@@ -68,17 +80,11 @@ def log_gap_encoding(
         base, layout: as in :func:`omnipos.core.sinusoidal`.
     """
     check_choice(layout, "layout", SINUSOID_LAYOUTS)
+    check_float_dtype(dtype)
     gaps, mask = _check_gaps(gaps, mask)
-    scale_value = _positive(scale, unit, "scale")
+    scale_value = positive_duration(scale, check_unit(unit), "scale")
     cycles = log_gap_cycles(dim, base, layout, gaps.device)
-    return encode_valid(gaps, mask, lambda g: _log_gap(g, cycles, scale_value, layout, dtype))
-
-
-def _positive(value: Any, unit: str, name: str) -> float:
-    out = parse_duration(value, check_unit(unit), name=name)
-    if not out > 0:
-        raise ValueError(f"{name} must be a positive duration, got {value!r}")
-    return out
+    return encode_valid(gaps, mask, lambda g: log_gap_features(g, cycles, scale_value, layout, dtype))
 
 
 def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | str | None = None) -> torch.Tensor:
@@ -86,13 +92,23 @@ def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | st
     return layout_frequencies(dim, base=base, layout=layout, device=device) / (2 * math.pi)
 
 
-def _log_gap(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str, dtype: torch.dtype) -> torch.Tensor:
-    # the core's sinusoid of x = log1p(g / scale), with the frequencies computed once by the caller
-    turns = torch.log1p(g.to(torch.float64) / scale).unsqueeze(-1) * cycles
+def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """The encoding of real events' gaps ``g [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``: the core's
+    sinusoid of ``x = log1p(g / scale)``, with the frequencies computed once by the caller."""
+    g = g.to(torch.float64)
+    ratio = g / scale
+    x = torch.log1p(ratio)
+    # a gap / scale beyond float64 (1e300 h / "1e-10h") is still a finite log: log(g) - log(scale)
+    if not can_check_values(g) or bool(torch.isinf(ratio).any()):
+        big = torch.isinf(ratio)
+        safe = torch.where(big, g, torch.ones((), dtype=g.dtype, device=g.device))  # no inf/NaN gradient
+        x = torch.where(big, torch.log(safe) - math.log(scale), x)
+    turns = x.unsqueeze(-1) * cycles
     return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)
 
 
-class GapBucketEmbedding(nn.Module):
+class GapBucketEmbedding(ConstantBuffers):
     """A learned vector per gap bucket (CEHR-BERT / ETHOS interval tokens, as a continuous-input module).
 
     Buckets are left-closed: with boundaries ``b_1 < ... < b_K``, bucket 0 is ``[0, b_1)``, bucket ``k`` is
@@ -108,7 +124,11 @@ class GapBucketEmbedding(nn.Module):
     Shape:
         ``forward(gaps, mask=None)``: ``[..., L]`` -> ``[..., L, dim]``; padded slots exactly 0.
         ``bucketize(gaps)``: ``[..., L]`` -> ``[..., L]`` long, in ``0 .. len(boundaries)``.
+
+    The boundaries are a float64 constant buffer: ``.half()`` changes the vectors' dtype, never a bucket.
     """
+
+    boundaries: torch.Tensor
 
     def __init__(self, boundaries: Sequence[Any] = DEFAULT_GAP_BOUNDARIES, dim: int | None = None, *,
                  unit: str = "h") -> None:
@@ -124,8 +144,19 @@ class GapBucketEmbedding(nn.Module):
                 raise ValueError(f"boundaries must be strictly increasing; boundaries[{i}]={boundaries[i]!r} "
                                  f"is not after boundaries[{i - 1}]={boundaries[i - 1]!r}")
         self.boundary_labels = tuple(str(b) for b in boundaries)
-        self.register_buffer("boundaries", torch.tensor(values, dtype=torch.float64), persistent=False)
-        self.embedding = nn.Embedding(len(values) + 1, self.dim)
+        self.boundary_values = values
+        self.register_constants()
+        # built without touching the RNG: reset_parameters() is the one initialisation (meta-device friendly)
+        self.embedding = nn.utils.skip_init(nn.Embedding, len(values) + 1, self.dim,
+                                            device=torch.get_default_device())
+        self.reset_parameters()
+
+    def compute_constants(self, device: torch.device | None) -> dict[str, torch.Tensor]:
+        return {"boundaries": torch.tensor(self.boundary_values, dtype=torch.float64, device=device)}
+
+    def reset_parameters(self) -> None:
+        """Re-draw the bucket vectors (``nn.Embedding``'s N(0, 1) initialisation)."""
+        self.embedding.reset_parameters()
 
     @property
     def num_buckets(self) -> int:
@@ -139,17 +170,20 @@ class GapBucketEmbedding(nn.Module):
     def bucketize(self, gaps: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Bucket index of each gap (left-closed buckets; see the class docstring); padded slots get 0."""
         gaps, mask = _check_gaps(gaps, mask)
+        check_module_device(self.boundaries.device, gaps, "gaps")
         return self._bucketize(gaps, mask)
 
     def _bucketize(self, gaps: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        index = torch.bucketize(gaps.to(torch.float64), self.boundaries.to(gaps.device), right=True)
+        index = torch.bucketize(gaps.to(torch.float64), self.boundaries, right=True)
         return index if mask is None else index.masked_fill(~mask, 0)
 
     def forward(self, gaps: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         gaps, mask = _check_gaps(gaps, mask)
-        return encode_valid(gaps, mask, self._embed)
+        check_module_device(self.boundaries.device, gaps, "gaps")
+        return encode_valid(gaps, mask, self.encode_events)
 
-    def _embed(self, flat_gaps: torch.Tensor) -> torch.Tensor:
+    def encode_events(self, flat_gaps: torch.Tensor) -> torch.Tensor:
+        """Real events' gaps only, no mask or checks: ``[N]`` -> ``[N, dim]``."""
         return self.embedding(self._bucketize(flat_gaps, None))
 
     def extra_repr(self) -> str:

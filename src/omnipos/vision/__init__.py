@@ -1,26 +1,34 @@
-"""2-D patch grids: sincos tables, resampling learned tables, padding masks, 2-D RoPE; the timm adapter.
+"""2-D patch grids: sincos tables, resampling learned tables (per image too), padding masks, 2-D RoPE (packed
+images too); multimodal M-RoPE position ids and 3-D video positions; the timm adapter.
 
 ``omnipos.vision.timm`` (``adapt_vit``, ``resize_state_dict``) is imported on first use.
 """
 
-from .grid import check_grid, patch_grid
+from .grid import check_grid, packed_patch_coords, patch_grid
 from .masks import patch_padding_mask, pixel_padding_mask, prefix_attention_mask
-from .resample import resample_pos_embed
+from .mrope import mrope_decode_position_ids, mrope_position_ids
+from .resample import resample_pos_embed, resample_pos_embed_per_image
 from .rope2d import RotaryEmbedding2D, rope_2d_positions
 from .sincos import grid_coords, sincos_2d, sincos_2d_from_coords
+from .video import video_position_ids
 
 __all__ = [
     "patch_grid",
     "check_grid",
+    "packed_patch_coords",
     "sincos_2d",
     "sincos_2d_from_coords",
     "grid_coords",
     "resample_pos_embed",
+    "resample_pos_embed_per_image",
     "patch_padding_mask",
     "pixel_padding_mask",
     "prefix_attention_mask",
     "RotaryEmbedding2D",
     "rope_2d_positions",
+    "mrope_position_ids",
+    "mrope_decode_position_ids",
+    "video_position_ids",
     "adapt_vit",
     "resize_state_dict",
 ]

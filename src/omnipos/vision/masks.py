@@ -11,20 +11,22 @@ from typing import Any
 import torch
 
 from ..core import check_integer_tensor, check_positive_int
-from .grid import check_grid, check_size_pair
+from .grid import check_grid, check_size_pair, values_known
 
 __all__ = ["check_image_sizes", "patch_padding_mask", "pixel_padding_mask", "prefix_attention_mask"]
 
 
 def check_image_sizes(image_sizes: Any, patch_size: Any = None) -> torch.Tensor:
     """``[B, 2]`` integer (height, width) sizes -> int64 tensor (device kept); sides >= 1 and, when
-    ``patch_size`` is given, at least one patch."""
+    ``patch_size`` is given, at least one whole patch (callers that pad an image up to one patch do not pass it)."""
     if not isinstance(image_sizes, torch.Tensor):
         image_sizes = torch.as_tensor(image_sizes)
     check_integer_tensor(image_sizes, "image_sizes", "integers (height, width)")
     if image_sizes.ndim != 2 or image_sizes.shape[1] != 2:
         raise ValueError(f"image_sizes must be [B, 2] (height, width), got shape {tuple(image_sizes.shape)}")
     image_sizes = image_sizes.long()
+    if not values_known(image_sizes):  # meta: shapes only (the masks follow), no values to check
+        return image_sizes
     if image_sizes.numel() and int(image_sizes.min()) < 1:
         raise ValueError(f"image_sizes must be >= 1, got a side of {int(image_sizes.min())}")
     if patch_size is not None and image_sizes.numel():
@@ -49,13 +51,14 @@ def patch_padding_mask(image_sizes: Any, patch_size: Any, grid: Any) -> torch.Te
 
     Returns:
         ``[B, H * W]`` bool, row-major, True where the patch holds at least one real pixel (a patch cut by the
-        image's edge is real; its padded pixels should be zero, see :func:`pixel_padding_mask`).
+        image's edge is real, also when the image is smaller than one patch; its padded pixels should be zero, see
+        :func:`pixel_padding_mask`).
     """
-    sizes = check_image_sizes(image_sizes, patch_size)
+    sizes = check_image_sizes(image_sizes)
     patch = torch.tensor(check_size_pair(patch_size, "patch_size"), device=sizes.device)
     height, width = check_grid(grid)
     needed = -(-sizes // patch)  # ceil: patches per side that touch the image
-    if sizes.numel() and (int(needed[:, 0].max()) > height or int(needed[:, 1].max()) > width):
+    if sizes.numel() and values_known(sizes) and (int(needed[:, 0].max()) > height or int(needed[:, 1].max()) > width):
         raise ValueError(
             f"grid ({height}, {width}) is smaller than the largest image needs "
             f"({int(needed[:, 0].max())}, {int(needed[:, 1].max())}) with patch_size {tuple(patch.tolist())}"
@@ -70,7 +73,7 @@ def pixel_padding_mask(image_sizes: Any, padded_size: Any) -> torch.Tensor:
     (multiply a padded ``[B, C, height, width]`` batch by it to zero the padding)."""
     sizes = check_image_sizes(image_sizes)
     height, width = check_size_pair(padded_size, "padded_size")
-    if sizes.numel() and (int(sizes[:, 0].max()) > height or int(sizes[:, 1].max()) > width):
+    if sizes.numel() and values_known(sizes) and (int(sizes[:, 0].max()) > height or int(sizes[:, 1].max()) > width):
         raise ValueError(f"padded_size ({height}, {width}) is smaller than the largest image in image_sizes")
     rows = torch.arange(height, device=sizes.device) < sizes[:, :1]
     cols = torch.arange(width, device=sizes.device) < sizes[:, 1:]
@@ -88,6 +91,6 @@ def prefix_attention_mask(patch_mask: torch.Tensor, num_prefix_tokens: int = 1) 
     num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
     prefix = patch_mask.new_ones(patch_mask.shape[0], num_prefix_tokens)
     keys = torch.cat([prefix, patch_mask], dim=1)
-    if num_prefix_tokens == 0 and patch_mask.numel() and not bool(keys.any(dim=1).all()):
+    if num_prefix_tokens == 0 and patch_mask.numel() and values_known(keys) and not bool(keys.any(dim=1).all()):
         raise ValueError("a row of patch_mask has no real patch and there are no prefix tokens: nothing to attend")
     return keys[:, None, None, :]

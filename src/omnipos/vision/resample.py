@@ -17,12 +17,55 @@ import torch
 import torch.nn.functional as F
 
 from ..core import check_choice, check_positive_int
-from .grid import check_grid
+from .grid import check_grid, require_values
 
-__all__ = ["MODES", "resample_pos_embed", "source_grid"]
+__all__ = ["MODES", "PADDINGS", "resample_pos_embed", "resample_pos_embed_per_image", "source_grid"]
 
 MODES = ("bicubic", "bilinear", "nearest", "nearest-exact", "area")
 _ANTIALIAS_MODES = ("bicubic", "bilinear")
+#: what the padded rows of :func:`resample_pos_embed_per_image` hold
+PADDINGS = ("zeros", "first")
+
+
+def _check_mode(mode: str, antialias: bool) -> None:
+    check_choice(mode, "mode", MODES)
+    if not isinstance(antialias, bool):
+        raise TypeError(f"antialias must be a bool, got {antialias!r}")
+    if antialias and mode not in _ANTIALIAS_MODES:
+        raise ValueError(f"antialias=True applies to modes {_ANTIALIAS_MODES} only; pass antialias=False for {mode!r}")
+
+
+def _check_table(table: Any, name: str) -> torch.Tensor:
+    if not isinstance(table, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(table).__name__}")
+    if not table.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got {table.dtype}")
+    if table.ndim and table.shape[-1] == 0:
+        raise ValueError(f"{name} has 0 channels (shape {tuple(table.shape)}): nothing to resample")
+    return table
+
+
+def _resize(image: torch.Tensor, grid: tuple[int, int], mode: str, antialias: bool) -> torch.Tensor:
+    """``[B, D, h, w]`` (float32 / float64) -> ``[B, D, H, W]``; the input itself when the size is unchanged."""
+    if tuple(image.shape[-2:]) == grid:
+        return image  # F.interpolate at the same size is the identity (checked in the tests), so skip it
+    kwargs = {"antialias": antialias} if mode in _ANTIALIAS_MODES else {}
+    if mode in ("bilinear", "bicubic"):
+        kwargs["align_corners"] = False
+    return F.interpolate(image, size=grid, mode=mode, **kwargs)
+
+
+def _axis_weights(n_in: int, n_out: int, mode: str, antialias: bool, dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    """``[n_out, n_in]`` 1-D resampling matrix of ``F.interpolate`` along one axis (every mode it has is separable:
+    a 2-D resize is ``W_h @ table @ W_w^T``), read off by resizing an identity in float64."""
+    eye = torch.eye(n_in, dtype=torch.float64, device=device)
+    return _resize(eye[None, None], (n_out, n_in), mode, antialias)[0, 0].to(dtype)
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Interpolation runs in float32 (float64 for float64 tables), as timm and SigLIP2 on CPU."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def source_grid(num_patch_tokens: int, old_grid: Any = None, *, name: str = "pos_embed") -> tuple[int, int]:
@@ -74,17 +117,12 @@ def resample_pos_embed(
         ValueError: bad grid, a token count that fits neither grid, prefix >= N, unknown mode, antialias with a
             mode that has none. TypeError: a non-tensor or non-floating table.
     """
-    if not isinstance(pos_embed, torch.Tensor):
-        raise TypeError(f"pos_embed must be a tensor, got {type(pos_embed).__name__}")
-    if not pos_embed.is_floating_point():
-        raise TypeError(f"pos_embed must be floating point, got {pos_embed.dtype}")
+    _check_table(pos_embed, "pos_embed")
     if pos_embed.ndim not in (2, 3):
         raise ValueError(f"pos_embed must be [N, D] or [B, N, D], got shape {tuple(pos_embed.shape)}")
     new_h, new_w = check_grid(new_grid, "new_grid")
     num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
-    check_choice(mode, "mode", MODES)
-    if antialias and mode not in _ANTIALIAS_MODES:
-        raise ValueError(f"antialias=True applies to modes {_ANTIALIAS_MODES} only; pass antialias=False for {mode!r}")
+    _check_mode(mode, antialias)
     num_tokens = pos_embed.shape[-2]
     if num_prefix_tokens >= num_tokens:
         raise ValueError(f"num_prefix_tokens={num_prefix_tokens} leaves no patch rows in pos_embed of {num_tokens}")
@@ -103,11 +141,145 @@ def resample_pos_embed(
 
     batched = pos_embed if pos_embed.ndim == 3 else pos_embed.unsqueeze(0)
     prefix, patches = batched[:, :num_prefix_tokens], batched[:, num_prefix_tokens:]
-    work = torch.float64 if pos_embed.dtype == torch.float64 else torch.float32
     dim = patches.shape[-1]
-    image = patches.to(work).reshape(-1, old_h, old_w, dim).permute(0, 3, 1, 2)
-    kwargs = {"antialias": antialias} if mode in _ANTIALIAS_MODES else {}
-    image = F.interpolate(image, size=(new_h, new_w), mode=mode, **kwargs)
+    image = patches.to(_work_dtype(pos_embed.dtype)).reshape(-1, old_h, old_w, dim).permute(0, 3, 1, 2)
+    image = _resize(image, (new_h, new_w), mode, antialias)
     patches = image.permute(0, 2, 3, 1).reshape(-1, new_h * new_w, dim).to(pos_embed.dtype)
     out = torch.cat([prefix, patches], dim=1) if num_prefix_tokens else patches
     return out if pos_embed.ndim == 3 else out.squeeze(0)
+
+
+def _check_grids(grids: Any) -> tuple[list[tuple[int, int]], torch.Tensor | list[int], int]:
+    """Per-image grids -> (distinct grids in first-seen order, index of each image's grid, number of images).
+
+    A ``[B, 2]`` tensor is grouped with ``torch.unique`` (one host sync); a sequence of pairs is grouped in Python,
+    which keeps the whole function traceable by ``torch.compile`` (the sizes are then constants)."""
+    if isinstance(grids, torch.Tensor):
+        if grids.dtype == torch.bool or grids.is_floating_point() or grids.is_complex():
+            raise TypeError(f"grids must be integer (h, w) pairs, got dtype {grids.dtype}")
+        if grids.ndim != 2 or grids.shape[1] != 2:
+            raise ValueError(f"grids must be [B, 2] (h, w) per image, got shape {tuple(grids.shape)}")
+        require_values(grids, "grids", "each image's table size depends on them")
+        if grids.numel() and bool((grids < 1).any()):
+            i = int((grids < 1).any(dim=1).nonzero()[0, 0])
+            raise ValueError(f"grids[{i}] = {tuple(grids[i].tolist())}: each side must be >= 1")
+        distinct, inverse = torch.unique(grids.to(torch.int64), dim=0, return_inverse=True)
+        return [tuple(g) for g in distinct.tolist()], inverse, grids.shape[0]
+    if not isinstance(grids, (list, tuple)):
+        raise TypeError(f"grids must be a [B, 2] integer tensor or a sequence of (h, w) pairs, got "
+                        f"{type(grids).__name__}")
+    seen: dict[tuple[int, int], int] = {}
+    inverse_list = [seen.setdefault(check_grid(g, f"grids[{i}]"), len(seen)) for i, g in enumerate(grids)]
+    return list(seen), inverse_list, len(inverse_list)
+
+
+def resample_pos_embed_per_image(
+    table: torch.Tensor,
+    grids: Any,
+    *,
+    max_length: int,
+    old_grid: Any = None,
+    num_prefix_tokens: int = 0,
+    mode: str = "bilinear",
+    antialias: bool = True,
+    padding: str = "zeros",
+    exact: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each image's position table at its own grid, row-major, padded to ``max_length`` (native-resolution ViTs).
+
+    The numbers of SigLIP2's ``Siglip2VisionEmbeddings.resize_positional_embeddings`` (bilinear,
+    ``align_corners=False``, antialias, float32 on CPU; ``padding="first"`` fills the padded rows with the image's
+    first row as it does) and of timm NaFlexViT's per-sample learned path (padding rows get nothing: ``"zeros"``).
+    Images sharing a grid are resampled once: the only Python loop is over the distinct grids, and every image's
+    rows are then gathered from them in one indexing operation.
+
+    How a grid is resampled: every ``F.interpolate`` mode is separable, so by default the table is multiplied by the
+    two 1-D resampling matrices (``W_h @ table @ W_w^T``, the matrices read off ``F.interpolate`` itself in
+    float64): the same numbers up to float32 summation order (about 1e-6 of the table's scale; nearest modes
+    exactly), several times faster than one ``F.interpolate`` per grid, and shared across grids of equal height.
+    ``exact=True`` calls ``F.interpolate`` per distinct grid as SigLIP2 and timm do, bit for bit.
+
+    Args:
+        table: the learned table: ``[h0, w0, D]`` (SigLIP2's ``position_embedding.weight.reshape(h0, w0, D)``),
+            ``[1, h0, w0, D]`` (timm NaFlexViT's ``pos_embed``), or flat ``[P + h0 * w0, D]`` (a timm ViT's
+            ``pos_embed[0]``) with ``P = num_prefix_tokens`` rows first and ``old_grid`` unless square.
+        grids: ``[B, 2]`` integer ``(h_i, w_i)`` per image (SigLIP2's ``spatial_shapes``), or a list of pairs
+            (then ``torch.compile`` traces the function without graph breaks).
+        max_length: rows per image in the output (SigLIP2's ``max_num_patches``), >= ``P + h_i * w_i``.
+        old_grid: ``(h0, w0)`` of a flat table (checked against a 3-D / 4-D table's shape when given).
+        num_prefix_tokens: leading class / register rows of a flat table, put first in every image's rows
+            unchanged.
+        mode, antialias: ``F.interpolate`` settings (SigLIP2 / NaFlexViT: bilinear with antialias).
+        padding: ``"zeros"`` (timm) or ``"first"`` (SigLIP2: the image's first patch row repeated).
+        exact: resample with ``F.interpolate`` (bit-identical to the peers) instead of the separable matrices.
+
+    Returns:
+        ``(out [B, max_length, D], mask [B, max_length] bool)``: image ``b``'s rows are
+        ``[prefix, h_b * w_b patches row-major, padding]``; ``mask`` is True on the prefix and patch rows. ``out``
+        has the table's dtype and device (interpolation in float32, float64 for float64 tables) and is
+        differentiable with respect to ``table``.
+
+    Raises:
+        ValueError: ``max_length`` smaller than an image's ``P + h * w`` (image index named), a grid side < 1
+        (index named), a table that fits no grid, an unknown mode or padding. TypeError: non-floating table,
+        non-integer grids.
+    """
+    _check_table(table, "table")
+    _check_mode(mode, antialias)
+    check_choice(padding, "padding", PADDINGS)
+    max_length = check_positive_int(max_length, "max_length")
+    num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
+    if table.ndim == 4 and table.shape[0] == 1:
+        table = table[0]
+    if table.ndim == 3:
+        if num_prefix_tokens:
+            raise ValueError("num_prefix_tokens is for a flat [P + h0 * w0, D] table; a [h0, w0, D] table has none")
+        if old_grid is not None and check_grid(old_grid, "old_grid") != tuple(table.shape[:2]):
+            raise ValueError(f"old_grid {tuple(old_grid)} does not match the table's grid {tuple(table.shape[:2])}")
+        source = (table.shape[0], table.shape[1])
+        prefix, patches = table.new_zeros(0, table.shape[-1]), table.reshape(-1, table.shape[-1])
+    elif table.ndim == 2:
+        if num_prefix_tokens >= table.shape[0]:
+            raise ValueError(f"num_prefix_tokens={num_prefix_tokens} leaves no patch rows in a table of "
+                             f"{table.shape[0]}")
+        source = source_grid(table.shape[0] - num_prefix_tokens, old_grid, name="table")
+        prefix, patches = table[:num_prefix_tokens], table[num_prefix_tokens:]
+    else:
+        raise ValueError(f"table must be [h0, w0, D], [1, h0, w0, D] or [P + h0 * w0, D], got shape "
+                         f"{tuple(table.shape)}")
+    distinct, inverse, batch = _check_grids(grids)
+    dim, device = table.shape[-1], table.device
+    sizes = [h * w for h, w in distinct]
+    too_long = [i for i, g in enumerate(inverse if isinstance(inverse, list) else inverse.tolist())
+                if num_prefix_tokens + sizes[g] > max_length]
+    if too_long:
+        i = too_long[0]
+        h, w = distinct[inverse[i]]
+        raise ValueError(f"max_length={max_length} is smaller than image {i}'s {num_prefix_tokens} prefix + "
+                         f"{h} x {w} patches = {num_prefix_tokens + h * w} rows")
+
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be a bool, got {exact!r}")
+    work = _work_dtype(table.dtype)
+    grid_table = patches.to(work).reshape(*source, dim)
+    if exact:
+        image = grid_table.permute(2, 0, 1).unsqueeze(0)
+        resized = [_resize(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1) for grid in distinct]
+    else:  # W_h @ table @ W_w^T; the height pass is shared by the grids of one height
+        heights, widths = dict.fromkeys(g[0] for g in distinct), dict.fromkeys(g[1] for g in distinct)
+        rows = {h: _axis_weights(source[0], h, mode, antialias, work, device) for h in heights}
+        cols = {w: _axis_weights(source[1], w, mode, antialias, work, device) for w in widths}
+        by_height = {h: (m @ grid_table.reshape(source[0], -1)).reshape(h, source[1], dim) for h, m in rows.items()}
+        resized = [torch.matmul(cols[w], by_height[h]).reshape(h * w, dim) for h, w in distinct]
+    # one bank of rows: [prefix | grid 0 | grid 1 | ... | a zero row]; every output row is an index into it
+    bank = torch.cat([prefix.to(work), *resized, grid_table.new_zeros(1, dim)]).to(table.dtype)
+    starts = torch.tensor([0, *sizes], dtype=torch.int64, device=device).cumsum(0)[:-1] + num_prefix_tokens
+    inverse = torch.as_tensor(inverse, dtype=torch.int64, device=device)
+    start = starts[inverse].unsqueeze(1)
+    size = torch.tensor(sizes, dtype=torch.int64, device=device)[inverse].unsqueeze(1)
+    slot = torch.arange(max_length, device=device).unsqueeze(0)
+    patch_row = slot - num_prefix_tokens
+    real = slot < num_prefix_tokens + size
+    pad_row = start if padding == "first" else torch.full_like(start, bank.shape[0] - 1)
+    index = torch.where(slot < num_prefix_tokens, slot, torch.where(real, start + patch_row, pad_row))
+    return bank[index.reshape(-1)].reshape(batch, max_length, dim), real.expand(batch, max_length)

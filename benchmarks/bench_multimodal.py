@@ -1,0 +1,127 @@
+"""Vision-language positions: omnipos.vision vs transformers, same process, same data, outputs checked equal.
+
+1. ``mrope_position_ids`` (vectorised) vs transformers' ``Qwen2VLModel.get_rope_index`` (a Python loop over rows and
+   over each row's runs of tokens), left-padded batches of rows with 5 vision inputs each (images and short videos,
+   where transformers 5.x and the released rule agree). Targets: >= 5x at 64 rows, >= 20x at 512 rows (CPU).
+2. ``resample_pos_embed_per_image`` (one resample per distinct grid, one gather) vs SigLIP2's
+   ``Siglip2VisionEmbeddings.resize_positional_embeddings`` (one resample per image): 64 images of 16 distinct grids
+   (SigLIP2's own grids at max_num_patches=256), by default (separable matrices, within 1e-5) and with
+   ``exact=True`` (F.interpolate per distinct grid, bit for bit). Target: >= 5x.
+
+Medians of interleaved calls after warm-up; speedup = transformers time / omnipos time.
+
+    python benchmarks/bench_multimodal.py [--quick] [--threads N] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from _harness import Bench, common_arguments
+from bench_vision import interleaved
+
+from omnipos.vision import mrope_position_ids, resample_pos_embed_per_image
+
+
+def qwen2_vl():
+    """transformers' Qwen2-VL model from a tiny random config: only its get_rope_index is used."""
+    from transformers import Qwen2VLConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=64, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+                rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 10000.0})
+    vision = dict(depth=1, num_heads=2, spatial_merge_size=2, patch_size=2, temporal_patch_size=1, embed_dim=16,
+                  hidden_size=16, mlp_ratio=1)
+    return Qwen2VLModel(Qwen2VLConfig(text_config=text, vision_config=vision))
+
+
+def vl_batch(rows: int, inputs: int, seed: int = 0):
+    """Left-padded rows: a text prompt, then ``inputs`` images / short videos each followed by text."""
+    rng = random.Random(seed)
+    seqs, images, videos = [], [], []
+    for _ in range(rows):
+        row = [0] * rng.randint(4, 32)
+        for _ in range(inputs):
+            h, w = 2 * rng.randint(4, 16), 2 * rng.randint(4, 16)  # merged 4..16 x 4..16
+            t = 1 if rng.random() < 0.7 else 2
+            (images if t == 1 else videos).append([t, h, w])
+            row += [1 if t == 1 else 2] * (t * (h // 2) * (w // 2)) + [0] * rng.randint(2, 24)
+        seqs.append(row)
+    length = max(len(r) for r in seqs)
+    types = torch.zeros(rows, length, dtype=torch.int64)
+    mask = torch.zeros(rows, length, dtype=torch.int64)
+    for i, row in enumerate(seqs):
+        types[i, length - len(row):] = torch.tensor(row)
+        mask[i, length - len(row):] = 1
+    return types, mask, torch.tensor(images).reshape(-1, 3), torch.tensor(videos).reshape(-1, 3)
+
+
+def main() -> None:
+    parser = common_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: transformers' loop is single-threaded, and on a busy "
+                             "shared machine intra-op threads wait on each other)")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    bench = Bench("multimodal", device=device, notes=(
+        "speedup = transformers time / omnipos time; outputs checked equal before timing"))
+
+    model = qwen2_vl()
+    for rows in ((64,) if args.quick else (64, 512)):
+        types, mask, images, videos = (t.to(device) for t in vl_batch(rows, 5))
+        repeats = 3 if args.quick or rows > 64 else args.repeats
+
+        def ours(types=types, images=images, videos=videos, mask=mask):
+            return mrope_position_ids(types, images, videos, attention_mask=mask, pad_position=0)
+
+        def peer(types=types, images=images, videos=videos, mask=mask):
+            return model.get_rope_index(torch.zeros_like(types), mm_token_type_ids=types, image_grid_thw=images,
+                                        video_grid_thw=videos, attention_mask=mask)
+
+        ids, deltas = ours()
+        ref_ids, ref_deltas = peer()
+        same = torch.equal(ids, ref_ids.permute(1, 2, 0)) and torch.equal(deltas, ref_deltas.to(deltas.device))
+        assert same, "mrope_position_ids differs from transformers' get_rope_index"  # bit for bit
+        t_ours, t_peer = interleaved(ours, peer, repeats=repeats, device=device)
+        bench.row(case=f"M-RoPE ids, {rows} rows x 5 vision inputs, L={types.shape[1]}", omnipos_ms=t_ours * 1e3,
+                  transformers_ms=t_peer * 1e3, speedup=t_peer / t_ours, max_abs_diff=0.0)
+
+    torch.manual_seed(0)
+    table = torch.randn(16, 16, 768, device=device)  # SigLIP2-base NaFlex: 16 x 16 positions, 768 channels
+    # the grids SigLIP2's processor gives images of 16 aspect ratios at max_num_patches=256
+    distinct = [(16, 16), (12, 21), (21, 12), (14, 18), (18, 14), (10, 25), (25, 10), (8, 32), (32, 8), (11, 23),
+                (23, 11), (13, 19), (19, 13), (15, 17), (17, 15), (9, 28)]
+    rng = random.Random(0)
+    grids = torch.tensor([distinct[i % 16] for i in rng.sample(range(64), 64)], device=device)
+    max_length = 256
+    from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
+
+    def peer_table():
+        return Siglip2VisionEmbeddings.resize_positional_embeddings(table, grids, max_length=max_length)
+
+    with torch.no_grad():
+        reference = peer_table()
+        for exact in (False, True):
+            def ours_table(exact=exact):
+                return resample_pos_embed_per_image(table, grids, max_length=max_length, padding="first",
+                                                    exact=exact)[0]
+
+            diff = (ours_table() - reference).abs().max().item()
+            assert diff <= (0 if exact else 1e-5), f"resample_pos_embed_per_image (exact={exact}) is {diff} off SigLIP2"
+            t_ours, t_peer = interleaved(ours_table, peer_table, repeats=3 if args.quick else args.repeats,
+                                         device=device)
+            how = "F.interpolate per grid (exact=True)" if exact else "separable matrices (default)"
+            bench.row(case=f"per-image tables, 64 images / 16 grids, 16x16x768 -> 256; {how}",
+                      omnipos_ms=t_ours * 1e3, transformers_ms=t_peer * 1e3, speedup=t_peer / t_ours,
+                      max_abs_diff=diff)
+    bench.finish(args.out)
+
+
+if __name__ == "__main__":
+    main()

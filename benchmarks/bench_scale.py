@@ -1,0 +1,317 @@
+"""omnipos.scale: items/s and peak memory of dataset-scale precompute, local engine vs Ray Data, on this machine,
+and a projection to a cluster from the per-shard timings.
+
+Two workloads, generated here:
+
+- graphs: 100,000 molecule-like graphs (5..50 atoms, chain-like trees with ring closures), LapPE k=8 + RWPE 16
+  (``Compose([AddLaplacianPE(8), AddRandomWalkPE(16)])``), given as an in-memory list;
+- reads: 2,000,000 150-bp FASTQ reads in 8 gzip files (level 1).
+
+Each case runs in a fresh child process (so that its peak memory is its own): the single-process domain function
+(``omnipos.graph.precompute`` / a ``read_fastx`` loop, no output written), ``engine="local"`` and
+``engine="ray"`` (a local Ray with ``--num-cpus`` CPUs, started before the clock; its start-up time is shown
+apart). Peak memory is the peak sum of PSS (proportional set size: shared pages counted once) over the case's
+process tree: driver, Ray's GCS/raylet/workers and the object store's shared memory. The closing projection uses
+the measured per-shard times and bytes, see ``project``.
+
+    python benchmarks/bench_scale.py [--quick] [--graphs N] [--reads N] [--num-cpus 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+# -- data ---------------------------------------------------------------------------------------------------------
+def molecules(count: int, seed: int = 0) -> list:
+    """Molecule-like graphs: sizes ~ N(23, 7) clipped to 5..50 atoms; atom k bonds to one of the 3 atoms before it
+    (chains with short branches), plus a ring closure k -> k-5 on ~1 atom in 7; both directions; x [n, 9]."""
+    import torch
+    from torch_geometric.data import Data
+
+    rng = np.random.default_rng(seed)
+    sizes = np.clip(rng.normal(23, 7, count).round(), 5, 50).astype(np.int64)
+    out = []
+    for n in sizes.tolist():
+        k = np.arange(1, n)
+        parent = np.maximum(k - rng.integers(1, 4, n - 1), 0)
+        ring = k[(k >= 5) & (rng.random(n - 1) < 1 / 7)]
+        src = np.concatenate([k, ring])
+        dst = np.concatenate([parent, ring - 5])
+        edges = torch.from_numpy(np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])]))
+        out.append(Data(x=torch.from_numpy(rng.standard_normal((n, 9)).astype(np.float32)), edge_index=edges,
+                        num_nodes=n))
+    return out
+
+
+def write_reads(folder: Path, total: int, files: int, length: int = 150, seed: int = 0) -> list[Path]:
+    """``total`` random reads of ``length`` bases (0.1% N, Phred 2..40) in ``files`` gzip FASTQ files."""
+    acgt = np.frombuffer(b"ACGT", dtype=np.uint8)
+    rng = np.random.default_rng(seed)
+    paths = []
+    per_file = -(-total // files)
+    for f in range(files):
+        count = min(per_file, total - f * per_file)
+        path = folder / f"reads_{f}.fq.gz"
+        with gzip.open(path, "wb", compresslevel=1) as handle:
+            for start in range(0, count, 50_000):
+                n = min(50_000, count - start)
+                bases = acgt[rng.integers(0, 4, (n, length))]
+                bases[rng.random((n, length)) < 0.001] = ord("N")
+                quals = (33 + rng.integers(2, 41, (n, length))).astype(np.uint8)
+                handle.write(b"".join(b"@f%dr%d\n%s\n+\n%s\n" % (f, start + i, bases[i].tobytes(), quals[i].tobytes())
+                                      for i in range(n)))
+        paths.append(path)
+    return paths
+
+
+# -- one case, in a child process -----------------------------------------------------------------------------
+class PeakPss:
+    """Samples the summed PSS of this process and all its descendants every ``interval`` seconds."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        import psutil
+
+        self.psutil, self.interval, self.peak = psutil, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        me = self.psutil.Process()
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                total += proc.memory_full_info().pss
+            except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakPss:
+        self.peak = self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def unit_stats(out: Path) -> dict:
+    """Per-unit worker seconds, items and shard bytes from the job's manifest."""
+    units = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()[1:]]
+    units = [u for u in units if "unit" in u]
+    seconds = [u["seconds"] for u in units]
+    items = [u["items"] for u in units]
+    shards = [s for u in units for s in u["shards"]]
+    return {"units": len(units), "shards": len(shards), "unit_seconds_median": statistics.median(seconds),
+            "unit_seconds_max": max(seconds), "unit_seconds_sum": sum(seconds),
+            "items_per_unit": statistics.median(items),
+            "output_bytes_per_item": sum(s["bytes"] for s in shards) / max(sum(items), 1)}
+
+
+def run_case(args: argparse.Namespace) -> dict:
+    import torch
+    from torch_geometric.transforms import Compose
+
+    from omnipos.dna import read_fastx
+    from omnipos.graph import AddLaplacianPE, AddRandomWalkPE, precompute
+    from omnipos.scale import precompute_graphs, precompute_reads
+
+    workload, how = args.case.split("-")
+    out = Path(args.work) / f"out-{args.case}"
+    result: dict = {"case": args.case}
+    if workload == "graphs":
+        data = molecules(args.graphs)
+        transform = Compose([AddLaplacianPE(8), AddRandomWalkPE(16)])
+        from omnipos.scale.graphs import _collate, _content_hash
+
+        result["input_bytes_per_item"] = len(pickle.dumps(_collate(data, 0, 1000), protocol=5)) / 1000
+        # what the driver does with every in-memory graph before Ray gets it: collate, hash, pickle
+        sample = data[:10_000]
+        t0 = time.process_time()
+        for start in range(0, len(sample), 1000):
+            stored = _collate(sample, start, min(start + 1000, len(sample)))
+            _content_hash(stored)
+            pickle.dumps(stored, protocol=5)
+        result["driver_cpu_per_item_s"] = (time.process_time() - t0) / len(sample)
+    elif workload == "dispatch":  # many one-read files: what the driver spends per unit, whatever its size
+        data = []
+        for i in range(args.dispatch_units):
+            data.append(Path(args.work) / f"tiny_{i}.fq")
+            data[-1].write_bytes(b"@t%d\nACGT\n+\nIIII\n" % i)
+    else:
+        data = sorted(Path(args.work).glob("reads_*.fq.gz"))
+    started_ray = None
+    if how == "ray":
+        import ray
+
+        t0 = time.perf_counter()
+        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        started_ray = time.perf_counter() - t0
+        # warm the workers up (imports of torch, torch_geometric, omnipos: a one-time cost per worker process)
+        warm = Path(args.work) / f"warm-{args.case}"
+        if workload == "graphs":
+            precompute_graphs(data[:64], warm, transform, engine="ray", shard_size=8, progress=False)
+        else:
+            tiny = Path(args.work) / "warm.fq"
+            tiny.write_bytes(b"@w\nACGT\n+\nIIII\n")
+            precompute_reads([tiny] * args.num_cpus * 4, warm, engine="ray", progress=False)
+    torch.set_num_threads(1)
+    with PeakPss() as memory:
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        if how == "single":
+            if workload == "graphs":
+                items = len(precompute(data, transform, batch_size=1024, progress=False))
+            else:
+                items = sum(len(batch) for path in data for batch in read_fastx(path, batch_size=8192))
+        elif workload == "dispatch":
+            items = precompute_reads(data, out, engine="ray", resume=False, overwrite=True, progress=False).items
+        elif workload == "graphs":
+            items = precompute_graphs(data, out, transform, engine=how, shard_size=args.graph_shard_size,
+                                      num_cpus=args.num_cpus if how == "ray" else None, resume=False,
+                                      overwrite=True, progress=False).items
+        else:
+            items = precompute_reads(data, out, engine=how, shard_size=args.read_shard_size,
+                                     num_cpus=args.num_cpus if how == "ray" else None, resume=False,
+                                     overwrite=True, progress=False).items
+        seconds, driver_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    result.update(items=items, seconds=seconds, items_per_s=items / seconds, peak_pss_mib=memory.peak / 2**20,
+                  ray_start_s=started_ray, driver_cpu_s=driver_cpu)
+    if how != "single":
+        result.update(unit_stats(out))
+    return result
+
+
+# -- the projection -----------------------------------------------------------------------------------------------
+def project(rows: dict, args: argparse.Namespace) -> list[str]:
+    """A cluster of ``--nodes`` x ``--cpus-per-node`` from the measured numbers.
+
+    - r, items/s per CPU: items per unit / the median worker time of one unit with ``engine="local"`` (the
+      same shard function on one core; Ray's two workers share this machine's 2 cores with everything else);
+    - the driver, which does not spread over the cluster: d0 CPU seconds per unit whatever its size (Ray Data's
+      scheduling, the manifest; the driver's CPU time in the ``dispatch`` case, many one-read units, so also
+      Ray Data's polling while it waits: an upper bound) plus c per item (what the driver does with every
+      item: for in-memory graphs, collating, hashing and pickling them for the object store, timed apart; for
+      files nothing). It hands out at most n / (d0 + c n) items/s with units of n items;
+    - bytes per item written (the shards) and, for in-memory graphs, sent from the driver.
+
+    The cluster reaches the least of: CPUs x r, the driver's rate, filesystem bandwidth / output bytes per item,
+    NIC bandwidth / input bytes per item."""
+    lines = []
+    cpus = args.nodes * args.cpus_per_node
+    dispatch = rows.get("dispatch-ray")
+    if dispatch is None:
+        return lines
+    d0 = dispatch["driver_cpu_s"] / dispatch["units"]
+    lines.append(f"- driver: {d0 * 1e3:.1f} ms of CPU per unit ({dispatch['units']} one-read units: "
+                 f"{dispatch['units'] / dispatch['seconds']:,.0f} units/s wall on 2 CPUs).")
+    for workload in ("graphs", "reads"):
+        ray_row, local_row = rows.get(f"{workload}-ray"), rows.get(f"{workload}-local")
+        if not ray_row or not local_row:
+            continue
+        n = ray_row["items_per_unit"]
+        per_cpu = local_row["items_per_unit"] / local_row["unit_seconds_median"]
+        c = ray_row.get("driver_cpu_per_item_s", 0.0)  # files: the driver never touches an item
+        limits = {"CPUs": cpus * per_cpu, f"driver ({n:,.0f}-item units)": n / (d0 + c * n),
+                  f"output ({args.fs_gb_s:g} GB/s)": args.fs_gb_s * 1e9 / ray_row["output_bytes_per_item"]}
+        if workload == "graphs":
+            limits[f"input ({args.nic_gb_s:g} GB/s NIC)"] = args.nic_gb_s * 1e9 / ray_row["input_bytes_per_item"]
+        bound = min(limits, key=limits.get)
+        want = cpus * per_cpu
+        if c * want < 1:
+            enough = f"units of >= {d0 * want / (1 - c * want):,.0f} items keep the driver ahead of the CPUs"
+        else:
+            enough = (f"no unit size lets the driver feed {cpus} CPUs (it touches every item: "
+                      f"{1 / c:,.0f} items/s at most); give files, which the workers read themselves")
+        lines.append(f"- {workload}: r = {per_cpu:,.0f} items/s per CPU (a {local_row['items_per_unit']:,.0f}-item "
+                     f"unit in {local_row['unit_seconds_median']:.2f} s), driver c = {c * 1e6:.1f} us per item, "
+                     f"{ray_row['output_bytes_per_item']:.0f} output bytes per item.")
+        lines.append(f"  {args.nodes} nodes x {args.cpus_per_node} CPUs: "
+                     + ", ".join(f"{name} {value:,.0f}/s" for name, value in limits.items())
+                     + f" -> about {limits[bound]:,.0f} items/s, bound by {bound}; {enough}.")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10,000 graphs and 200,000 reads")
+    parser.add_argument("--graphs", type=int, default=None, help="graphs (default 100,000; quick 10,000)")
+    parser.add_argument("--reads", type=int, default=None, help="reads (default 2,000,000; quick 200,000)")
+    parser.add_argument("--read-files", type=int, default=8)
+    parser.add_argument("--graph-shard-size", type=int, default=None, help="default: graphs / 10")
+    parser.add_argument("--read-shard-size", type=int, default=100_000)
+    parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray")
+    parser.add_argument("--dispatch-units", type=int, default=256, help="one-read units of the dispatch case")
+    parser.add_argument("--cases", default="graphs-single,graphs-local,graphs-ray,reads-single,reads-local,reads-ray,"
+                                           "dispatch-ray")
+    parser.add_argument("--nodes", type=int, default=16, help="projection: cluster nodes")
+    parser.add_argument("--cpus-per-node", type=int, default=16, help="projection: CPUs per node")
+    parser.add_argument("--nic-gb-s", type=float, default=1.25, help="projection: driver NIC, GB/s (10 GbE)")
+    parser.add_argument("--fs-gb-s", type=float, default=1.0, help="projection: shared filesystem writes, GB/s")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/scale.json)")
+    args = parser.parse_args()
+    args.graphs = args.graphs or (10_000 if args.quick else 100_000)
+    args.reads = args.reads or (200_000 if args.quick else 2_000_000)
+    args.graph_shard_size = args.graph_shard_size or max(args.graphs // 10, 1)
+    if args.case:
+        print(json.dumps(run_case(args)))
+        return
+
+    sys.path.insert(0, str(HERE))
+    from _harness import Bench
+
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as work:
+        t0 = time.perf_counter()
+        write_reads(Path(work), args.reads, args.read_files)
+        print(f"wrote {args.reads:,} reads in {args.read_files} files in {time.perf_counter() - t0:.1f} s")
+        passed = [a for a in sys.argv[1:]]
+        for case in args.cases.split(","):
+            run = subprocess.run([sys.executable, __file__, *passed, "--case", case, "--work", work],
+                                 capture_output=True, text=True, check=False)
+            if run.returncode:
+                print(run.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"case {case} failed")
+            rows[case] = json.loads(run.stdout.strip().splitlines()[-1])
+            print(f"{case}: {rows[case]['items_per_s']:,.0f} items/s", flush=True)
+    bench = Bench("scale", device="cpu", notes=(
+        f"{args.graphs:,} molecule-like graphs (LapPE k=8 + RWPE 16, shards of {args.graph_shard_size:,}) and "
+        f"{args.reads:,} 150-bp reads ({args.read_files} gzip files, shards of {args.read_shard_size:,}); Ray: "
+        f"local, {args.num_cpus} CPUs, started before the clock. Peak memory: PSS of the whole process tree."))
+    for case, row in rows.items():
+        workload = case.split("-")[0]
+        single = rows.get(f"{workload}-single")
+        bench.row(case=case, items=row["items"], seconds=row["seconds"], items_per_s=row["items_per_s"],
+                  vs_single=row["items_per_s"] / single["items_per_s"] if single else "",
+                  peak_mib=row["peak_pss_mib"], shards=row.get("shards", ""),
+                  unit_s_median=row.get("unit_seconds_median", ""), driver_cpu_s=row["driver_cpu_s"],
+                  ray_start_s=row["ray_start_s"] if row["ray_start_s"] is not None else "")
+    bench.finish(args.out)
+    print("\nProjection:")
+    for line in project(rows, args):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

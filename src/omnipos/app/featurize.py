@@ -1,0 +1,110 @@
+"""``omnipos dna featurize``: a FASTA/FASTQ file -> one ``.pt`` file of tokens, masks, qualities and the
+RC-symmetric positional encoding."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from omnipos.core import check_positive_int, lengths_to_mask, pad_packed, progress_reporter
+from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
+
+from .progress import tqdm_progress
+
+__all__ = ["featurize_file", "MAX_POSITIONAL_BYTES"]
+
+MAX_POSITIONAL_BYTES = 2 << 30  # the positional tensor is N * L * dim * 4 bytes: refuse to build more than 2 GiB
+
+
+def featurize_file(
+    path: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    dim: int = 16,
+    strand_aware: bool = False,
+    batch_size: int = 8192,
+    ambiguity: str = "keep",
+    lowercase: str = "soft_mask",
+    parser: str = "auto",
+    quality_offset: int | str | None = None,
+    quality_encoding: str = "phred",
+    rna: str = "error",
+    max_len: int | None = None,
+    truncation: str = "error",
+    token_dtype: torch.dtype = torch.uint8,
+    progress: Any = True,
+) -> dict[str, Any]:
+    """Read every record of ``path`` and save (``torch.save``) a dict to ``out``; returns the dict.
+
+    Keys: ``names`` (N strings), ``tokens [N, L]`` (uint8 unless ``token_dtype`` says otherwise; ``PAD`` past
+    each read), ``mask [N, L]``, ``lengths [N]``, ``qualities [N, L]`` uint8 Phred (None for FASTA), ``records
+    [N]`` and ``offsets [N]`` (each row's record in the file and its start in it: rows differ from records
+    with ``truncation="split"``), ``rna [N]`` (with ``rna="keep"``), ``positional [N, L, dim]`` float32
+    (:func:`rc_symmetric_encoding`; omitted when ``dim == 0``) and ``config`` (every option, and the quality
+    offset and format actually used: ``quality_offset`` 33 or 64, ``quality_format`` Biopython's name,
+    ``quality_offset_detected`` True when ``"auto"`` chose it). Everything is held in memory.
+
+    The reading options are those of :func:`omnipos.dna.read_fastx`; ``max_len`` with ``truncation`` bounds the
+    padded width (a single long read otherwise pads every row to its length). ``progress``: True draws a tqdm
+    bar (a plain line without tqdm), False nothing, or a ``(done, total)`` callable.
+    """
+    dim = check_positive_int(dim, "dim", minimum=0)
+    if dim:
+        rc_symmetric_encoding(torch.tensor([1]), dim, strand_aware=strand_aware)  # refuse a bad dim before parsing
+    options = {"ambiguity": ambiguity, "lowercase": lowercase, "parser": parser, "quality_offset": quality_offset,
+               "quality_encoding": quality_encoding, "rna": rna, "max_len": max_len, "truncation": truncation,
+               "token_dtype": token_dtype}
+    names: list[str] = []
+    flat_tokens, flat_qualities, lengths, records, offsets, rna_flags = [], [], [], [], [], []
+    has_quality = None
+    used_offset = used_format = None
+    bar = progress_reporter(tqdm_progress(progress, unit=" reads", desc=Path(path).name) if progress is True
+                            else progress, desc=Path(path).name)
+    with bar:
+        for batch in read_fastx(path, batch_size=batch_size, **options):
+            names += batch.names
+            flat_tokens.append(batch.tokens[batch.mask])
+            lengths.append(batch.lengths)
+            records.append(batch.records)
+            offsets.append(batch.offsets)
+            if batch.rna is not None:
+                rna_flags.append(batch.rna)
+            has_quality = batch.qualities is not None
+            if has_quality:
+                flat_qualities.append(batch.qualities[batch.mask])
+                used_offset, used_format = batch.quality_offset, batch.quality_format
+            bar.update(len(batch))
+    empty = torch.zeros(0, dtype=torch.long)
+    all_lengths = torch.cat(lengths) if lengths else empty
+    mask = lengths_to_mask(all_lengths)
+    tokens = pad_packed(torch.cat(flat_tokens) if flat_tokens else torch.zeros(0, dtype=token_dtype), mask, PAD)
+    result: dict[str, Any] = {
+        "names": names,
+        "tokens": tokens,
+        "mask": mask,
+        "lengths": all_lengths,
+        "qualities": pad_packed(torch.cat(flat_qualities), mask, 0) if has_quality else None,
+        "records": torch.cat(records) if records else empty,
+        "offsets": torch.cat(offsets) if offsets else empty,
+        "config": {"source": os.fspath(path), "ambiguity": ambiguity, "lowercase": lowercase, "dim": dim,
+                   "strand_aware": strand_aware, "encoding": "omnipos.dna.rc_symmetric_encoding", "rna": rna,
+                   "max_len": max_len, "truncation": truncation, "token_dtype": str(token_dtype).removeprefix("torch."),
+                   "quality_offset": used_offset, "quality_encoding": quality_encoding if has_quality else None,
+                   "quality_format": used_format,
+                   "quality_offset_detected": bool(quality_offset == "auto" and has_quality)},
+    }
+    if rna == "keep":
+        result["rna"] = torch.cat(rna_flags) if rna_flags else torch.zeros(0, dtype=torch.bool)
+    if dim:
+        size = mask.numel() * dim * 4
+        if size > MAX_POSITIONAL_BYTES:
+            raise ValueError(f"dim={dim}: the positional encoding of {len(names):,} reads x {mask.shape[1]} positions "
+                             f"would take {size / 2**30:.1f} GiB; pass dim=0 (--dim 0) and compute it per batch "
+                             "from the saved lengths with omnipos.dna.rc_symmetric_encoding, a smaller dim, or "
+                             "bound the width with max_len (--max-len N --truncation split)")
+        result["positional"] = rc_symmetric_encoding(all_lengths, dim, strand_aware=strand_aware)
+    torch.save(result, out)
+    return result

@@ -1,0 +1,211 @@
+"""Fused Triton RoPE for CUDA: q and k rotated in one launch, cos/sin computed in-kernel from positions.
+
+Every element of q and k is read once and written once (the pass-through channels past ``rotary_dim`` included);
+nothing of q's size is materialised besides the outputs. Per (token, frequency slot) the phase is formed in
+float64 as ``position * inv_freq / 2 pi``, its whole turns removed, and ``sin``/``cos`` taken in float32, the
+same numbers as the eager path; products run in float32 and are rounded once to the input dtype.
+
+``RotaryEmbedding`` picks this kernel by itself for CUDA tensors of float32 / float16 / bfloat16 when Triton
+imports, without xPos and outside ``torch.compile`` (the compiler fuses the eager form itself). Autograd is
+supported: the backward is the same kernel turning the other way. Set ``OMNIPOS_DISABLE_TRITON=1`` to force the
+eager path. On CPU the kernel runs only under Triton's interpreter (``TRITON_INTERPRET=1``), which the tests use.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+
+try:  # pragma: no cover - depends on the installation
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except Exception:  # ImportError, or a broken / driverless triton
+    HAS_TRITON = False
+
+__all__ = ["HAS_TRITON", "maybe_rotate", "rotate_qk"]
+
+_SUPPORTED = (torch.float32, torch.float16, torch.bfloat16)
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _rotate_tile(x_ptr, o_ptr, pos_ptr, row, s0, S, H2,
+                     x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss, p_sa,
+                     inv_ptr, axis_ptr, attention_factor, sign,
+                     HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
+                     BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
+                     INTERLEAVED: tl.constexpr):
+        row = row.to(tl.int64)  # offsets of tensors past 2^31 elements
+        s = s0 + tl.arange(0, BLOCK_S)
+        j = tl.arange(0, BLOCK_HALF)
+        s_ok = s < S
+        j_ok = j < HALF
+        ok = s_ok[:, None] & j_ok[None, :]
+        axis = tl.load(axis_ptr + j, mask=j_ok, other=0)
+        pos = tl.load(pos_ptr + row * p_sb + s[:, None] * p_ss + axis[None, :] * p_sa, mask=ok, other=0.0)
+        turns = pos * tl.load(inv_ptr + j, mask=j_ok, other=0.0)[None, :]  # float64: cycles
+        turns = turns - tl.floor(turns)
+        phase = (turns * 6.283185307179586).to(tl.float32)
+        c = tl.cos(phase) * attention_factor
+        sn = tl.sin(phase) * (attention_factor * sign)
+        if INTERLEAVED:
+            c1 = 2 * j
+            c2 = 2 * j + 1
+        else:
+            c1 = j
+            c2 = j + HALF
+        r = tl.arange(0, BLOCK_REST)
+        r_ok = s_ok[:, None] & (r < REST)[None, :]
+        for h in range(0, H2):
+            x_row = x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss
+            o_row = o_ptr + row * o_sb + h * o_sh + s[:, None] * o_ss
+            x1 = tl.load(x_row + c1[None, :], mask=ok, other=0.0).to(tl.float32)
+            x2 = tl.load(x_row + c2[None, :], mask=ok, other=0.0).to(tl.float32)
+            tl.store(o_row + c1[None, :], (x1 * c - x2 * sn).to(o_ptr.dtype.element_ty), mask=ok)
+            tl.store(o_row + c2[None, :], (x2 * c + x1 * sn).to(o_ptr.dtype.element_ty), mask=ok)
+            if REST > 0:
+                rest = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0)
+                tl.store(o_row + ROT + r[None, :], rest, mask=r_ok)
+
+    @triton.jit
+    def _rope_qk_kernel(q_ptr, qo_ptr, qpos_ptr, k_ptr, ko_ptr, kpos_ptr, inv_ptr, axis_ptr,
+                        S, HQ, HK, N_Q_PROGRAMS, S_BLOCKS,
+                        q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss, qp_sa,
+                        k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, kp_sb, kp_ss, kp_sa,
+                        attention_factor, sign,
+                        HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
+                        BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
+                        INTERLEAVED: tl.constexpr):
+        pid = tl.program_id(0)
+        if pid < N_Q_PROGRAMS:
+            row = pid // S_BLOCKS
+            s0 = (pid % S_BLOCKS) * BLOCK_S
+            _rotate_tile(q_ptr, qo_ptr, qpos_ptr, row, s0, S, HQ, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
+                         qp_sb, qp_ss, qp_sa, inv_ptr, axis_ptr, attention_factor, sign,
+                         HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
+        else:
+            pid = pid - N_Q_PROGRAMS
+            row = pid // S_BLOCKS
+            s0 = (pid % S_BLOCKS) * BLOCK_S
+            _rotate_tile(k_ptr, ko_ptr, kpos_ptr, row, s0, S, HK, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh,
+                         kp_sb, kp_ss, kp_sa, inv_ptr, axis_ptr, attention_factor, sign,
+                         HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
+
+
+def _as_rows(x: torch.Tensor, seq_axis: int) -> tuple[torch.Tensor, int, int]:
+    """View x as ``[rows, S, H2, D]``: rows = axes before the sequence, H2 = axes between it and the channels."""
+    rows = math.prod(x.shape[:seq_axis])
+    h2 = math.prod(x.shape[seq_axis + 1:-1])
+    view = x.reshape(rows, x.shape[seq_axis], h2, x.shape[-1])
+    if view.stride(-1) != 1:
+        view = view.contiguous()
+    return view, rows, h2
+
+
+def _row_positions(positions: torch.Tensor, x: torch.Tensor, seq_axis: int, multi_axis: bool) -> torch.Tensor:
+    """Positions broadcast against x's leading axes -> float64 ``[rows, S, n]`` (stride 0 where broadcast; any
+    stride on the coordinate axis, e.g. HF's ``[3, batch, seq]`` ids permuted to ``[batch, seq, 3]``)."""
+    pos = positions.to(torch.float64)
+    if not multi_axis:
+        pos = pos.unsqueeze(-1)
+    lead = pos.shape[:-2]
+    pos = pos.reshape(*lead, *([1] * (seq_axis - len(lead))), *pos.shape[-2:])
+    pos = pos.expand(*x.shape[:seq_axis], *pos.shape[-2:])
+    return pos.reshape(-1, *pos.shape[-2:])
+
+
+def rotate_qk(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inv_freq: torch.Tensor, *,
+              seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float = 1.0,
+              slot_axis: torch.Tensor | None = None, sign: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """Launch the kernel on q (and k): returns fresh tensors of their shapes and dtypes (contiguous).
+
+    ``inv_freq``: the float64 frequency of each of the ``rotary_dim // 2`` slots; ``slot_axis``: for positions
+    ``[..., seq, n]`` (axial RoPE, M-RoPE), the coordinate that turns each slot (None: 1-D positions)."""
+    half = rotary_dim // 2
+    turns_per_unit = (inv_freq.to(torch.float64) / (2 * math.pi)).contiguous()
+    if slot_axis is None:
+        axis_of_slot = torch.zeros(half, device=q.device, dtype=torch.int32)
+    else:
+        axis_of_slot = slot_axis.to(device=q.device, dtype=torch.int32).contiguous()
+    tensors = [q] if k is None else [q, k]
+    views, outs, pos = [], [], []
+    for t in tensors:
+        view, rows, h2 = _as_rows(t, seq_axis)
+        out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        views.append((view, rows, h2))
+        outs.append(out.view(rows, t.shape[seq_axis], h2, t.shape[-1]))
+        pos.append(_row_positions(positions, t, seq_axis, slot_axis is not None))
+    if k is None:
+        views.append(views[0])
+        outs.append(outs[0])
+        pos.append(pos[0])
+    seq = q.shape[seq_axis]
+    block_s = 16
+    s_blocks = triton.cdiv(seq, block_s)
+    n_q = views[0][1] * s_blocks
+    n_k = views[1][1] * s_blocks if k is not None else 0
+    (qv, _, hq), (kv, _, hk) = views
+    qo, ko = outs
+    qp, kp = pos
+    rest = q.shape[-1] - rotary_dim
+    _rope_qk_kernel[(n_q + n_k,)](
+        qv, qo, qp, kv, ko, kp, turns_per_unit, axis_of_slot,
+        seq, hq, hk, n_q, s_blocks,
+        qv.stride(0), qv.stride(1), qv.stride(2), qo.stride(0), qo.stride(1), qo.stride(2),
+        qp.stride(0), qp.stride(1), qp.stride(2),
+        kv.stride(0), kv.stride(1), kv.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
+        kp.stride(0), kp.stride(1), kp.stride(2),
+        float(attention_factor), float(sign),
+        HALF=half, REST=rest, ROT=rotary_dim, BLOCK_S=block_s,
+        BLOCK_HALF=triton.next_power_of_2(half), BLOCK_REST=triton.next_power_of_2(max(rest, 1)),
+        INTERLEAVED=interleaved,
+    )
+    results = tuple(o.view(t.shape) for o, t in zip(outs, tensors))
+    return results
+
+
+class _TritonRope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor,
+                inv_freq: torch.Tensor, options: dict[str, Any]) -> Any:
+        ctx.save_for_backward(positions, inv_freq)
+        ctx.options = options
+        ctx.has_k = k is not None
+        return rotate_qk(q, k, positions, inv_freq, **options)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        positions, inv_freq = ctx.saved_tensors
+        options = dict(ctx.options, sign=-ctx.options.get("sign", 1.0))
+        gq = grads[0].contiguous()
+        gk = grads[1].contiguous() if ctx.has_k else None
+        # the transpose of a rotation is the rotation the other way; through apply, so that under
+        # create_graph=True the backward is itself differentiable (double backward)
+        back = _TritonRope.apply(gq, gk, positions, inv_freq, options)
+        return back[0], (back[1] if ctx.has_k else None), None, None, None
+
+
+def maybe_rotate(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inv_freq: torch.Tensor, *,
+                 seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float = 1.0,
+                 slot_axis: torch.Tensor | None = None) -> tuple[torch.Tensor, ...] | None:
+    """Rotate q (and k) with the kernel when it applies to these tensors; ``None`` sends the caller to the eager
+    path. ``inv_freq`` are the float64 frequencies of the slots (``RotaryEmbedding.frequencies(positions)``),
+    ``slot_axis`` the coordinate of each slot for multi-axis positions (``RotaryEmbedding.slot_axis``)."""
+    if not HAS_TRITON or os.environ.get("OMNIPOS_DISABLE_TRITON") == "1":
+        return None
+    tensors = [q] if k is None else [q, k]
+    if any(t.dtype not in _SUPPORTED or t.device != q.device for t in tensors) or q.numel() == 0:
+        return None
+    if k is not None and k.dtype != q.dtype:
+        return None
+    options = dict(seq_axis=seq_axis, rotary_dim=rotary_dim, interleaved=interleaved,
+                   attention_factor=attention_factor, slot_axis=slot_axis)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return _TritonRope.apply(q, k, positions, inv_freq, options)
+    return rotate_qk(q, k, positions, inv_freq, **options)

@@ -1,0 +1,33 @@
+"""Dataset-scale precompute: graph encodings, encoded reads and MEDS timelines for whole datasets, in shards.
+
+The layer above the domains: each job runs a domain's own batched function (:func:`omnipos.graph.precompute`,
+:func:`omnipos.dna.read_fastx`, :meth:`omnipos.timeseries.EventBatch.from_frame`) over shards of the input and
+writes them to an output folder with a manifest (item counts, checksums) so that an interrupted job resumes
+where it stopped. ``engine="local"`` runs the shards in this process (no Ray needed); ``engine="ray"`` runs the
+same shard function on Ray Data (extra ``[scale]``): a local Ray started on demand, or the cluster at
+``address=``. The output is the same bit for bit whatever the engine, the worker count or the shard size.
+"""
+
+from .engine import CONNECT_TIMEOUT_S, ENGINES, MAX_RETRIES, Engine, make_engine
+from .graphs import ShardedGraphDataset, load_graphs, precompute_graphs
+from .job import PrecomputeError, PrecomputeResult
+from .meds import load_meds, meds_data_files, precompute_meds
+from .reads import load_reads, precompute_reads
+
+__all__ = [
+    "precompute_graphs",
+    "load_graphs",
+    "ShardedGraphDataset",
+    "precompute_reads",
+    "load_reads",
+    "precompute_meds",
+    "load_meds",
+    "meds_data_files",
+    "PrecomputeResult",
+    "PrecomputeError",
+    "ENGINES",
+    "Engine",
+    "make_engine",
+    "CONNECT_TIMEOUT_S",
+    "MAX_RETRIES",
+]

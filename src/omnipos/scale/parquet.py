@@ -1,0 +1,98 @@
+"""pyarrow integration (extras ``[scale]`` / ``[clinical]``): the Parquet shards of reads and MEDS timelines.
+
+The only module of :mod:`omnipos.scale` that imports pyarrow, and only when called. Ragged data (the bases of each
+read, the events of each subject) is stored without padding: a flat NumPy buffer plus per-row lengths becomes
+one Arrow binary or list column, and comes back as the flat buffer in one copy, with no Python object per value.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+__all__ = ["require_pyarrow", "column", "binary_column", "list_column", "null_binary_column", "to_parquet",
+           "read_parquet", "read_frame", "flat_binary", "flat_list"]
+
+
+def require_pyarrow():
+    """Return ``pyarrow`` (with ``pyarrow.parquet`` loaded), or raise ImportError naming the extra."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError('Parquet shards need pyarrow: pip install "omnipos[scale]"') from exc
+    return pyarrow
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def column(values: Any, dtype: str | None = None) -> Any:
+    """An Arrow array of ``values`` (``dtype``: an Arrow type name such as ``"string"``, ``"int64"``; None
+    infers it)."""
+    pa = require_pyarrow()
+    return pa.array(values, None if dtype is None else getattr(pa, dtype)())
+
+
+def binary_column(flat: np.ndarray, lengths: np.ndarray) -> Any:
+    """Rows of ``lengths[i]`` bytes cut from the uint8 buffer ``flat``, as one large_binary array (no copy)."""
+    pa = require_pyarrow()
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lengths),
+                                            [None, pa.py_buffer(_offsets(lengths)), pa.py_buffer(flat)])
+
+
+def null_binary_column(count: int) -> Any:
+    """``count`` nulls of the large_binary type (FASTA reads have no qualities)."""
+    pa = require_pyarrow()
+    return pa.nulls(count, pa.large_binary())
+
+
+def list_column(flat: np.ndarray, lengths: np.ndarray, dtype: str) -> Any:
+    """Rows of ``lengths[i]`` values cut from ``flat``, as one large_list array of ``dtype`` (an Arrow type name)."""
+    pa = require_pyarrow()
+    return pa.LargeListArray.from_arrays(pa.array(_offsets(lengths)), column(flat, dtype))
+
+
+def to_parquet(columns: dict[str, Any], metadata: dict[str, str]) -> bytes:
+    """One Parquet file (zstd) of Arrow ``columns`` with key-value ``metadata``, as bytes."""
+    pa = require_pyarrow()
+    table = pa.table(columns).replace_schema_metadata(metadata)
+    buffer = io.BytesIO()
+    pa.parquet.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def read_parquet(payload: bytes) -> tuple[Any, dict[str, str]]:
+    """The Arrow table of a Parquet file's bytes, and its key-value metadata as strings."""
+    pa = require_pyarrow()
+    table = pa.parquet.read_table(pa.BufferReader(payload))
+    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    return table, metadata
+
+
+def read_frame(path: str, columns: list[str]) -> Any:
+    """``columns`` of the Parquet file at ``path`` as a pandas DataFrame (a MEDS data shard)."""
+    pa = require_pyarrow()
+    return pa.parquet.read_table(path, columns=columns).to_pandas()
+
+
+def flat_binary(chunked: Any) -> np.ndarray:
+    """The concatenated bytes of a (chunked) binary column, row after row, as uint8."""
+    parts = []
+    for chunk in chunked.chunks:
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset:chunk.offset + len(chunk) + 1]
+        data = chunk.buffers()[2]
+        if data is not None and len(offsets):
+            parts.append(np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]])
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+
+
+def flat_list(chunked: Any) -> np.ndarray:
+    """The concatenated values of a (chunked) list column, row after row."""
+    parts = [chunk.flatten().to_numpy(zero_copy_only=False) for chunk in chunked.chunks]
+    return np.concatenate(parts) if parts else np.zeros(0)

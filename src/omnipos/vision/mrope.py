@@ -1,0 +1,337 @@
+"""Multimodal RoPE position ids (Qwen2-VL, Qwen2.5-VL): three ids (t, h, w) per token of an image/video/text row.
+
+The rule of the released models (transformers 4.x ``get_rope_index``, the Qwen2.5-VL paper and PR):
+
+- text tokens count up by one and carry the same id on all three axes;
+- an image or video of grid ``(T, H, W)`` (patches, before merging) takes ``T * H * W / m**2`` tokens
+  (``m = spatial_merge_size``), in row-major order over the merged grid ``(T, H/m, W/m)``; token ``(t, h, w)`` gets
+  ``(start + floor(t * interval), start + h, start + w)``, ``start`` being the id the next text token would get;
+- the run after a vision block starts at the block's largest id + 1 (so a long video whose temporal ids run past
+  ``max(H, W) / m`` pushes the next text further; transformers 5.x uses ``start + max(H, W) / m`` instead, which
+  agrees for images and short videos and differs after long ones);
+- ``interval`` is 1 (Qwen2-VL, and images everywhere) or, for Qwen2.5-VL videos, the real-time
+  ``tokens_per_second * second_per_grid_ts[v]``, multiplied by ``t`` before it is floored (float64 here);
+- ``deltas = max(id) + 1 - (number of real tokens)`` per row: during decoding the next token of a row whose cache
+  holds ``n`` real tokens gets id ``n + delta`` on all three axes (:func:`mrope_decode_position_ids`).
+
+Everything is vectorised over rows and vision blocks (no Python loop over either; transformers loops over both).
+Images and videos are matched to the rows in order (all of row 0's images, then row 1's, ...), as transformers
+does; consecutive images with no text between them are split by their token counts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..core import check_integer_tensor, check_positive_int
+from .grid import check_cu_seqlens, require_values, values_known
+
+__all__ = ["TOKEN_TYPES", "mrope_decode_position_ids", "mrope_position_ids"]
+
+#: the values of ``mm_token_type_ids`` (transformers' convention)
+TOKEN_TYPES = {0: "text", 1: "image", 2: "video"}
+
+
+def _integer_tensor(value: Any, name: str, device: torch.device) -> torch.Tensor:
+    tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    check_integer_tensor(tensor, name, "an integer tensor")
+    require_values(tensor, name, "M-RoPE position ids depend on its values")
+    return tensor.to(device=device, dtype=torch.int64)
+
+
+def _check_grids(grid_thw: Any, name: str, merge: int, device: torch.device) -> torch.Tensor:
+    """``[N, 3]`` (T, H, W) patch grids -> int64 on ``device``; every side >= 1, H and W multiples of ``merge``."""
+    if grid_thw is None:
+        return torch.zeros(0, 3, dtype=torch.int64, device=device)
+    grids = _integer_tensor(grid_thw, name, device)
+    if grids.ndim != 2 or grids.shape[1] != 3:
+        raise ValueError(f"{name} must be [num_inputs, 3] (T, H, W), got shape {tuple(grids.shape)}")
+    small = (grids < 1).any(dim=1)
+    if bool(small.any()):
+        i = int(small.nonzero()[0, 0])
+        raise ValueError(f"{name}[{i}] = {tuple(grids[i].tolist())}: T, H and W must be >= 1")
+    uneven = (grids[:, 1:] % merge != 0).any(dim=1)
+    if bool(uneven.any()):
+        i = int(uneven.nonzero()[0, 0])
+        raise ValueError(f"{name}[{i}] = {tuple(grids[i].tolist())}: H and W must be multiples of "
+                         f"spatial_merge_size={merge} (the merged grid is (T, H/{merge}, W/{merge}))")
+    return grids
+
+
+def _check_mask(attention_mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor:
+    mask = attention_mask if isinstance(attention_mask, torch.Tensor) else torch.as_tensor(attention_mask)
+    if mask.is_floating_point() or mask.is_complex():
+        raise TypeError(f"attention_mask must be bool or integer 0/1, got dtype {mask.dtype}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"attention_mask must have the shape of mm_token_type_ids {tuple(shape)}, got "
+                         f"{tuple(mask.shape)}")
+    mask = require_values(mask, "attention_mask", "M-RoPE position ids depend on its values").to(device)
+    if mask.dtype != torch.bool:
+        low, high = torch.aminmax(mask) if mask.numel() else (0, 0)
+        if int(low) < 0 or int(high) > 1:
+            row, col = ((mask != 0) & (mask != 1)).nonzero()[0].tolist()
+            raise ValueError(f"attention_mask must hold 0 (padding) or 1 (token); row {row}, position {col} holds "
+                             f"{int(mask[row, col])}")
+        mask = mask == 1
+    return mask
+
+
+def _check_intervals(second_per_grid_ts: Any, tokens_per_second: Any, num_videos: int,
+                     device: torch.device) -> torch.Tensor | None:
+    """float64 ``[num_videos]`` temporal intervals (Qwen2.5-VL), or None for an interval of 1 (Qwen2-VL)."""
+    if tokens_per_second is None:
+        if second_per_grid_ts is not None:
+            raise ValueError("second_per_grid_ts needs tokens_per_second (the vision config's tokens_per_second, "
+                             "e.g. 2 for Qwen2.5-VL): the interval is tokens_per_second * second_per_grid_ts")
+        return None
+    if isinstance(tokens_per_second, bool) or not isinstance(tokens_per_second, (int, float)):
+        raise TypeError(f"tokens_per_second must be a number, got {type(tokens_per_second).__name__}")
+    if not (math.isfinite(tokens_per_second) and tokens_per_second > 0):
+        raise ValueError(f"tokens_per_second must be finite and > 0, got {tokens_per_second}")
+    if second_per_grid_ts is None:  # transformers' default: one second per temporal grid step
+        return torch.full((num_videos,), float(tokens_per_second), dtype=torch.float64, device=device)
+    seconds = second_per_grid_ts if isinstance(second_per_grid_ts, torch.Tensor) else torch.as_tensor(
+        second_per_grid_ts, dtype=torch.float64)
+    if seconds.dtype == torch.bool or seconds.is_complex():
+        raise TypeError(f"second_per_grid_ts must be real numbers, got dtype {seconds.dtype}")
+    seconds = require_values(seconds, "second_per_grid_ts", "M-RoPE position ids depend on its values")
+    seconds = seconds.to(device=device, dtype=torch.float64)
+    if seconds.ndim != 1 or seconds.shape[0] != num_videos:
+        raise ValueError(f"second_per_grid_ts must have one entry per video: video_grid_thw has {num_videos} "
+                         f"videos, second_per_grid_ts has shape {tuple(seconds.shape)}")
+    bad = ~torch.isfinite(seconds) | (seconds < 0)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"second_per_grid_ts[{i}] = {float(seconds[i])}: seconds must be finite and >= 0")
+    return float(tokens_per_second) * seconds
+
+
+def _check_packed_rows(cu_seqlens: Any, batch: int, length: int, device: torch.device) -> torch.Tensor:
+    """Document boundaries over the flattened ``batch * length`` tokens; every row end must be one."""
+    cu = check_cu_seqlens(cu_seqlens, batch * length).to(device)
+    if batch > 1:  # a document may not run from one row into the next
+        row_ends = torch.arange(1, batch, device=device) * length
+        missing = ~torch.isin(row_ends, cu)
+        if bool(missing.any()):
+            row = int(missing.nonzero()[0, 0])
+            raise ValueError(f"cu_seqlens: a document runs from row {row} into row {row + 1}; with several rows "
+                             f"every row end (a multiple of {length}) must be a document boundary")
+    return cu
+
+
+def _place_blocks(positions: torch.Tensor, new_run: torch.Tensor, grids: torch.Tensor,
+                  intervals: torch.Tensor | None, kind: int, name: str, merge: int,
+                  where: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tokens of one modality, at flat ``positions [n]`` (in order), cut into the blocks of ``grids``.
+
+    Returns ``(offsets [n, 3], last [num_blocks], advance [num_blocks])``: each token's (t, h, w) in its block; the
+    flat position of each block's last token, and the block's advance (its largest offset + 1)."""
+    what = TOKEN_TYPES[kind]
+    device = positions.device
+    total = positions.numel()
+    merged_h, merged_w = grids[:, 1] // merge, grids[:, 2] // merge
+    counts = grids[:, 0] * merged_h * merged_w
+    ends = counts.cumsum(0)
+    starts = ends - counts
+    expected = int(ends[-1]) if ends.numel() else 0
+
+    def block_text(i: int) -> str:
+        return (f"{name}[{i}] = {tuple(grids[i].tolist())} needs {int(counts[i])} tokens with "
+                f"spatial_merge_size={merge}")
+
+    # each run of this kind must begin a block: a run beginning inside one means the run before it was cut short
+    run_ordinal = new_run[positions].nonzero().squeeze(1)  # k of the k-th token of this kind, where runs begin
+    if ends.numel():
+        block = torch.searchsorted(ends, run_ordinal, right=True)
+        inside = (block < ends.numel()) & (starts[block.clamp(max=ends.numel() - 1)] != run_ordinal)
+        if bool(inside.any()):
+            j = int(inside.nonzero()[0, 0])
+            i = int(block[j])
+            raise ValueError(f"{where(int(positions[int(run_ordinal[j]) - 1]))}: its {what} tokens end inside {what} "
+                             f"{i} ({block_text(i)}): fewer {what} tokens than {name} accounts for, or a {what} "
+                             "split by other tokens")
+    if total > expected:
+        raise ValueError(f"{where(int(positions[expected]))} has more {what} tokens than {name} accounts for "
+                         f"({grids.shape[0]} {what}s, {expected} tokens in all)")
+    if total < expected:
+        i = int(torch.searchsorted(ends, torch.tensor(total, device=ends.device), right=True))
+        if total and int(starts[i]) != total:
+            raise ValueError(f"{where(int(positions[-1]))}: its {what} tokens end inside {what} {i} "
+                             f"({block_text(i)}): fewer {what} tokens than {name} accounts for")
+        raise ValueError(f"{name} has {grids.shape[0]} {what}s ({expected} tokens) but mm_token_type_ids holds "
+                         f"{total} {what} tokens: {what}s {i}.. have none (fewer {what} tokens than {name} accounts "
+                         f"for{'' if not total else '; the last ones are in ' + where(int(positions[-1]))})")
+    if not total:
+        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        return torch.zeros(0, 3, dtype=torch.int64, device=device), empty, empty
+
+    # token by token without a search or a division per token: a block is T * H/m rows of W/m tokens; the few rows
+    # get their (t, h) with small divisions, every token its row by repeat_interleave and its w by subtraction
+    rows_per_block = grids[:, 0] * merged_h
+    row_count = int(rows_per_block.sum())
+    row_block = torch.repeat_interleave(torch.arange(grids.shape[0], device=device), rows_per_block,
+                                        output_size=row_count)
+    row_in_block = torch.arange(row_count, device=device) - torch.repeat_interleave(
+        rows_per_block.cumsum(0) - rows_per_block, rows_per_block, output_size=row_count)
+    t_row, h_row = row_in_block // merged_h[row_block], row_in_block % merged_h[row_block]
+    if intervals is not None:
+        t_row = torch.floor(t_row.to(torch.float64) * intervals[row_block]).to(torch.int64)
+        t_max = torch.floor((grids[:, 0] - 1).to(torch.float64) * intervals).to(torch.int64)
+    else:
+        t_max = grids[:, 0] - 1
+    row_width = merged_w[row_block]
+    token_row = torch.repeat_interleave(torch.arange(row_count, device=device), row_width, output_size=total)
+    row_start = row_width.cumsum(0) - row_width
+    offsets = torch.stack([t_row, h_row, -row_start], dim=-1)[token_row]
+    offsets[:, 2] += torch.arange(total, device=device)  # w = token index - its row's first token index
+    advance = torch.maximum(t_max, torch.maximum(merged_h, merged_w) - 1) + 1
+    return offsets, positions[ends - 1], advance
+
+
+def mrope_position_ids(
+    mm_token_type_ids: torch.Tensor,
+    image_grid_thw: Any = None,
+    video_grid_thw: Any = None,
+    *,
+    spatial_merge_size: int = 2,
+    attention_mask: Any = None,
+    second_per_grid_ts: Any = None,
+    tokens_per_second: float | None = None,
+    cu_seqlens: Any = None,
+    pad_position: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """M-RoPE position ids of a batch of image/video/text rows (Qwen2-VL, Qwen2.5-VL; rule in the module docstring).
+
+    Args:
+        mm_token_type_ids: ``[B, L]`` integer, 0 text, 1 image, 2 video (the processor's ``mm_token_type_ids``).
+        image_grid_thw: ``[num_images, 3]`` integer (T, H, W) patch grids, in the order the images appear (row 0
+            first); ``None`` for none.
+        video_grid_thw: ``[num_videos, 3]``, likewise.
+        spatial_merge_size: the vision tower's ``spatial_merge_size`` ``m`` (2 in Qwen2/2.5/3-VL); H and W must be
+            multiples of it.
+        attention_mask: ``[B, L]`` bool or 0/1: padding (0) gets no id and is skipped, left, right or between
+            text tokens; padding inside an image's or video's tokens splits it and is refused.
+        second_per_grid_ts: ``[num_videos]`` seconds per temporal grid step (Qwen2.5-VL's processor output);
+            needs ``tokens_per_second``. Default 1 second when ``tokens_per_second`` is given.
+        tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second``; None (Qwen2-VL): temporal ids step by
+            1 per grid step.
+        cu_seqlens: ``[D + 1]`` integer boundaries of packed documents in the flattened ``B * L`` tokens (flash-attn
+            varlen convention): positions restart at 0 in each document. Every row end must be a boundary.
+        pad_position: the id padded slots hold on all three axes (1, as transformers 4.x fills them; 5.x fills 0).
+            They are never read by attention; pick what your kernel expects.
+
+    Returns:
+        ``(position_ids [B, L, 3] int64, deltas [B, 1] int64)`` (omnipos' axes-last layout: transformers'
+        ``[3, B, L]`` is ``position_ids.permute(2, 0, 1)``). With ``cu_seqlens``, ``deltas`` is ``[D, 1]``, one per
+        document. A row (document) with no real token has delta 0.
+
+    Raises:
+        ValueError: ``mm_token_type_ids`` not ``[B, L]`` or holding values other than 0/1/2 (row and position
+        named); a grid side < 1 or H/W not a multiple of ``spatial_merge_size`` (grid index named); more or fewer
+        image/video tokens than the grids account for, or a block split by other tokens (row named);
+        ``second_per_grid_ts`` of the wrong length or not finite; bad ``attention_mask`` / ``cu_seqlens``.
+        TypeError: non-integer ids or grids.
+    """
+    types = mm_token_type_ids if isinstance(mm_token_type_ids, torch.Tensor) else torch.as_tensor(mm_token_type_ids)
+    check_integer_tensor(types, "mm_token_type_ids", "an integer tensor of 0 (text), 1 (image), 2 (video)")
+    require_values(types, "mm_token_type_ids", "the position ids depend on its values")
+    if types.ndim != 2:
+        raise ValueError(f"mm_token_type_ids must be [B, L], got shape {tuple(types.shape)}")
+    device = types.device
+    low, high = torch.aminmax(types) if types.numel() else (0, 0)
+    if int(low) < 0 or int(high) > 2:
+        row, col = ((types < 0) | (types > 2)).nonzero()[0].tolist()
+        raise ValueError(f"mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video); row {row}, position {col} "
+                         f"holds {int(types[row, col])}")
+    merge = check_positive_int(spatial_merge_size, "spatial_merge_size")
+    if isinstance(pad_position, bool) or not isinstance(pad_position, int):
+        raise TypeError(f"pad_position must be an int, got {type(pad_position).__name__}")
+    images = _check_grids(image_grid_thw, "image_grid_thw", merge, device)
+    videos = _check_grids(video_grid_thw, "video_grid_thw", merge, device)
+    intervals = _check_intervals(second_per_grid_ts, tokens_per_second, videos.shape[0], device)
+    batch, length = types.shape
+    valid = None if attention_mask is None else _check_mask(attention_mask, types.shape, device)
+
+    # everything runs over the flat [B * L] positions (no gather of the real tokens, no per-row loop). A run of one
+    # token type begins where the type changes, after padding, and at each document start (cu_seqlens)
+    count = batch * length
+    types = types.to(torch.int64)
+    flat = types.reshape(-1)
+    new_run = torch.ones(batch, length, dtype=torch.bool, device=device)
+    new_run[:, 1:] = types[:, 1:] != types[:, :-1]
+    if valid is not None:
+        new_run[:, 1:] |= ~valid[:, :-1]
+        real = valid.reshape(-1)
+    else:
+        real = torch.ones(count, dtype=torch.bool, device=device)
+    new_run = new_run.reshape(-1)
+    if cu_seqlens is not None:
+        cu = _check_packed_rows(cu_seqlens, batch, length, device)
+        new_run[cu[:-1].clamp(max=max(count - 1, 0))] = True
+
+    def where(pos: int) -> str:
+        text = f"row {pos // length}"
+        return text if cu_seqlens is None else text + f" (document {int(torch.searchsorted(cu[1:], pos, right=True))})"
+
+    increments = (real & (flat == 0)).to(torch.int64)  # text: +1; a vision block: its advance on its last token
+    placed = []
+    for kind, grids, name, interval in ((1, images, "image_grid_thw", None), (2, videos, "video_grid_thw", intervals)):
+        positions = (real & (flat == kind)).nonzero().squeeze(1)
+        offsets, last, advance = _place_blocks(positions, new_run, grids, interval, kind, name, merge, where)
+        increments[last] = advance
+        placed.append((positions, offsets))
+
+    # a token starts where the tokens before it in its row (document) have advanced to: an exclusive cumsum
+    if cu_seqlens is None:
+        steps = increments.view(batch, length)
+        start = (steps.cumsum(1) - steps).reshape(-1)
+        advanced, tokens = steps.sum(1), real.view(batch, length).sum(1)
+    else:
+        totals = torch.cat([increments.new_zeros(1), increments.cumsum(0)])
+        lengths = cu.diff()
+        start = totals[:-1] - torch.repeat_interleave(totals[cu[:-1]], lengths, output_size=count)
+        reals = torch.cat([increments.new_zeros(1), real.to(torch.int64).cumsum(0)])
+        advanced, tokens = totals[cu[1:]] - totals[cu[:-1]], reals[cu[1:]] - reals[cu[:-1]]
+    if valid is not None:
+        start = torch.where(real, start, torch.full((), pad_position, dtype=torch.int64, device=device))
+    ids = start.unsqueeze(-1).repeat(1, 3)
+    for positions, offsets in placed:
+        ids.index_put_((positions,), offsets, accumulate=True)
+    return ids.view(batch, length, 3), (advanced - tokens).unsqueeze(-1)
+
+
+def mrope_decode_position_ids(deltas: torch.Tensor, cache_position: Any) -> torch.Tensor:
+    """M-RoPE ids of tokens generated after the prompt: text ids ``cache_position + delta`` on all three axes.
+
+    Args:
+        deltas: ``[B, 1]`` int64 from :func:`mrope_position_ids`.
+        cache_position: where the new tokens sit in the text stream counting only real tokens: an int (the same for
+            every row: the prompt length when it had no padding), ``[n]`` (shared, transformers' ``cache_position``)
+            or ``[B, n]`` (per row, e.g. ``attention_mask.sum(-1, keepdim=True)`` for the first step after a left- or
+            right-padded prompt).
+
+    Returns:
+        ``[B, n, 3]`` int64 (``n = 1`` for an int).
+    """
+    if not isinstance(deltas, torch.Tensor):
+        raise TypeError(f"deltas must be the [B, 1] tensor from mrope_position_ids, got {type(deltas).__name__}")
+    check_integer_tensor(deltas, "deltas")
+    if deltas.ndim != 2 or deltas.shape[1] != 1:
+        raise ValueError(f"deltas must be [B, 1], got shape {tuple(deltas.shape)}")
+    if isinstance(cache_position, bool):
+        raise TypeError("cache_position must be an int or an integer tensor, got a bool")
+    position = _integer_tensor(cache_position, "cache_position", deltas.device)
+    if position.ndim == 0:
+        position = position.reshape(1, 1)
+    elif position.ndim == 1:
+        position = position.unsqueeze(0)
+    elif position.ndim != 2 or position.shape[0] not in (1, deltas.shape[0]):
+        raise ValueError(f"cache_position must be an int, [n] or [B={deltas.shape[0]}, n], got shape "
+                         f"{tuple(position.shape)}")
+    if values_known(position) and bool((position < 0).any()):
+        raise ValueError("cache_position must be >= 0")
+    ids = position + deltas.to(torch.int64)
+    return ids.unsqueeze(-1).expand(*ids.shape, 3).contiguous()

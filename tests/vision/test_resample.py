@@ -1,0 +1,259 @@
+"""resample_pos_embed against timm's resample_abs_pos_embed and HF ViT's interpolate_pos_encoding."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from timm.layers import resample_abs_pos_embed
+from transformers import ViTConfig
+from transformers.models.vit.modeling_vit import ViTEmbeddings
+
+from omnipos.vision import resample_pos_embed, resample_pos_embed_per_image
+
+
+@pytest.mark.parametrize(
+    "old, new, prefix",
+    [((14, 14), (17, 12), 1), ((14, 14), (7, 7), 1), ((16, 16), (24, 30), 0), ((14, 14), (10, 20), 5),
+     ((12, 20), (17, 12), 1), ((37, 37), (14, 14), 5)],
+)
+@pytest.mark.parametrize("antialias", [True, False])
+def test_equals_timm(old, new, prefix, antialias):
+    table = torch.randn(1, prefix + old[0] * old[1], 32)
+    ours = resample_pos_embed(table, new, old_grid=old, num_prefix_tokens=prefix, antialias=antialias)
+    ref = resample_abs_pos_embed(table, list(new), old_size=list(old), num_prefix_tokens=prefix, antialias=antialias)
+    assert ours.shape == (1, prefix + new[0] * new[1], 32)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+    if old[0] == old[1]:  # a square source may be left for omnipos to infer
+        torch.testing.assert_close(resample_pos_embed(table, new, num_prefix_tokens=prefix, antialias=antialias), ref)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_other_modes_equal_timm(mode):
+    table = torch.randn(1, 1 + 64, 16)
+    ref = resample_abs_pos_embed(table, [5, 11], num_prefix_tokens=1, interpolation=mode, antialias=False)
+    torch.testing.assert_close(resample_pos_embed(table, (5, 11), mode=mode, antialias=False), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("size", [(224, 224), (272, 192), (160, 320)])
+def test_hf_vit_is_antialias_false(size):
+    config = ViTConfig(hidden_size=32, image_size=224, patch_size=16, num_channels=3)
+    embeddings = ViTEmbeddings(config)
+    with torch.no_grad():
+        embeddings.position_embeddings.normal_()
+    grid = (size[0] // 16, size[1] // 16)
+    tokens = torch.zeros(1, 1 + grid[0] * grid[1], 32)
+    ref = embeddings.interpolate_pos_encoding(tokens, *size)
+    ours = resample_pos_embed(embeddings.position_embeddings.detach(), grid, antialias=False)
+    torch.testing.assert_close(ours, ref.detach(), rtol=0, atol=0)
+    if grid != (14, 14):
+        assert not torch.allclose(resample_pos_embed(embeddings.position_embeddings.detach(), grid), ref, atol=1e-4)
+
+
+def test_transposed_grid_with_same_token_count_is_resampled():
+    # (2, 8) -> (4, 4): 16 tokens either way; the old timm early return handed the table back unchanged.
+    table = torch.randn(1, 1 + 16, 8)
+    out = resample_pos_embed(table, (4, 4), old_grid=(2, 8))
+    expected = torch.nn.functional.interpolate(
+        table[:, 1:].reshape(1, 2, 8, 8).permute(0, 3, 1, 2), size=(4, 4), mode="bicubic", antialias=True
+    ).permute(0, 2, 3, 1).reshape(1, 16, 8)
+    torch.testing.assert_close(out[:, 1:], expected, rtol=0, atol=0)
+    torch.testing.assert_close(out[:, :1], table[:, :1])
+    assert not torch.allclose(out, table)
+    # and back the other way, (4, 4) -> (2, 8) and (8, 2)
+    assert not torch.allclose(resample_pos_embed(table, (2, 8)), table)
+    torch.testing.assert_close(resample_pos_embed(table, (8, 2), old_grid=(4, 4)),
+                               resample_abs_pos_embed(table, [8, 2], old_size=[4, 4]))
+
+
+def test_non_square_source_is_not_guessed():
+    table = torch.randn(1, 1 + 12 * 20, 8)
+    with pytest.raises(ValueError, match="old_grid"):
+        resample_pos_embed(table, (14, 14))
+    # a square token count from a non-square grid: only old_grid tells them apart, and it is honoured
+    table = torch.randn(1, 1 + 64, 8)
+    a = resample_pos_embed(table, (6, 6), old_grid=(4, 16))
+    b = resample_pos_embed(table, (6, 6), old_grid=(8, 8))
+    assert not torch.allclose(a, b)
+
+
+def test_token_count_matching_neither_grid():
+    table = torch.randn(1, 1 + 196, 8)
+    with pytest.raises(ValueError, match="neither"):
+        resample_pos_embed(table, (10, 10), old_grid=(12, 12))
+    with pytest.raises(ValueError, match="neither"):
+        resample_pos_embed(table, (14, 14), old_grid=(12, 16))
+    with pytest.raises(ValueError, match="num_prefix_tokens"):
+        resample_pos_embed(table[:, :1], (4, 4))
+
+
+def test_equal_grids_return_the_input():
+    table = torch.randn(1, 1 + 6 * 8, 8)
+    assert resample_pos_embed(table, (6, 8), old_grid=(6, 8)) is table
+
+
+def test_bfloat16_in_bfloat16_out():
+    table = torch.randn(1, 1 + 196, 16)
+    out = resample_pos_embed(table.bfloat16(), (17, 12))
+    assert out.dtype == torch.bfloat16
+    ref = resample_abs_pos_embed(table.bfloat16(), [17, 12])
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(out.float(), resample_pos_embed(table, (17, 12)), rtol=1e-2, atol=2e-2)
+
+
+def test_unbatched_and_batched_tables():
+    table = torch.randn(3, 1 + 25, 8)
+    out = resample_pos_embed(table, (3, 7))
+    assert out.shape == (3, 22, 8)
+    torch.testing.assert_close(resample_pos_embed(table[1], (3, 7)), out[1])
+
+
+@given(old_h=st.integers(1, 9), old_w=st.integers(1, 9), new_h=st.integers(1, 9), new_w=st.integers(1, 9),
+       prefix=st.integers(0, 3))
+def test_property_matches_timm_on_random_grids(old_h, old_w, new_h, new_w, prefix):
+    table = torch.randn(1, prefix + old_h * old_w, 4)
+    ours = resample_pos_embed(table, (new_h, new_w), old_grid=(old_h, old_w), num_prefix_tokens=prefix)
+    ref = resample_abs_pos_embed(table, [new_h, new_w], old_size=[old_h, old_w], num_prefix_tokens=prefix)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+    torch.testing.assert_close(ours[:, :prefix], table[:, :prefix])
+
+
+def test_bad_inputs():
+    table = torch.randn(1, 17, 8)
+    with pytest.raises(ValueError, match="new_grid"):
+        resample_pos_embed(table, (0, 4))
+    with pytest.raises(ValueError, match="new_grid"):
+        resample_pos_embed(table, (4, -2))
+    with pytest.raises(ValueError, match="old_grid"):
+        resample_pos_embed(table, (4, 4), old_grid=(0, 16))
+    with pytest.raises(ValueError, match="mode"):
+        resample_pos_embed(table, (4, 4), mode="lanczos")
+    with pytest.raises(ValueError, match="antialias"):
+        resample_pos_embed(table, (3, 3), mode="nearest")
+    with pytest.raises(TypeError, match="floating"):
+        resample_pos_embed(torch.zeros(1, 17, 8, dtype=torch.long), (3, 3))
+    with pytest.raises(ValueError, match=r"\[N, D\]"):
+        resample_pos_embed(torch.zeros(17), (3, 3))
+
+
+def test_zero_channels_is_refused_by_name():  # issue 14: D=0 leaked a RuntimeError from F.interpolate
+    with pytest.raises(ValueError, match="pos_embed has 0 channels"):
+        resample_pos_embed(torch.zeros(1, 17, 0), (3, 3))
+    with pytest.raises(ValueError, match="table has 0 channels"):
+        resample_pos_embed_per_image(torch.zeros(4, 4, 0), [(2, 2)], max_length=4)
+
+
+# -- one table per image (SigLIP2 / NaFlexViT) -----------------------------------------------------------------------
+
+GRIDS = [(8, 20), (16, 16), (8, 20), (3, 5), (24, 24), (1, 1), (3, 5), (20, 8)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_per_image_equals_siglip2_resize_positional_embeddings(dtype):
+    from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
+
+    table = torch.randn(16, 16, 32).to(dtype)  # SigLIP2: position_embedding.weight.reshape(16, 16, D)
+    grids = torch.tensor(GRIDS)
+    ref = Siglip2VisionEmbeddings.resize_positional_embeddings(table, grids, max_length=600)
+    out, mask = resample_pos_embed_per_image(table, grids, max_length=600, padding="first", exact=True)
+    assert out.dtype == dtype and mask.dtype == torch.bool
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)  # exact: F.interpolate per distinct grid, bit for bit
+    assert mask.sum(1).tolist() == [h * w for h, w in GRIDS]
+    fast, _ = resample_pos_embed_per_image(table, grids, max_length=600, padding="first")  # separable matrices
+    rtol = 0 if dtype == torch.float32 else 2**-7  # float32 summation order, then at most one bfloat16 step
+    torch.testing.assert_close(fast.float(), ref.float(), rtol=rtol, atol=1e-5)
+    zeros, mask_zeros = resample_pos_embed_per_image(table, grids, max_length=600, exact=True)  # timm's padding
+    torch.testing.assert_close(zeros[mask], ref[mask], rtol=0, atol=0)
+    assert bool((zeros[~mask] == 0).all()) and torch.equal(mask, mask_zeros)
+
+
+@pytest.mark.parametrize("mode, antialias", [("bilinear", True), ("bilinear", False), ("bicubic", True),
+                                             ("bicubic", False), ("nearest", False), ("nearest-exact", False),
+                                             ("area", False)])
+def test_per_image_separable_resampling_equals_interpolate_in_every_mode(mode, antialias):
+    table = torch.randn(16, 12, 24, dtype=torch.float64)
+    out, _ = resample_pos_embed_per_image(table, GRIDS, max_length=600, mode=mode, antialias=antialias)
+    ref, _ = resample_pos_embed_per_image(table, GRIDS, max_length=600, mode=mode, antialias=antialias, exact=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)  # float64: the separable form is the same operator
+    out32, _ = resample_pos_embed_per_image(table.float(), GRIDS, max_length=600, mode=mode, antialias=antialias)
+    torch.testing.assert_close(out32.double(), ref, rtol=0, atol=1e-5)
+
+
+def test_per_image_equals_timm_naflexvit_learned_path():
+    import timm
+
+    from omnipos.vision import packed_patch_coords
+
+    torch.manual_seed(0)
+    model = timm.create_model("naflexvit_base_patch16_gap", pretrained=False, depth=1, embed_dim=32, num_heads=2)
+    embeds = model.embeds
+    with torch.no_grad():
+        embeds.pos_embed.normal_()
+    max_length = 600
+    coords, cu = packed_patch_coords(GRIDS)
+    patch_coord = torch.zeros(len(GRIDS), max_length, 2, dtype=torch.long)
+    for i in range(len(GRIDS)):  # NaFlex's padded [B, N, 2] layout: each image's own row-major coordinates first
+        patch_coord[i, : cu[i + 1] - cu[i]] = coords[cu[i]: cu[i + 1]]
+    x = torch.zeros(len(GRIDS), max_length, 32)
+    with torch.no_grad():
+        embeds._apply_learned_naflex_pos_embed(x, patch_coord)
+        out, _ = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
+                                                 mode=embeds.pos_embed_interp_mode, exact=True)  # bicubic, AA
+        fast, _ = resample_pos_embed_per_image(embeds.pos_embed, GRIDS, max_length=max_length,
+                                               mode=embeds.pos_embed_interp_mode)
+    torch.testing.assert_close(out, x, rtol=0, atol=0)
+    torch.testing.assert_close(fast, x, rtol=0, atol=1e-5)
+
+
+def test_per_image_flat_table_with_prefix_rows_equals_resample_pos_embed():
+    table = torch.randn(1 + 12 * 20, 16)  # a timm ViT table (cls row first) trained on a 12 x 20 grid
+    out, mask = resample_pos_embed_per_image(table, GRIDS, max_length=1 + 576, old_grid=(12, 20), num_prefix_tokens=1,
+                                             mode="bicubic", exact=True)
+    for i, grid in enumerate(GRIDS):
+        ref = resample_pos_embed(table, grid, old_grid=(12, 20), num_prefix_tokens=1)
+        torch.testing.assert_close(out[i, : 1 + grid[0] * grid[1]], ref, rtol=0, atol=0)
+        assert mask[i].sum() == 1 + grid[0] * grid[1]
+
+
+def test_per_image_list_and_tensor_grids_agree_and_images_are_batch_invariant():
+    table = torch.randn(7, 9, 8, dtype=torch.float64)
+    out, mask = resample_pos_embed_per_image(table, torch.tensor(GRIDS), max_length=576)
+    out_list, mask_list = resample_pos_embed_per_image(table, GRIDS, max_length=576)
+    assert torch.equal(mask, mask_list)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, out_list, rtol=0, atol=0)
+    for i, grid in enumerate(GRIDS):  # an image's rows do not depend on the other images in the batch
+        alone, _ = resample_pos_embed_per_image(table, [grid], max_length=576)
+        torch.testing.assert_close(out[i], alone[0], rtol=0, atol=0)
+    empty, empty_mask = resample_pos_embed_per_image(table, [], max_length=4)
+    assert empty.shape == (0, 4, 8) and empty_mask.shape == (0, 4)
+
+
+def test_per_image_max_length_too_small_names_the_image():
+    with pytest.raises(ValueError, match="max_length=300 is smaller than image 4's"):
+        resample_pos_embed_per_image(torch.randn(4, 4, 8), torch.tensor(GRIDS[:5]), max_length=300)
+    with pytest.raises(ValueError, match="max_length=15 is smaller than image 1's 1 prefix"):
+        resample_pos_embed_per_image(torch.randn(17, 8), [(2, 2), (3, 5)], max_length=15, num_prefix_tokens=1)
+
+
+def test_per_image_bad_inputs():
+    table = torch.randn(4, 4, 8)
+    with pytest.raises(ValueError, match=r"grids\[1\]"):
+        resample_pos_embed_per_image(table, torch.tensor([[2, 2], [0, 3]]), max_length=16)
+    with pytest.raises(ValueError, match=r"grids\[0\]"):
+        resample_pos_embed_per_image(table, [(2, -1)], max_length=16)
+    with pytest.raises(TypeError, match="grids"):
+        resample_pos_embed_per_image(table, torch.tensor([[2.0, 2.0]]), max_length=16)
+    with pytest.raises(ValueError, match=r"grids must be \[B, 2\]"):
+        resample_pos_embed_per_image(table, torch.tensor([2, 2]), max_length=16)
+    with pytest.raises(ValueError, match="padding"):
+        resample_pos_embed_per_image(table, [(2, 2)], max_length=16, padding="last")
+    with pytest.raises(ValueError, match="max_length"):
+        resample_pos_embed_per_image(table, [(2, 2)], max_length=0)
+    with pytest.raises(ValueError, match="old_grid"):
+        resample_pos_embed_per_image(table, [(2, 2)], max_length=16, old_grid=(2, 8))
+    with pytest.raises(ValueError, match="not a square grid"):
+        resample_pos_embed_per_image(torch.randn(12, 8), [(2, 2)], max_length=16)
+    with pytest.raises(ValueError, match="num_prefix_tokens"):
+        resample_pos_embed_per_image(table, [(2, 2)], max_length=16, num_prefix_tokens=1)
+    with pytest.raises(TypeError, match="floating"):
+        resample_pos_embed_per_image(table.long(), [(2, 2)], max_length=16)
