@@ -7,6 +7,8 @@
   weighted transition ``w_ij / sum_j w_ij`` (PyG uses ``1 / sum_j w_ij``, pyg#10098).
 - :class:`AddRRWP`: GRIT's relative random-walk probabilities with GRIT's attributes (``rrwp``, ``rrwp_index``,
   ``rrwp_val``).
+- :class:`AddMagneticLaplacianPE`: the magnetic Laplacian encoding of directed graphs (``magnetic_laplacian_pe``,
+  ``[N, 2k]``: ``[Re | Im]``).
 - :class:`RandomSignFlip`: training-time sign augmentation, an independent sign per graph of a Batch.
 - :func:`precompute`: a whole dataset through a transform in batches (one batched solve per batch).
 
@@ -41,7 +43,7 @@ from .random_walk import random_walk_pe
 from .rrwp import rrwp
 from .sign import SIGNS, random_sign_flip
 
-__all__ = ["AddLaplacianPE", "AddRandomWalkPE", "AddRRWP", "RandomSignFlip", "precompute", "add_node_attr",
+__all__ = ["AddLaplacianPE", "AddMagneticLaplacianPE", "AddRandomWalkPE", "AddRRWP", "RandomSignFlip", "precompute", "add_node_attr",
            "EIGENVALUE_LAYOUTS"]
 
 #: ``"graph"``: eigenvalues ``[1, k]`` per graph (``[B, k]`` once collated), 0 where missing.
@@ -462,13 +464,14 @@ class AddMagneticLaplacianPE(_PETransform):
         self.solver = check_solver(solver)
 
     def encode_structure(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None,
-                         edge_weight: torch.Tensor | None) -> dict[str | None, tuple[torch.Tensor, str]]:
+                         edge_weight: torch.Tensor | None, num_graphs: int = 1) -> Encoded:
         from .magnetic import magnetic_laplacian_pe
 
         pe, values, mask = magnetic_laplacian_pe(edge_index, num_nodes, self.k, q=self.q, batch=batch,
                                                  edge_weight=edge_weight, return_eigenvalues=True,
                                                  dense_max_nodes=self.dense_max_nodes, solver=self.solver)
-        out: dict[str | None, tuple[torch.Tensor, str]] = {self.attr_name: (pe, "node")}
+        out: Encoded = {_x_key(self.attr_name, "magnetic"): (pe, "node")}
+        values, mask = _pad_graph_rows(values, num_graphs), _pad_graph_rows(mask, num_graphs, False)
         if self.eigenvalue_attr is not None:
             out[self.eigenvalue_attr] = (values, "graph")
         if self.mask_attr is not None:
