@@ -101,3 +101,34 @@ def walk_refs():
 
     return SimpleNamespace(transition=numpy_transition, return_probabilities=numpy_return_probabilities,
                            rrwp=numpy_rrwp, batch=random_walk_batch)
+
+
+# ------------------------------------------------------------------ the canonical eigenspace basis, by definition
+
+
+def _reference_basis(vectors: np.ndarray, values: np.ndarray, count: int, tol=1e-8, value_tol=1e-8) -> np.ndarray:
+    """The definition, literally: per eigenspace, pivoted Cholesky of its projector P = V V^H (largest P_ii,
+    ties within tol on sqrt(P_ii) to the lowest index; u = P e_i / sqrt(P_ii); P <- P - u u^H)."""
+    n, m = vectors.shape
+    scale = max(1.0, np.abs(values).max())
+    out = np.zeros((n, count), dtype=vectors.dtype)
+    j = 0
+    while j < count:
+        end = j + 1
+        while end < m and values[end] - values[end - 1] <= value_tol * scale:
+            end += 1
+        p = vectors[:, j:end] @ vectors[:, j:end].conj().T
+        for column in range(j, min(end, count)):
+            d = np.sqrt(np.clip(np.real(np.diag(p)), 0, None))
+            i = np.flatnonzero(d >= d.max() - tol)[0]
+            u = p[:, i] / d[i]
+            out[:, column] = u
+            p = p - np.outer(u, u.conj())
+        j = end
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference_basis():
+    """The canonical basis computed from its definition in NumPy (independent of omnipos.graph.sign)."""
+    return _reference_basis

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Data
 from torch_geometric.transforms import AddLaplacianEigenvectorPE
@@ -294,3 +294,161 @@ def test_cpu_and_gpu_agree_with_canonical_sign(graph_factory, adjacency):
 
     torch.testing.assert_close(random_walk_pe(e.cuda(), sum(sizes), 8, batch=batch.cuda()).cpu(),
                                random_walk_pe(e, sum(sizes), 8, batch=batch), atol=1e-6, rtol=0)
+
+
+# --- issue 14: the same graph gives the same bits alone, in any batch, run to run, on either path -------------------
+
+
+def test_identical_disconnected_graphs_in_one_batch_get_identical_encodings():
+    b = torch.tensor([[0, 0], [2, 4]])  # 5 nodes: a path 2-0-4 and two isolated nodes (eigenvalue 1, three times)
+    pe = laplacian_pe(torch.cat([b, b + 5], 1), 10, 2, batch=torch.tensor([0] * 5 + [1] * 5))
+    assert torch.equal(pe[:5], pe[5:])
+    assert torch.equal(pe[:5], laplacian_pe(b, 5, 2))
+    # the canonical basis of the 3-dimensional eigenspace of 1: the isolated nodes' unit vectors first (P_ii = 1)
+    expected = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    torch.testing.assert_close(pe[:5], expected, atol=1e-7, rtol=0)
+
+
+def disjoint_copies(e: torch.Tensor, n: int, copies: int) -> torch.Tensor:
+    return torch.cat([e + n * c for c in range(copies)], 1)
+
+
+def test_sparse_path_is_repeatable_and_equals_the_dense_path_on_disjoint_triangles():
+    triangle = torch.tensor([[0, 1, 1, 2, 2, 0], [1, 0, 2, 1, 0, 2]])
+    e = disjoint_copies(triangle, 3, 200)  # 600 nodes > DENSE_MAX_NODES: sparse path by default
+    runs = [laplacian_pe(e, 600, 4, return_eigenvalues=True) for _ in range(3)]
+    assert all(torch.equal(r[0], runs[0][0]) and torch.equal(r[1], runs[0][1]) for r in runs)
+    dense = laplacian_pe(e, 600, 4, dense_max_nodes=600, return_eigenvalues=True)
+    torch.testing.assert_close(runs[0][1], dense[1], atol=1e-7, rtol=0)
+    torch.testing.assert_close(runs[0][0], dense[0], atol=1e-7, rtol=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 14), st.integers(0, 12), st.integers(0, 10_000), st.booleans()),
+                min_size=1, max_size=6),
+       st.integers(0, 5))
+def test_batch_invariance_bit_for_bit(graph_factory, specs, position):
+    """Any graph gives the same bits alone and at any place in a batch of other graphs (repeated eigenvalues
+    included: symmetric random trees and disconnected graphs are common here)."""
+    graphs = [graph_factory(n, extra, seed, connected=connected) for n, extra, seed, connected in specs]
+    sizes = [n for n, *_ in specs]
+    offsets = np.cumsum([0] + sizes[:-1])
+    e = torch.cat([g + int(o) for g, o in zip(graphs, offsets)], 1)
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    for sign in ("canonical", "none"):
+        if sign == "none" and len(sizes) > 1:
+            continue
+        pe, values, mask = laplacian_pe(e, sum(sizes), 5, batch=batch, return_eigenvalues=True, sign=sign)
+        i = position % len(sizes)
+        alone, alone_values, _ = laplacian_pe(graphs[i], sizes[i], 5, return_eigenvalues=True, sign=sign)
+        o, n = int(offsets[i]), sizes[i]
+        assert torch.equal(pe[o:o + n], alone)
+        assert torch.equal(values[i], alone_values[0])
+        assert torch.equal(pe, laplacian_pe(e, sum(sizes), 5, batch=batch, sign=sign))  # run to run
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(2, 5), st.integers(8, 30), st.integers(0, 1000), st.sampled_from(["sym", "rw", None]))
+def test_dense_and_sparse_paths_agree_with_repeated_spectra(graph_factory, copies, n, seed, normalization):
+    """Identical components repeat every eigenvalue `copies` times; both paths give the same canonical vectors."""
+    e = disjoint_copies(graph_factory(n, n // 3, seed), n, copies)
+    total = n * copies
+    dense, dense_values, _ = laplacian_pe(e, total, 6, normalization=normalization, return_eigenvalues=True)
+    sparse, sparse_values, _ = laplacian_pe(e, total, 6, normalization=normalization, return_eigenvalues=True,
+                                            dense_max_nodes=n - 1)
+    torch.testing.assert_close(sparse_values, dense_values, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(sparse, dense, atol=1e-6, rtol=0)
+
+
+def test_canonical_basis_is_the_documented_one(graph_factory, adjacency, reference_basis):
+    """laplacian_pe's columns equal the definition applied to NumPy's own eigenvectors (repeated spectrum)."""
+    e = disjoint_copies(graph_factory(7, 3, 4), 7, 3)
+    lap = numpy_laplacian(adjacency(e, 21), "sym")
+    values, vectors = np.linalg.eigh(lap)
+    expected = reference_basis(vectors, values, 6)[:, 1:]
+    np.testing.assert_allclose(laplacian_pe(e, 21, 5).double().numpy(), expected, atol=1e-6)
+
+
+# --- the sparse path's solvers against dense float64 ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("solver", ["auto", "shift-invert", "lobpcg", "lanczos"])
+@pytest.mark.parametrize("normalization", ["sym", "rw", None])
+def test_large_graph_solvers_match_dense_reference(graph_factory, adjacency, solver, normalization):
+    n = 220
+    parts = [graph_factory(150, 60, 1), graph_factory(40, 10, 2), graph_factory(30, 5, 3)]  # three components
+    e = torch.cat([parts[0], parts[1] + 150, parts[2] + 190], 1)
+    half = torch.rand(e.shape[1] // 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 0.5
+    e = torch.cat([e[:, e[0] < e[1]], e[:, e[0] < e[1]].flip(0)], 1)
+    weight = torch.cat([half, half])  # the same weight both ways
+    lap = numpy_laplacian(adjacency(e, n, weight), normalization)
+    pe, values, _ = laplacian_pe(e, n, 6, edge_weight=weight, normalization=normalization, return_eigenvalues=True,
+                                 dense_max_nodes=100, solver=solver)
+    expected = np.sort(np.linalg.eigvals(lap).real)[1:7]
+    np.testing.assert_allclose(values[0].double().numpy(), expected, atol=1e-7, rtol=1e-7)
+    ours = pe.double().numpy()
+    # Lanczos runs in single precision (as PyG): residual ~1e-6, vectors ~1e-6 / gap (module docstring)
+    atol = 5e-5 if solver in ("lanczos", "auto") else 1e-6
+    np.testing.assert_allclose(lap @ ours, ours * values[0].double().numpy(), atol=max(atol, 1e-5))
+    dense = laplacian_pe(e, n, 6, edge_weight=weight, normalization=normalization)
+    torch.testing.assert_close(pe, dense, atol=atol, rtol=0)
+
+
+# --- no process-global side effects, and bad input ------------------------------------------------------------------
+
+
+def test_does_not_touch_torchs_thread_count(monkeypatch, graph_factory):
+    def refuse(*_):
+        raise AssertionError("laplacian_pe changed torch's process-global thread count")
+
+    monkeypatch.setattr(torch, "set_num_threads", refuse)
+    e = graph_factory(30, 20, 0)
+    laplacian_pe(e, 30, 4)
+    laplacian_pe(e, 30, 4, dense_max_nodes=10)
+
+
+def test_works_from_many_threads_at_once(graph_factory):
+    from concurrent.futures import ThreadPoolExecutor
+
+    graphs = [(graph_factory(n, n, n), n) for n in range(5, 25)]
+    expected = [laplacian_pe(e, n, 3) for e, n in graphs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda item: laplacian_pe(item[0], item[1], 3), graphs))
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"edge_index": torch.tensor([[0, 1], [1, 0]], device="meta")}, ValueError, "edge_index is on the meta"),
+        ({"batch": torch.zeros(5, dtype=torch.long, device="meta")}, ValueError, "batch is on the meta"),
+        ({"edge_weight": torch.ones(2, device="meta")}, ValueError, "edge_weight is on the meta"),
+        ({"k": 2 ** 40}, ValueError, "k=1099511627776 asks for"),
+        ({"batch": torch.tensor([0, 0, 0, 0, 2 ** 40])}, ValueError, "at most 1073741824 graphs"),
+        ({"solver": "eigsh"}, ValueError, "solver must be one of"),
+        ({"generator": 3}, TypeError, "generator must be a torch.Generator"),
+        ({"edge_index": torch.tensor([[0, 1], [1, 7]])}, ValueError, r"edge_index\[1, 1\]"),
+    ],
+)
+def test_more_bad_input(kwargs, error, match):
+    arguments = {"edge_index": torch.tensor([[0, 1], [1, 0]]), "num_nodes": 5, "k": 2}
+    arguments.update(kwargs)
+    with pytest.raises(error, match=match):
+        laplacian_pe(**arguments)
+
+
+def test_graph_too_large_for_the_dense_path():
+    batch = torch.tensor([0, 0] + [1] * 12_000)
+    with pytest.raises(ValueError, match=r"graph 1 has 12,000 nodes.*lower dense_max_nodes=20000"):
+        laplacian_pe(torch.tensor([[0], [1]]), 12_002, 2, batch=batch, dense_max_nodes=20_000)
+
+
+def test_extreme_weights_stay_finite(graph_factory):
+    e = graph_factory(12, 8, 1)
+    base = laplacian_pe(e, 12, 4)
+    for scale in (1e-300, 1e300):
+        weight = torch.full((e.shape[1],), scale, dtype=torch.float64)
+        torch.testing.assert_close(laplacian_pe(e, 12, 4, edge_weight=weight), base, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="overflow float32"):
+        laplacian_pe(e, 12, 4, edge_weight=torch.full((e.shape[1],), 1e300, dtype=torch.float64),
+                     normalization=None)

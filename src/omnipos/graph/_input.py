@@ -6,39 +6,100 @@ nodes of graph ``g`` are ``ptr[g] .. ptr[g + 1] - 1``; every edge joins two node
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from ..core import check_finite, check_integer_tensor, check_positive_int
 
-#: Threads torch may use for the graph encodings' CPU work (``None``: leave torch's setting alone). The work is
-#: many small LAPACK calls and batched ops on ``[G, n, n]`` blocks; with 2 threads on a 2-core machine shared
-#: with other processes, OpenMP's synchronisation made a 10k-graph batch 6-9x slower than with 1 thread
-#: (eigh 5.1 s vs 0.8 s, random walk 12.6 s vs 1.4 s), so the default is 1.
-CPU_THREADS: int | None = 1
+T = TypeVar("T")
+
+#: Largest number of graphs (``max(batch) + 1``) and of output elements an encoding allocates; above this the
+#: call is refused with a ValueError naming the argument instead of reaching the allocator.
+MAX_ELEMENTS = 2 ** 30
+
+# Why CPU work runs on worker threads. torch pins MKL to torch.get_num_threads() threads *in the thread that set
+# it* (the main thread, at import) with MKL's dynamic adjustment off, so every LAPACK/BLAS call there, however
+# tiny, opens an OpenMP team. The graph encodings are many tiny calls (one eigh per 20-node graph): on a 2-core
+# machine shared with other processes that made a 10k-graph batch 8-20x slower than single-threaded (eigh
+# 8.7 s vs 0.39 s of CPU, random walk 3.5 s vs 0.41 s). Run from any other thread, the same calls use one
+# thread each and cost what they cost single-threaded. So the encodings run their CPU work on a private worker
+# thread (and split batches of independent LAPACK calls over several), instead of changing torch's thread
+# count, which is process-global and visible to every other thread.
+_POOLS: dict[str, ThreadPoolExecutor] = {}
+_POOL_PID = [0]
+_POOL_LOCK = threading.Lock()
+_WORKER = threading.local()
+
+
+def _pool(kind: str) -> ThreadPoolExecutor:
+    """The private pool ``"call"`` (bodies of encoding calls) or ``"leaf"`` (independent pieces that never wait
+    on other tasks, so a call waiting on leaves cannot deadlock); recreated after a fork (its threads are gone)."""
+    with _POOL_LOCK:
+        if _POOL_PID[0] != os.getpid():
+            _POOLS.clear()
+            _POOL_PID[0] = os.getpid()
+        pool = _POOLS.get(kind)
+        if pool is None:
+            workers = 32 if kind == "call" else max(1, os.cpu_count() or 1)
+            pool = ThreadPoolExecutor(workers, thread_name_prefix=f"omnipos-graph-{kind}",
+                                      initializer=_mark_worker)
+            _POOLS[kind] = pool
+        return pool
+
+
+def _mark_worker() -> None:
+    _WORKER.active = True
+
+
+def _device_of(like: Any) -> torch.device:
+    if isinstance(like, torch.Tensor):
+        return like.device
+    return torch.device(like if isinstance(like, (str, torch.device)) else "cpu")
+
+
+def run_cpu_work(like: Any, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, on an omnipos worker thread when ``like`` (a tensor or device; anything else counts
+    as CPU) is on the CPU and the caller is not one already (see the comment above ``_POOLS``). Exceptions
+    propagate unchanged; nothing process-global is changed."""
+    if _device_of(like).type != "cpu" or getattr(_WORKER, "active", False):
+        return fn(*args, **kwargs)
+    return _pool("call").submit(fn, *args, **kwargs).result()
+
+
+def parallel_map(fn: Callable[[Any], T], items: Sequence[Any], workers: int) -> list[T]:
+    """``[fn(x) for x in items]`` with up to ``workers`` of them at once on leaf worker threads (for calls that
+    release the GIL, e.g. LAPACK); ``fn`` must not itself wait on other pool tasks."""
+    if workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    return list(_pool("leaf").map(fn, items))
+
+
+def cpu_parallelism() -> int:
+    """How many independent CPU pieces a call may run at once: torch's intra-op thread count (read, never set)."""
+    return max(1, torch.get_num_threads())
 
 
 @contextmanager
 def cpu_threads(like: Any) -> Iterator[int]:
-    """Run the block with ``CPU_THREADS`` torch threads when ``like`` (a tensor or device; anything else counts
-    as CPU) is on the CPU; torch's setting is restored afterwards. Yields the thread count torch had, i.e. the
-    parallelism the caller allows (used for independent LAPACK calls on Python threads)."""
-    device = like.device if isinstance(like, torch.Tensor) else torch.device(
-        like if isinstance(like, (str, torch.device)) else "cpu")
-    threads = torch.get_num_threads()
-    if device.type != "cpu" or CPU_THREADS is None or threads == CPU_THREADS:
-        yield threads
-        return
-    torch.set_num_threads(CPU_THREADS)
-    try:
-        yield threads
-    finally:
-        torch.set_num_threads(threads)
+    """Deprecated: changes nothing now (it used to set torch's process-global thread count for the block). Yields
+    :func:`cpu_parallelism`. Use :func:`run_cpu_work` to run a call's CPU work off the main thread."""
+    yield cpu_parallelism()
+
+
+def check_not_meta(tensor: Any, name: str) -> None:
+    """The encodings need the values of their inputs (eigen-decompositions, sorting checks): refuse meta tensors
+    with a ValueError naming the argument (they carry only shapes)."""
+    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device (shape only, no values); graph encodings compute from the "
+                         "values: pass a CPU or CUDA tensor")
 
 
 @dataclass(frozen=True)
@@ -80,9 +141,12 @@ def check_edge_index(edge_index: Any, num_nodes: int) -> torch.Tensor:
     if edge_index.numel():
         low, high = int(edge_index.min()), int(edge_index.max())
         if low < 0:
-            raise ValueError(f"edge_index must hold node indices >= 0, found {low}")
+            row, e = (edge_index < 0).nonzero()[0].tolist()
+            raise ValueError(f"edge_index must hold node indices >= 0, found {low} (edge_index[{row}, {e}])")
         if high >= num_nodes:
-            raise ValueError(f"edge_index refers to node {high}, but num_nodes={num_nodes} (valid: 0..{num_nodes - 1})")
+            row, e = (edge_index >= num_nodes).nonzero()[0].tolist()
+            raise ValueError(f"edge_index refers to node {high} (edge_index[{row}, {e}]), but num_nodes={num_nodes} "
+                             f"(valid: 0..{num_nodes - 1})")
     return edge_index
 
 
@@ -101,13 +165,16 @@ def check_edge_weight(edge_weight: Any, num_edges: int, device: torch.device) ->
         raise ValueError(f"edge_weight is on {edge_weight.device} but edge_index is on {device}")
     check_finite(edge_weight, "edge_weight")
     if num_edges and float(edge_weight.min()) < 0:
-        raise ValueError(f"edge_weight must be >= 0, found {float(edge_weight.min())}")
+        e = int((edge_weight < 0).nonzero()[0])
+        raise ValueError(f"edge_weight must be >= 0, found {float(edge_weight[e])} at edge {e}")
     return edge_weight.to(torch.float64)
 
 
 def check_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_weight: Any = None) -> GraphBatch:
     """Validate a (batch of) graph(s) and precompute the per-graph node ranges."""
     num_nodes = check_positive_int(num_nodes, "num_nodes", minimum=0)
+    for value, name in ((edge_index, "edge_index"), (batch, "batch"), (edge_weight, "edge_weight")):
+        check_not_meta(value, name)
     edge_index = check_edge_index(edge_index, num_nodes)
     device = edge_index.device
     edge_weight = check_edge_weight(edge_weight, edge_index.shape[1], device)
@@ -126,7 +193,12 @@ def check_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_weight:
             if int(batch.min()) < 0:
                 raise ValueError(f"batch must hold graph ids >= 0, found {int(batch.min())}")
             if bool((batch[1:] < batch[:-1]).any()):
-                raise ValueError("batch must be non-decreasing (PyG's layout: the nodes of each graph contiguous)")
+                bad = int((batch[1:] < batch[:-1]).nonzero()[0]) + 1
+                raise ValueError(f"batch must be non-decreasing (PyG's layout: the nodes of each graph contiguous); "
+                                 f"node {bad} has graph id {int(batch[bad])} after {int(batch[bad - 1])}")
+            if int(batch[-1]) >= MAX_ELEMENTS:
+                raise ValueError(f"batch holds graph id {int(batch[-1])}: at most {MAX_ELEMENTS} graphs per call "
+                                 "(ids count graphs, empty ones included)")
             counts = torch.bincount(batch)
         else:
             counts = torch.zeros(1, dtype=torch.long, device=device)
@@ -181,6 +253,27 @@ class SizeGroup:
     def nodes(self, ptr: torch.Tensor) -> torch.Tensor:
         """Global node ids ``[G, n]`` of the group's graphs."""
         return ptr[self.graphs].unsqueeze(1) + torch.arange(self.n, device=ptr.device)
+
+    def chunks(self, max_elements: int) -> list[SizeGroup]:
+        """The group cut into consecutive runs of graphs whose ``[G', n, n]`` blocks hold at most
+        ``max_elements`` elements each (at least one graph per chunk)."""
+        per_chunk = max(1, max_elements // max(1, self.n * self.n))
+        total = self.graphs.numel()
+        if total <= per_chunk:
+            return [self]
+        out = []
+        for lo in range(0, total, per_chunk):
+            hi = min(lo + per_chunk, total)
+            mine = (self.slot >= lo) & (self.slot < hi)
+            out.append(SizeGroup(self.n, self.graphs[lo:hi], self.slot[mine] - lo, self.row[mine], self.col[mine],
+                                 self.weight[mine]))
+        return out
+
+    def graph(self, slot: int) -> SizeGroup:
+        """The group's ``slot``-th graph alone."""
+        mine = self.slot == slot
+        return SizeGroup(self.n, self.graphs[slot:slot + 1], torch.zeros_like(self.slot[mine]), self.row[mine],
+                         self.col[mine], self.weight[mine])
 
 
 def size_groups(g: GraphBatch, keep: torch.Tensor | None = None) -> list[SizeGroup]:

@@ -23,45 +23,64 @@ Eigenvectors come in ascending eigenvalue order; ``drop_trivial`` drops the firs
 Columns a graph does not have (``k`` >= its number of nodes) are zeros and flagged in the mask.
 
 Repeated eigenvalues (cycles, grids, symmetric molecules, several components): any orthonormal basis of the
-eigenspace is as correct as any other, so those columns are not unique; omnipos returns LAPACK's (deterministic
-for the same input on the same device) and the tests compare eigenspaces (projectors) there, not vectors.
-A disconnected graph has one zero eigenvalue per component; ``drop_trivial`` drops one of them only (as PyG).
+eigenspace is as correct as any other. With ``sign="canonical"`` (the default) omnipos returns the *canonical
+basis* of :func:`omnipos.graph.canonical_basis`: a basis fixed by the eigenspace itself (pivoted Cholesky of its
+projector; for a simple eigenvalue, the sign that makes the largest-magnitude entry positive). So the same graph
+gives the same numbers alone, in any batch, run to run and on the dense or sparse path (up to the solvers'
+accuracy, ~1e-8, where they differ). ``sign="random"`` flips the canonical columns' signs at random;
+``sign="none"`` returns the solver's basis as it comes.
+A disconnected graph has one zero eigenvalue per component; ``drop_trivial`` drops one of them only (as PyG): the
+first canonical vector of the zero eigenspace, i.e. the component whose ``sqrt(d_i / vol)`` is largest.
 ``per_component=True`` instead encodes each connected component as a graph of its own.
 
-Solvers: graphs are grouped by node count and each group is solved with ONE batched ``torch.linalg.eigh`` in
-float64 on the input's device (the dense ``[G, n, n]`` Laplacians are scattered from the edge list with tensor
-ops). On the CPU, LAPACK runs single-threaded per matrix and the stacks are split over ``torch.get_num_threads()``
-Python threads instead (see ``omnipos.graph._input.CPU_THREADS`` for why). Graphs above ``dense_max_nodes`` go to
-a sparse solver instead (never a dense ``n x n``): SciPy's ``eigsh`` in shift-invert mode around a small negative
-shift, with a fixed start vector (deterministic).
+Solvers (``solver=``, ``dense_max_nodes=``): graphs of at most ``dense_max_nodes`` nodes are grouped by node count
+and each group is solved with batched ``torch.linalg.eigh`` in float64 on the input's device (the dense
+``[G, n, n]`` Laplacians are scattered from the edge list with tensor ops, in chunks of bounded memory); accurate
+to float64 rounding. On the CPU the LAPACK calls run on omnipos's worker threads, one thread each (see
+``omnipos.graph._input`` for why), never changing torch's thread count. Larger graphs go to
+:func:`omnipos.graph.eigensolvers.graph_eigenpairs` (never a dense ``n x n``, never an LU beyond
+:data:`~omnipos.graph.eigensolvers.FILL_BUDGET` entries): connected components, each small one dense, each large
+one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with
+chords) or Lanczos on ``2I - L`` (hubs, expanders), chosen by measurement of the graph (``solver="auto"``) or by
+name; residuals below ~1e-8. See that module for the rules and their accuracy.
+
+Bad input is refused with a ValueError / TypeError naming the argument (and the edge or node): node ids outside
+``0..num_nodes-1``, NaN / infinite / negative weights, ``k < 1``, an unsorted or mis-sized ``batch``, edges
+across graphs, meta tensors, outputs above ``MAX_ELEMENTS`` elements. Weights of any finite magnitude work: the
+normalised Laplacians do not change when all weights are scaled, so they are divided by the largest weight first
+(``normalization=None`` scales its eigenvalues back, and refuses if they overflow float32).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..core import check_choice, check_positive_int
-from ._input import GraphBatch, SizeGroup, check_graph, cpu_threads, size_groups
-from .sign import SIGNS, canonical_sign, random_sign
+from ._input import MAX_ELEMENTS, GraphBatch, SizeGroup, check_graph, cpu_parallelism, run_cpu_work, size_groups
+from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
+from .sign import SIGNS, random_sign, round_noise
 
-__all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "laplacian_pe", "dense_laplacian", "connected_components"]
+__all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian_pe", "dense_laplacian", "sparse_laplacian",
+           "connected_components", "check_normalization"]
 
 NORMALIZATIONS = ("sym", "rw", None)
-#: Graphs with more nodes than this take the sparse (shift-invert eigsh) path by default.
+#: Graphs with more nodes than this take the sparse path by default.
 DENSE_MAX_NODES = 512
-# Below this much eigh work (sum of G * n^3; 2e6 is ~130 graphs of 25 nodes, ~8 ms of LAPACK), starting
-# threads costs more than it saves (a thread pool per call made one-graph-at-a-time transforms 3x slower).
-_PARALLEL_MIN_WORK = 2_000_000
+#: Largest dense ``[n, n]`` matrix a solve may allocate (n = 11,585; 1 GiB in float64); beyond it, a graph
+#: within ``dense_max_nodes`` is refused with a ValueError rather than sent to the allocator.
+DENSE_MAX_ELEMENTS = 2 ** 27
+# Elements of the dense [G, n, n] Laplacians solved at once (float64 Laplacians + eigenvectors: ~0.5 GB).
+_CHUNK_ELEMENTS = 32_000_000
 
 
 def check_normalization(normalization: Any) -> str | None:
     if normalization is not None and (not isinstance(normalization, str) or normalization not in ("sym", "rw")):
         raise ValueError(f"normalization must be one of 'sym', 'rw', None; got {normalization!r}")
     return normalization
+
 
 
 def dense_laplacian(adjacency: torch.Tensor, normalization: str | None = "sym") -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,76 +90,56 @@ def dense_laplacian(adjacency: torch.Tensor, normalization: str | None = "sym") 
     one the normalization asks for: ``D^-1/2`` for ``"rw"`` (degree 0 counted as 1), ones otherwise.
     """
     degree = adjacency.sum(dim=-1)
-    eye = torch.eye(adjacency.shape[-1], dtype=adjacency.dtype, device=adjacency.device)
     if normalization is None:
-        return torch.diag_embed(degree) - adjacency, torch.ones_like(degree)
+        laplacian = adjacency.neg()
+        laplacian.diagonal(dim1=-2, dim2=-1).add_(degree)
+        return laplacian, torch.ones_like(degree)
     inv_sqrt = torch.where(degree > 0, degree.clamp_min(torch.finfo(degree.dtype).tiny).rsqrt(), 0.0)
-    laplacian = eye - inv_sqrt.unsqueeze(-1) * adjacency * inv_sqrt.unsqueeze(-2)
+    laplacian = (adjacency * inv_sqrt.unsqueeze(-1)).mul_(inv_sqrt.neg().unsqueeze(-2))
+    laplacian.diagonal(dim1=-2, dim2=-1).add_(1.0)
     if normalization == "rw":
         return laplacian, torch.where(degree > 0, inv_sqrt, 1.0)
     return laplacian, torch.ones_like(degree)
 
 
-def _pick_signs(vectors: torch.Tensor, sign: str, generator: torch.Generator | None) -> torch.Tensor:
-    if sign == "canonical":
-        return vectors * canonical_sign(vectors).unsqueeze(-2)
-    if sign == "random":
-        shape = (vectors.shape[0], vectors.shape[-1])
-        return vectors * random_sign(shape, device=vectors.device, generator=generator).unsqueeze(-2)
-    return vectors
+def sparse_laplacian(row: np.ndarray, col: np.ndarray, weight: np.ndarray, n: int,
+                     normalization: str | None = "sym") -> tuple[Any, np.ndarray, np.ndarray]:
+    """One graph's Laplacian as a SciPy CSR matrix, from an edge list (self-loops dropped, duplicates summed,
+    ``A <- max(A, A^T)``): ``(L, degree [n], null_weight [n])``; ``"rw"`` gives the symmetric one (its
+    eigenvectors are mapped afterwards). ``null_weight`` restricted to a component spans its null space."""
+    import scipy.sparse as sp
+
+    loops = row == col
+    adjacency = sp.coo_matrix((weight[~loops], (row[~loops], col[~loops])), shape=(n, n)).tocsr()
+    adjacency = adjacency.maximum(adjacency.T).tocoo()
+    keep = adjacency.data != 0
+    rows, cols, values = adjacency.row[keep], adjacency.col[keep], adjacency.data[keep]
+    degree = np.bincount(rows, weights=values, minlength=n)
+    diagonal = np.arange(n)
+    if normalization is None:
+        entries, null_weight = -values, np.ones(n)
+        diagonal_values = degree
+    else:
+        inv_sqrt = np.where(degree > 0, 1.0 / np.sqrt(np.where(degree > 0, degree, 1.0)), 0.0)
+        entries, null_weight = -values * inv_sqrt[rows] * inv_sqrt[cols], np.sqrt(degree)
+        diagonal_values = np.ones(n)
+    laplacian = sp.csr_matrix((np.concatenate([entries, diagonal_values]),
+                               (np.concatenate([rows, diagonal]), np.concatenate([cols, diagonal]))), shape=(n, n))
+    return laplacian, degree, null_weight
+
+
+def _spectrum_bound(normalization: str | None, degree_max: torch.Tensor | float) -> torch.Tensor | float:
+    """An upper bound of the Laplacian's eigenvalues: 2, or ``2 max(degree)`` (>= 1) for ``D - A``."""
+    if normalization is not None:
+        return 2.0
+    if isinstance(degree_max, torch.Tensor):
+        return 2.0 * degree_max.clamp_min(0.5)
+    return 2.0 * max(float(degree_max), 0.5)
 
 
 def _rw_vectors(vectors: torch.Tensor, d_scale: torch.Tensor) -> torch.Tensor:
     vectors = vectors * d_scale.unsqueeze(-1)
-    return vectors / vectors.norm(dim=-2, keepdim=True)
-
-
-def _eigh_all(laplacians: list[torch.Tensor], workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``torch.linalg.eigh`` of each ``[G, n, n]`` stack. On the CPU each stack is cut into ``workers`` slices
-    solved on Python threads: a batched eigh is one single-threaded LAPACK call per matrix (see ``CPU_THREADS``),
-    and torch releases the GIL while it runs, so the slices run in parallel."""
-    work = sum(lap.shape[0] * lap.shape[-1] ** 3 for lap in laplacians)
-    if workers <= 1 or work < _PARALLEL_MIN_WORK or laplacians[0].device.type != "cpu":
-        return [torch.linalg.eigh(lap) for lap in laplacians]
-    pieces = [lap.tensor_split(workers) for lap in laplacians]
-    with ThreadPoolExecutor(workers) as pool:
-        solved = iter(list(pool.map(torch.linalg.eigh, [p for parts in pieces for p in parts])))
-    out = []
-    for parts in pieces:
-        chunk = [next(solved) for _ in parts]
-        out.append((torch.cat([c[0] for c in chunk]), torch.cat([c[1] for c in chunk])))
-    return out
-
-
-def _sparse_one(row: np.ndarray, col: np.ndarray, weight: np.ndarray, n: int, wanted: int,
-                normalization: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ``wanted`` smallest eigenpairs of one big graph's (symmetric) Laplacian, never densified:
-    ``([m], [n, m], d_scale [n])``, as :func:`dense_laplacian`."""
-    import scipy.sparse as sp
-    from scipy.sparse.linalg import LinearOperator, eigsh, splu
-
-    adjacency = sp.coo_matrix((weight, (row, col)), shape=(n, n)).tocsr()  # duplicates add up
-    adjacency = adjacency.maximum(adjacency.T).tocsr()
-    degree = np.asarray(adjacency.sum(axis=1)).ravel()
-    if normalization is None:
-        laplacian = sp.diags(degree) - adjacency
-        scale = 2.0 * max(float(degree.max()), 1.0)
-        d_scale = np.ones(n)
-    else:
-        inv_sqrt = np.where(degree > 0, 1.0 / np.sqrt(np.where(degree > 0, degree, 1.0)), 0.0)
-        laplacian = sp.identity(n, format="csr") - sp.diags(inv_sqrt) @ adjacency @ sp.diags(inv_sqrt)
-        scale = 2.0
-        d_scale = np.where(degree > 0, inv_sqrt, 1.0)
-    # Shift-invert around a point just below the spectrum (L is positive semi-definite): L + s I is positive
-    # definite, and the smallest eigenvalues of L become the largest, well separated, of its inverse.
-    shift = 1e-4 * scale
-    # splu's default COLAMD ordering: MMD_AT_PLUS_A fills in less but took 20x longer to order (20k-node 6-NN graph)
-    factor = splu((laplacian + shift * sp.identity(n)).tocsc())
-    op_inv = LinearOperator((n, n), matvec=factor.solve, dtype=np.float64)
-    start = np.random.default_rng(0).standard_normal(n)  # fixed start vector: ARPACK is deterministic then
-    values, vectors = eigsh(laplacian.tocsr(), k=wanted, sigma=-shift, which="LM", OPinv=op_inv, v0=start)
-    order = np.argsort(values, kind="stable")
-    return values[order], vectors[:, order], d_scale
+    return vectors / vectors.norm(dim=-2, keepdim=True).clamp_min(torch.finfo(vectors.dtype).tiny)
 
 
 def connected_components(edge_index: torch.Tensor, num_nodes: int,
@@ -172,6 +171,7 @@ def laplacian_pe(
     return_eigenvalues: bool = False,
     per_component: bool = False,
     dense_max_nodes: int = DENSE_MAX_NODES,
+    solver: str = "auto",
     generator: torch.Generator | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Laplacian eigenvector encoding of every node of a graph or of a PyG batch of graphs.
@@ -184,12 +184,15 @@ def laplacian_pe(
         edge_weight: ``[E]`` finite, non-negative weights (default 1).
         normalization: ``"sym"`` (PyG's), ``"rw"`` or ``None`` (combinatorial); see the module docstring.
         drop_trivial: drop the eigenvector of the smallest eigenvalue (PyG: yes).
-        sign: ``"canonical"`` (deterministic, see :mod:`omnipos.graph.sign`), ``"random"`` (a random sign per
-            graph and column, as PyG) or ``"none"`` (whatever the solver returns).
+        sign: ``"canonical"`` (the canonical basis: deterministic, batch-invariant, see the module docstring),
+            ``"random"`` (the canonical basis with a random sign per graph and column, as PyG's random sign) or
+            ``"none"`` (whatever the solver returns).
         return_eigenvalues: also return the eigenvalues and the validity mask.
         per_component: encode each connected component as a graph of its own (its own trivial eigenvector
             dropped); eigenvalue rows are then components, in order of their lowest node.
-        dense_max_nodes: graphs with more nodes use the sparse shift-invert solver.
+        dense_max_nodes: graphs with more nodes use the sparse path.
+        solver: the sparse path's solver for large components: ``"auto"`` (chosen per component, see
+            :mod:`omnipos.graph.eigensolvers`), ``"shift-invert"``, ``"lobpcg"`` or ``"lanczos"``.
         generator: random source for ``sign="random"``.
 
     Returns:
@@ -201,49 +204,108 @@ def laplacian_pe(
     normalization = check_normalization(normalization)
     check_choice(sign, "sign", SIGNS)
     dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
-    with cpu_threads(edge_index) as workers:
-        g = check_graph(edge_index, num_nodes, batch, edge_weight)
-        order = None
-        if per_component:
-            _, labels = connected_components(g.edge_index, g.num_nodes, g.edge_weight)
-            order = torch.argsort(labels, stable=True)
-            position = torch.empty_like(order)
-            position[order] = torch.arange(order.numel(), device=order.device)
-            g = check_graph(position[g.edge_index], g.num_nodes, labels[order], g.edge_weight)
-        pe, values, mask = _encode(g, k, normalization, bool(drop_trivial), sign, dense_max_nodes, generator,
-                                   workers)
-        if order is not None:
-            pe = pe[position]
+    solver = check_solver(solver)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    pe, values, mask = run_cpu_work(edge_index, _laplacian_pe, edge_index, num_nodes, k, batch, edge_weight,
+                                    normalization, bool(drop_trivial), sign, per_component, dense_max_nodes,
+                                    solver, generator)
     if return_eigenvalues:
         return pe, values, mask
     return pe
 
 
+def check_output_size(g: GraphBatch, k: int, per_node: int = 1) -> None:
+    """Refuse (naming ``k``) an output of more than ``MAX_ELEMENTS`` elements before allocating it:
+    ``pe [N, per_node * k]`` and ``eigenvalues [B, k]``."""
+    elements = (g.num_nodes * per_node + g.num_graphs) * k
+    if elements > MAX_ELEMENTS:
+        raise ValueError(f"k={k} asks for {elements:,} output elements for {g.num_nodes:,} nodes in "
+                         f"{g.num_graphs:,} graphs; at most {MAX_ELEMENTS:,} per call (columns beyond a graph's "
+                         "node count are zero padding)")
+
+
+def check_dense_size(group: SizeGroup, dense_max_nodes: int) -> None:
+    """Refuse (naming ``dense_max_nodes`` and the graph) a dense ``[n, n]`` solve beyond
+    ``DENSE_MAX_ELEMENTS`` elements, before allocating it."""
+    n = group.n
+    if n * n > DENSE_MAX_ELEMENTS:
+        raise ValueError(f"graph {int(group.graphs[0])} has {n:,} nodes: its dense [n, n] solve would need "
+                         f"{n * n * 16 / 2 ** 30:.1f} GiB (at most {DENSE_MAX_ELEMENTS:,} elements); lower "
+                         f"dense_max_nodes={dense_max_nodes} so that it takes the sparse path")
+
+
+def scaled_weights(g: GraphBatch) -> tuple[GraphBatch, float]:
+    """``g`` with its weights divided by the largest one (so degrees cannot overflow), and that divisor."""
+    if not g.edge_weight.numel():
+        return g, 1.0
+    largest = float(g.edge_weight.max())
+    if largest <= 0 or largest == 1.0:
+        return g, 1.0
+    return GraphBatch(g.edge_index, g.edge_weight / largest, g.num_nodes, g.batch, g.counts, g.ptr), largest
+
+
+def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weight: Any,
+                  normalization: str | None, drop_trivial: bool, sign: str, per_component: bool,
+                  dense_max_nodes: int, solver: str,
+                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = check_graph(edge_index, num_nodes, batch, edge_weight)
+    order = position = None
+    if per_component:
+        _, labels = connected_components(g.edge_index, g.num_nodes, g.edge_weight)
+        order = torch.argsort(labels, stable=True)
+        position = torch.empty_like(order)
+        position[order] = torch.arange(order.numel(), device=order.device)
+        g = check_graph(position[g.edge_index], g.num_nodes, labels[order], g.edge_weight)
+    check_output_size(g, k)
+    g, weight_scale = scaled_weights(g)
+    pe, values, mask = _encode(g, k, normalization, drop_trivial, sign, dense_max_nodes, solver, generator)
+    if normalization is None and weight_scale != 1.0:
+        values = values.double() * weight_scale
+        if not bool(torch.isfinite(values.float()).all()):
+            raise ValueError("edge_weight is so large that the eigenvalues of D - A overflow float32; scale the "
+                             "weights down or use normalization='sym'")
+        values = values.float()
+    if position is not None:
+        pe = pe[position]
+    return pe, values, mask
+
+
 def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool, sign: str,
-            dense_max_nodes: int, generator: torch.Generator | None, workers: int = 1) -> tuple[torch.Tensor, ...]:
+            dense_max_nodes: int, solver: str, generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
     start = int(drop_trivial)
     device = g.device
     pe = torch.zeros(g.num_nodes, k, dtype=torch.float32, device=device)
     eigenvalues = torch.zeros(g.num_graphs, k, dtype=torch.float32, device=device)
     available = (g.counts - start).clamp_min(0)
     mask = torch.arange(k, device=device) < available.unsqueeze(-1)
-    dense, laplacians, scales = [], [], []
+    workers = cpu_parallelism()
+    dense: list[SizeGroup] = []
     for group in size_groups(g, keep=g.edge_index[0] != g.edge_index[1]):  # self-loops dropped
         n = group.n
         if n <= start:
             continue
-        m = min(k, n - start)
-        if n <= dense_max_nodes or start + m >= n - 1:  # (ARPACK needs fewer eigenpairs than n - 1)
-            adjacency = group.dense()
-            laplacian, d_scale = dense_laplacian(torch.maximum(adjacency, adjacency.transpose(1, 2)),
-                                                 normalization)
+        if n <= dense_max_nodes:
+            check_dense_size(group, dense_max_nodes)
             dense.append(group)
-            laplacians.append(laplacian)
-            scales.append(d_scale)
             continue
-        values, vectors = _sparse_groups(group, start + m, normalization)
-        _store(pe, eigenvalues, g, group, values[:, start:], vectors[:, :, start:], sign, generator)
-    for group, d_scale, (values, vectors) in zip(dense, scales, _eigh_all(laplacians, workers)):
+        for slot in range(group.graphs.numel()):
+            one = group.graph(slot)
+            values, vectors = _large_graph(one, start + min(k, n - start), normalization, dense_max_nodes, solver,
+                                           workers)
+            _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
+
+    def build(group: SizeGroup) -> tuple[torch.Tensor, tuple[torch.Tensor, Any]]:
+        adjacency = group.dense()
+        adjacency = torch.maximum(adjacency, adjacency.transpose(1, 2))
+        laplacian, d_scale = dense_laplacian(adjacency, normalization)
+        return laplacian, (d_scale, _spectrum_bound(normalization, adjacency.sum(-1).amax(-1)))
+
+    def canonical(group: SizeGroup, extra: tuple[torch.Tensor, Any]) -> tuple[int, Any]:
+        return start + min(k, group.n - start), extra[1]
+
+    for group, (d_scale, _), values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS,
+                                                                   canonical if sign != "none" else None):
         m = min(k, group.n - start)
         values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
         if normalization == "rw":
@@ -252,26 +314,27 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     return pe, eigenvalues, mask
 
 
+def _large_graph(group: SizeGroup, wanted: int, normalization: str | None, dense_max_nodes: int, solver: str,
+                 workers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``wanted`` lowest eigenpairs of one big graph in the canonical basis: ``([wanted], [n, wanted])``."""
+    laplacian, degree, null_weight = sparse_laplacian(group.row.cpu().numpy(), group.col.cpu().numpy(),
+                                                      group.weight.cpu().numpy(), group.n, normalization)
+    bound = _spectrum_bound(normalization, float(degree.max()) if degree.size else 0.0)
+    values, vectors, _ = graph_eigenpairs(laplacian, wanted, null_weight=null_weight, bound=bound,
+                                          dense_max_nodes=dense_max_nodes, solver=solver, workers=workers)
+    vectors = torch.from_numpy(np.ascontiguousarray(vectors))
+    if normalization == "rw":
+        d_scale = np.where(degree > 0, 1.0 / np.sqrt(np.where(degree > 0, degree, 1.0)), 1.0)
+        vectors = _rw_vectors(vectors, torch.from_numpy(d_scale))
+    device = group.graphs.device
+    return torch.from_numpy(values).to(device), vectors.to(device)
+
+
 def _store(pe: torch.Tensor, eigenvalues: torch.Tensor, g: GraphBatch, group: SizeGroup, values: torch.Tensor,
            vectors: torch.Tensor, sign: str, generator: torch.Generator | None) -> None:
     m = values.shape[1]
-    vectors = _pick_signs(vectors, sign, generator)
-    pe[group.nodes(g.ptr).reshape(-1), :m] = vectors.reshape(-1, m).to(torch.float32)
-    eigenvalues[group.graphs, :m] = values.to(torch.float32)
-
-
-def _sparse_groups(group: SizeGroup, wanted: int,
-                   normalization: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Big graphs one at a time (each is a solve of its own): ``([G, wanted], [G, n, wanted])`` float64."""
-    all_values, all_vectors = [], []
-    for slot in range(group.graphs.numel()):
-        mine = group.slot == slot
-        values, vectors, d_scale = _sparse_one(group.row[mine].cpu().numpy(), group.col[mine].cpu().numpy(),
-                                               group.weight[mine].cpu().numpy(), group.n, wanted, normalization)
-        vectors = torch.from_numpy(np.ascontiguousarray(vectors))
-        if normalization == "rw":
-            vectors = _rw_vectors(vectors, torch.from_numpy(d_scale))
-        all_values.append(torch.from_numpy(values))
-        all_vectors.append(vectors)
-    device = group.graphs.device
-    return torch.stack(all_values).to(device), torch.stack(all_vectors).to(device)
+    if sign == "random":
+        flips = random_sign((vectors.shape[0], m), device=vectors.device, dtype=vectors.dtype, generator=generator)
+        vectors = vectors * flips.unsqueeze(-2)
+    pe[group.nodes(g.ptr).reshape(-1), :m] = round_noise(vectors.reshape(-1, m)).to(torch.float32)
+    eigenvalues[group.graphs, :m] = round_noise(values).to(torch.float32)

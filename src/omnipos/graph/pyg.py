@@ -7,6 +7,8 @@
   weighted transition ``w_ij / sum_j w_ij`` (PyG uses ``1 / sum_j w_ij``, pyg#10098).
 - :class:`AddRRWP`: GRIT's relative random-walk probabilities with GRIT's attributes (``rrwp``, ``rrwp_index``,
   ``rrwp_val``).
+- :class:`AddMagneticLaplacianPE`: the magnetic Laplacian encoding of directed graphs (``magnetic_laplacian_pe``,
+  ``[N, 2k]``: ``[Re | Im]``).
 - :class:`RandomSignFlip`: training-time sign augmentation, an independent sign per graph of a Batch.
 - :func:`precompute`: a whole dataset through a transform in batches (one batched solve per batch).
 
@@ -41,7 +43,7 @@ from .random_walk import random_walk_pe
 from .rrwp import rrwp
 from .sign import SIGNS, random_sign_flip
 
-__all__ = ["AddLaplacianPE", "AddRandomWalkPE", "AddRRWP", "RandomSignFlip", "precompute", "add_node_attr",
+__all__ = ["AddLaplacianPE", "AddMagneticLaplacianPE", "AddRandomWalkPE", "AddRRWP", "RandomSignFlip", "precompute", "add_node_attr",
            "EIGENVALUE_LAYOUTS"]
 
 #: ``"graph"``: eigenvalues ``[1, k]`` per graph (``[B, k]`` once collated), 0 where missing.
@@ -428,3 +430,53 @@ def precompute(dataset: Sequence[Data], transform: Any, *, batch_size: int = 102
             out.extend(copies)
             report.update(len(copies))
     return out
+
+
+class AddMagneticLaplacianPE(_PETransform):
+    r"""Adds the magnetic Laplacian eigenvector positional encoding for directed graphs from `"Transformers Meet
+    Directed Graphs" <https://arxiv.org/abs/2302.00049>`_ (Geisler et al., 2023): ``[Re | Im]`` of the ``k``
+    lowest eigenvectors of the Hermitian ``L_q``, phase-canonical, batched (see
+    :func:`omnipos.graph.magnetic_laplacian_pe`).
+
+    Args:
+        k (int): number of (complex) eigenvectors; the attribute has ``2 k`` columns.
+        q (float): the potential in ``[0, 0.5]``. (default: ``0.25``)
+        attr_name (str, optional): attribute to write (``[N, 2k]`` float32); ``None`` concatenates to ``x``.
+            (default: ``"magnetic_laplacian_pe"``)
+        eigenvalue_attr (str, optional): also store the eigenvalues there, ``[1, k]`` per graph. (default: ``None``)
+        mask_attr (str, optional): also store the ``[N, k]`` mask of real (not padded) columns. (default: ``None``)
+        dense_max_nodes (int): graphs with more nodes use the sparse solver. (default: 512)
+        solver (str): the sparse path's solver. (default: ``"auto"``)
+    """
+
+    def __init__(self, k: int, q: float = 0.25, attr_name: str | None = "magnetic_laplacian_pe", *,
+                 eigenvalue_attr: str | None = None, mask_attr: str | None = None,
+                 dense_max_nodes: int = DENSE_MAX_NODES, solver: str = "auto") -> None:
+        from .eigensolvers import check_solver
+        from .magnetic import check_q
+
+        self.k = check_positive_int(k, "k")
+        self.q = check_q(q)
+        self.attr_name = attr_name
+        self.eigenvalue_attr = eigenvalue_attr
+        self.mask_attr = mask_attr
+        self.dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
+        self.solver = check_solver(solver)
+
+    def encode_structure(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None,
+                         edge_weight: torch.Tensor | None, num_graphs: int = 1) -> Encoded:
+        from .magnetic import magnetic_laplacian_pe
+
+        pe, values, mask = magnetic_laplacian_pe(edge_index, num_nodes, self.k, q=self.q, batch=batch,
+                                                 edge_weight=edge_weight, return_eigenvalues=True,
+                                                 dense_max_nodes=self.dense_max_nodes, solver=self.solver)
+        out: Encoded = {_x_key(self.attr_name, "magnetic"): (pe, "node")}
+        values, mask = _pad_graph_rows(values, num_graphs), _pad_graph_rows(mask, num_graphs, False)
+        if self.eigenvalue_attr is not None:
+            out[self.eigenvalue_attr] = (values, "graph")
+        if self.mask_attr is not None:
+            out[self.mask_attr] = (mask[batch] if batch is not None else mask.expand(pe.shape[0], -1), "node")
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(k={self.k}, q={self.q}, attr_name={self.attr_name!r})"
