@@ -97,7 +97,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = 3 if args.quick else args.repeats
-    bench = Bench("compile", notes="eager vs torch.compile (inductor, dynamic=False) on CPU; speedup = eager / compiled")
+    bench = Bench("compile",
+                  notes="eager vs torch.compile (inductor, dynamic=False) on CPU; speedup = eager / compiled")
     for case in (rope_case, timeline_case, vit_case):
         case(bench, args.quick, repeats)
     bench.finish(args.out)

@@ -15,9 +15,7 @@ what that hand-over costs.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np

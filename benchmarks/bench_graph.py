@@ -28,7 +28,8 @@
 Targets on a 2-core CPU: (a) >= 10x, (b) >= 3x, (c) >= 5x; (d), (e), (f): faster than the peer on every case, (f)
 in seconds to a minute at 1e6 nodes.
 (c), (d), (e) run torch single-threaded on both sides (on a shared 2-core machine OpenMP's barriers made small
-ops many times slower with 2 threads; omnipos no longer changes torch's thread count itself). Threads: NumPy's BLAS runs single-threaded
+ops many times slower with 2 threads; omnipos no longer changes torch's thread count itself).
+Threads: NumPy's BLAS runs single-threaded
 (OPENBLAS_NUM_THREADS=1: on a shared 2-core machine PyG's threaded NumPy eigh was 15x slower, so this favours
 PyG); torch keeps its default for omnipos (which runs LAPACK single-threaded per matrix and splits a batch's
 eigh over torch.get_num_threads() Python threads) and is set to 1 thread while PyG runs (with 2, its small
@@ -62,7 +63,14 @@ warnings.filterwarnings("ignore")
 from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE  # noqa: E402
 
-from omnipos.graph import AddLaplacianPE, AddRRWP, laplacian_pe, precompute, random_walk_pe, rrwp  # noqa: E402
+from omnipos.graph import (  # noqa: E402
+    AddLaplacianPE,
+    AddRRWP,
+    laplacian_pe,
+    precompute,
+    random_walk_pe,
+    rrwp,
+)
 
 
 def molecule_like(count: int, seed: int = 0) -> list[Data]:

@@ -129,7 +129,9 @@ def main() -> None:
                     row.update(liger_ms=times["liger"] * 1e3, speedup_vs_liger=times["liger"] / t_ours)
             bench.row(**row)
         if not args.no_mrope:
-            from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb
+            from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+                apply_rotary_pos_emb,
+            )
 
             section = [d // 8, 3 * d // 16, 3 * d // 16]  # (16, 24, 24) at d = 128, as Qwen2-VL
             hf_rotary = qwen2_vl_rotary(d, section, device)
@@ -144,7 +146,6 @@ def main() -> None:
             times = paired_times({"hf": hf_mrope, "ours": lambda: mrope(q, k, ids)}, device=device, repeats=repeats)
             bench.row(shape="x".join(map(str, shape)), layout="mrope (half)", omnipos_ms=times["ours"] * 1e3,
                       hf_eager_ms=times["hf"] * 1e3, speedup_vs_hf=times["hf"] / times["ours"])
-        del q, k
     bench.finish(args.out)
 
 

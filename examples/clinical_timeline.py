@@ -9,8 +9,8 @@ clock. Runs in seconds on a CPU.
 import torch
 from torch import nn
 
-from omnipos.timeseries import EventBatch, TimelineEncoder
 from omnipos.app.synthetic import synthetic_cohort
+from omnipos.timeseries import EventBatch, TimelineEncoder
 
 torch.manual_seed(0)
 events, labels = synthetic_cohort(100, seed=0)        # MEDS-style rows: subject_id, time, code, numeric_value

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-
 from contract.harness import CHECKS, Case, run
+
 from omnipos.core import (
     LearnedPositionalEmbedding,
     RelativePositionBias,

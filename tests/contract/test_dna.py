@@ -3,9 +3,9 @@ compile without graph breaks, output dtype following the module, gradients, meta
 
 import pytest
 import torch
+from contract.harness import CHECKS, Case, run
 from torch import nn
 
-from contract.harness import CHECKS, Case, run
 from omnipos.dna import (
     RCEquivariant,
     RCSymmetricEncoding,

@@ -3,8 +3,8 @@ without graph breaks, output dtype following the module, gradients, meta-device 
 
 import pytest
 import torch
-
 from contract.harness import CHECKS, Case, run
+
 from omnipos.graph import SignNet
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-
 from contract.harness import CHECKS, Case, run
+
 from omnipos.vision import (
     RotaryEmbedding2D,
     mrope_position_ids,

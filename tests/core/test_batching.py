@@ -3,7 +3,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.core import lengths_to_mask, mask_to_lengths, pack, packed_positions, pad_packed, pad_ragged, unpad
+from omnipos.core import (
+    lengths_to_mask,
+    mask_to_lengths,
+    pack,
+    packed_positions,
+    pad_packed,
+    pad_ragged,
+    unpad,
+)
 
 lengths_st = st.lists(st.integers(0, 12), min_size=1, max_size=8)
 

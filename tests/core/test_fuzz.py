@@ -237,7 +237,8 @@ def test_relative_position_bias(heads, buckets, max_distance, q_len, k_len, q_of
         ok(attempt(module, q_len, k_len, q_offset=q_offset))
 
 
-@given(p=positions(), max_len=st.one_of(SIZES, JUNK), dim=SIZES, beyond=st.sampled_from(["error", "clamp", "interpolate", "wrap"]),
+@given(p=positions(), max_len=st.one_of(SIZES, JUNK), dim=SIZES,
+       beyond=st.sampled_from(["error", "clamp", "interpolate", "wrap"]),
        max_position=st.one_of(st.none(), st.floats(allow_nan=True), st.integers(-3, 100)))
 def test_learned(p, max_len, dim, beyond, max_position):
     module = attempt(LearnedPositionalEmbedding, max_len, dim, beyond=beyond)

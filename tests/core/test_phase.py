@@ -6,7 +6,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.core.phase import TWO_PI, cos_sin_of_angles, cos_sin_of_turns, reduced_phase
+from omnipos.core.phase import (
+    TWO_PI,
+    cos_sin_of_angles,
+    cos_sin_of_turns,
+    reduced_phase,
+)
 
 
 @given(st.floats(-1e7, 1e7), st.floats(1e-4, 1.0))

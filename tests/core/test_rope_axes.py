@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from omnipos.core.rope_axes import axial_slot_axes, check_axes_dims, check_mrope_section, mrope_slot_axes
+from omnipos.core.rope_axes import (
+    axial_slot_axes,
+    check_axes_dims,
+    check_mrope_section,
+    mrope_slot_axes,
+)
 
 
 def hf_recomposition(section, interleaved):
@@ -11,9 +16,13 @@ def hf_recomposition(section, interleaved):
     half = sum(section)
     freq = torch.arange(3, dtype=torch.float32)[:, None, None, None].expand(3, 1, 1, half).clone()
     if interleaved:
-        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding as Rotary
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import (
+            Qwen3VLTextRotaryEmbedding as Rotary,
+        )
     else:
-        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding as Rotary
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+            Qwen2VLRotaryEmbedding as Rotary,
+        )
     holder = Rotary.__new__(Rotary)
     holder.mrope_section = list(section)
     return Rotary.recomposition_frequencies(holder, freq)[0, 0, :half].long().tolist()  # [1, 1, 2 * half]

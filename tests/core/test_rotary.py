@@ -8,12 +8,21 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.core import RotaryEmbedding, apply_rotary, convert_rope_layout, packed_positions, rope_frequencies
+from omnipos.core import (
+    RotaryEmbedding,
+    apply_rotary,
+    convert_rope_layout,
+    packed_positions,
+    rope_frequencies,
+)
 
 transformers = pytest.importorskip("transformers")
 from support.rope import randn, reference_rotate
 from transformers import LlamaConfig  # noqa: E402
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
+from transformers.models.llama.modeling_llama import (  # noqa: E402
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
 
 # -- HF transformers (layout "half") -----------------------------------------------------------------------------
 
@@ -426,14 +435,26 @@ def test_bad_calls():
 def _qwen_rotary(family, head_dim, theta, section, interleaved):
     """transformers' own rotary class for a small config (no weights)."""
     if family == "qwen2_vl":
-        from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig as Config
-        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding as Rotary
+        from transformers.models.qwen2_vl.configuration_qwen2_vl import (
+            Qwen2VLTextConfig as Config,
+        )
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+            Qwen2VLRotaryEmbedding as Rotary,
+        )
     elif family == "qwen2_5_vl":
-        from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLTextConfig as Config
-        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding as Rotary
+        from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import (
+            Qwen2_5_VLTextConfig as Config,
+        )
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+            Qwen2_5_VLRotaryEmbedding as Rotary,
+        )
     else:
-        from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig as Config
-        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding as Rotary
+        from transformers.models.qwen3_vl.configuration_qwen3_vl import (
+            Qwen3VLTextConfig as Config,
+        )
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import (
+            Qwen3VLTextRotaryEmbedding as Rotary,
+        )
     params = {"rope_type": "default", "mrope_section": list(section), "rope_theta": theta}
     if interleaved:
         params["mrope_interleaved"] = True

@@ -36,7 +36,9 @@ def test_seed_reference_values():
 def test_matches_hf_distilbert_table():
     """HF DistilBERT's create_sinusoidal_embeddings is the interleaved convention, up to float32."""
     transformers = pytest.importorskip("transformers")
-    from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+    from transformers.models.distilbert.modeling_distilbert import (
+        create_sinusoidal_embeddings,
+    )
 
     n, dim = 64, 32
     out = torch.empty(n, dim)

@@ -10,7 +10,6 @@ from scipy import stats
 
 from omnipos.dna import relative_basis
 
-
 PEER_GAMMAS = Path("/work/shared/peer-data/enformer_pytorch_tf_gammas.pt")
 
 

@@ -6,7 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from omnipos.dna import RCEquivariant, encode, flip_within_lengths, one_hot, reverse_complement
+from omnipos.dna import (
+    RCEquivariant,
+    encode,
+    flip_within_lengths,
+    one_hot,
+    reverse_complement,
+)
 
 seqs_st = st.lists(st.text(st.sampled_from("ACGTN"), min_size=1, max_size=20), min_size=1, max_size=5)
 

@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omnipos.core import sinusoidal
-from omnipos.dna import RCSymmetricEncoding, centered_positions, flip_within_lengths, rc_symmetric_encoding
+from omnipos.dna import (
+    RCSymmetricEncoding,
+    centered_positions,
+    flip_within_lengths,
+    rc_symmetric_encoding,
+)
 
 lengths_st = st.lists(st.integers(0, 40), min_size=1, max_size=6)
 

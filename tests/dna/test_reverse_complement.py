@@ -6,7 +6,14 @@ from Bio.Seq import reverse_complement as bio_reverse_complement
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.dna import PAD, decode, encode, flip_within_lengths, one_hot, reverse_complement
+from omnipos.dna import (
+    PAD,
+    decode,
+    encode,
+    flip_within_lengths,
+    one_hot,
+    reverse_complement,
+)
 
 IUPAC = "ACGTNRYSWKMBDHV"
 sequences = st.lists(st.text(st.sampled_from(IUPAC + IUPAC.lower()), max_size=30), min_size=1, max_size=6)

@@ -1,12 +1,19 @@
-"""Fuzz the spectral side of omnipos.graph (issue 14): laplacian_pe, magnetic_laplacian_pe and the sign helpers: whatever comes in, only ValueError / TypeError come out, and
-whatever comes out is finite."""
+"""Fuzz the spectral side of omnipos.graph (issue 14): laplacian_pe, magnetic_laplacian_pe and the sign helpers.
+
+Whatever comes in, only ValueError / TypeError come out, and whatever comes out is finite."""
 
 import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omnipos.graph import canonical_basis, canonical_sign, laplacian_pe, magnetic_laplacian_pe, random_sign_flip
+from omnipos.graph import (
+    canonical_basis,
+    canonical_sign,
+    laplacian_pe,
+    magnetic_laplacian_pe,
+    random_sign_flip,
+)
 
 FLOATS = st.sampled_from([0.0, 1.0, 0.5, 1e-300, 1e-30, 1e30, 1e300, 3.0e38, float("nan"), float("inf"),
                           -float("inf"), -1.0, 5e-324])

@@ -11,7 +11,14 @@ from torch_geometric.datasets import FakeDataset
 from torch_geometric.loader import DataLoader
 from torch_geometric.transforms import AddLaplacianEigenvectorPE, Compose
 
-from omnipos.graph import AddLaplacianPE, AddRandomWalkPE, AddRRWP, RandomSignFlip, laplacian_pe, precompute
+from omnipos.graph import (
+    AddLaplacianPE,
+    AddRandomWalkPE,
+    AddRRWP,
+    RandomSignFlip,
+    laplacian_pe,
+    precompute,
+)
 
 EDGES = torch.tensor([[0, 1, 0, 4, 1, 4, 2, 3, 3, 5], [1, 0, 4, 0, 4, 1, 3, 2, 5, 3]])
 

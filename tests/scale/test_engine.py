@@ -10,7 +10,13 @@ from torch_geometric.transforms import Compose
 
 import omnipos.scale.engine as engine_module
 from omnipos.graph import AddLaplacianPE
-from omnipos.scale import CONNECT_TIMEOUT_S, Engine, PrecomputeResult, make_engine, precompute_graphs
+from omnipos.scale import (
+    CONNECT_TIMEOUT_S,
+    Engine,
+    PrecomputeResult,
+    make_engine,
+    precompute_graphs,
+)
 from omnipos.scale.engine import check_reachable
 
 

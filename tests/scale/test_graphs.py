@@ -12,7 +12,12 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.transforms import Compose
 
 from omnipos.graph import AddLaplacianPE, AddRandomWalkPE, RandomSignFlip, precompute
-from omnipos.scale import PrecomputeError, ShardedGraphDataset, load_graphs, precompute_graphs
+from omnipos.scale import (
+    PrecomputeError,
+    ShardedGraphDataset,
+    load_graphs,
+    precompute_graphs,
+)
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

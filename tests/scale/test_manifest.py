@@ -6,7 +6,13 @@ import os
 
 import pytest
 
-from omnipos.scale.manifest import MANIFEST_NAME, Manifest, fingerprint, read_verified, write_atomic
+from omnipos.scale.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    fingerprint,
+    read_verified,
+    write_atomic,
+)
 from omnipos.scale.shards import UnitRunner
 
 JOB = {"kind": "reads", "inputs": {"files": ["a"]}, "shard_size": 10, "options": {}}

@@ -11,7 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omnipos.timeseries import TimelineEncoder, batch_timelines, periodic_encoding
-from omnipos.timeseries.clock import local_offset, timezone_name, timezone_table, timezone_tensors
+from omnipos.timeseries.clock import (
+    local_offset,
+    timezone_name,
+    timezone_table,
+    timezone_tensors,
+)
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 

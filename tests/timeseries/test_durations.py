@@ -82,7 +82,12 @@ def test_parsing_a_long_bad_string_is_linear():
 
 @pytest.mark.parametrize("tiny", ["1e-310h", 1e-310, "0h", -1.0])
 def test_durations_used_as_divisors_must_have_a_finite_reciprocal(tiny):
-    from omnipos.timeseries import GapBucketEmbedding, TimelineEncoder, absolute_time_encoding, periodic_encoding
+    from omnipos.timeseries import (
+        GapBucketEmbedding,
+        TimelineEncoder,
+        absolute_time_encoding,
+        periodic_encoding,
+    )
 
     times = torch.tensor([[0.0, 1.0]])
     with pytest.raises(ValueError, match="min_period"):

@@ -6,7 +6,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.timeseries import GapBucketEmbedding, batch_timelines, log_gap_encoding, time_gaps
+from omnipos.timeseries import (
+    GapBucketEmbedding,
+    batch_timelines,
+    log_gap_encoding,
+    time_gaps,
+)
 
 
 def test_time_gaps_first_zero_duplicates_zero_padding_zero():

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from omnipos.timeseries import GapBucketEmbedding, TimelineEncoder, batch_timelines, periodic_encoding, time_gaps
+from omnipos.timeseries import (
+    GapBucketEmbedding,
+    TimelineEncoder,
+    batch_timelines,
+    periodic_encoding,
+    time_gaps,
+)
 
 pytestmark = pytest.mark.gpu
 

@@ -83,7 +83,8 @@ def tensors(draw, max_dims=4, max_side=5, dtypes=DTYPES, special=True):
 
 
 sizes = st.one_of(st.integers(-3, 6), st.tuples(st.integers(-2, 6), st.integers(-2, 6)), st.floats(-2, 6),
-                  st.just((2, 3, 4)), st.just("3"), st.none(), st.just(True), st.tuples(st.floats(0, 4), st.integers(1, 3)))
+                  st.just((2, 3, 4)), st.just("3"), st.none(), st.just(True),
+                  st.tuples(st.floats(0, 4), st.integers(1, 3)))
 
 
 @FUZZ
@@ -134,8 +135,8 @@ def test_resample_pos_embed_per_image(table, grids, max_length, prefix, padding)
 
 
 @FUZZ
-@given(image_sizes=st.one_of(tensors(max_dims=3, max_side=4, special=False), st.lists(st.lists(st.integers(-2, 40),
-                                                                                               max_size=3), max_size=3)),
+@given(image_sizes=st.one_of(tensors(max_dims=3, max_side=4, special=False),
+                             st.lists(st.lists(st.integers(-2, 40), max_size=3), max_size=3)),
        patch=sizes, grid=sizes, padded=sizes, prefix=st.integers(-1, 3))
 def test_masks(image_sizes, patch, grid, padded, prefix):
     mask = attempt(patch_padding_mask, image_sizes, patch, grid)

@@ -8,7 +8,12 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.vision import patch_grid, patch_padding_mask, pixel_padding_mask, prefix_attention_mask
+from omnipos.vision import (
+    patch_grid,
+    patch_padding_mask,
+    pixel_padding_mask,
+    prefix_attention_mask,
+)
 
 
 def test_patch_grid():

@@ -3,7 +3,11 @@ RotaryEmbeddingMixed (RoPE-Mixed)."""
 
 import pytest
 import torch
-from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingMixed, apply_rot_embed_cat
+from timm.layers.pos_embed_sincos import (
+    RotaryEmbeddingCat,
+    RotaryEmbeddingMixed,
+    apply_rot_embed_cat,
+)
 
 from omnipos.vision import RotaryEmbedding2D
 

@@ -5,7 +5,10 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from timm.layers.pos_embed_sincos import build_fourier_pos_embed, build_sincos2d_pos_embed
+from timm.layers.pos_embed_sincos import (
+    build_fourier_pos_embed,
+    build_sincos2d_pos_embed,
+)
 
 from omnipos.vision import grid_coords, sincos_2d, sincos_2d_from_coords
 

@@ -28,7 +28,8 @@ def test_cogvideox_crop_region_linspace():
     grid_h = np.linspace(top, bottom, H, endpoint=False)
     grid_w = np.linspace(left, right, W, endpoint=False)
     expected = np.stack(np.meshgrid(grid_t, grid_h, grid_w, indexing="ij"), axis=-1).reshape(-1, 3)
-    ids = video_position_ids((T, H, W), offset=(0, top, left), interpolation=(1, (bottom - top) / H, (right - left) / W))
+    ids = video_position_ids((T, H, W), offset=(0, top, left),
+                             interpolation=(1, (bottom - top) / H, (right - left) / W))
     np.testing.assert_allclose(ids.numpy(), expected, rtol=0, atol=1e-12)
 
 

@@ -9,7 +9,12 @@ from typing import Any
 
 import torch
 
-from omnipos.core import check_positive_int, lengths_to_mask, pad_packed, progress_reporter
+from omnipos.core import (
+    check_positive_int,
+    lengths_to_mask,
+    pad_packed,
+    progress_reporter,
+)
 from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
 
 from .progress import tqdm_progress

@@ -46,7 +46,13 @@ from .rope_layout import convert_rope_layout
 from .rope_scaling import RopeScaling, rope_frequencies
 from .rotary import RotaryEmbedding
 from .sinusoid import LAYOUTS as SINUSOID_LAYOUTS
-from .sinusoid import SinusoidalEncoding, add_positional, layout_frequencies, sinusoid_of_turns, sinusoidal
+from .sinusoid import (
+    SinusoidalEncoding,
+    add_positional,
+    layout_frequencies,
+    sinusoid_of_turns,
+    sinusoidal,
+)
 
 __all__ = [
     # frequencies

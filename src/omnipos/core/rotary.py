@@ -43,7 +43,12 @@ from .checks import (
 )
 from .constants import ConstantBuffers
 from .phase import cos_sin_of_angles
-from .rope_axes import axial_slot_axes, check_axes_dims, check_mrope_section, mrope_slot_axes
+from .rope_axes import (
+    axial_slot_axes,
+    check_axes_dims,
+    check_mrope_section,
+    mrope_slot_axes,
+)
 from .rope_kernels import ROPE_LAYOUTS, rotate_pairs, work_dtype
 from .rope_scaling import RopeScaling, as_rope_scaling, resolve_base, rope_frequencies
 

@@ -23,7 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checks import as_position_tensor, check_choice, check_even_dim, check_finite, check_float_dtype
+from .checks import (
+    as_position_tensor,
+    check_choice,
+    check_even_dim,
+    check_finite,
+    check_float_dtype,
+)
 from .frequencies import frequency_bands, geometric_frequencies
 from .phase import TWO_PI, reduced_phase
 

@@ -41,7 +41,13 @@ import numpy as np
 import torch
 
 from ..core import check_choice, check_positive_int, pad_packed
-from .alphabet import AMBIGUITY_POLICIES, LOWERCASE_POLICIES, InvalidLetterError, letter_codes, pad_codes
+from .alphabet import (
+    AMBIGUITY_POLICIES,
+    LOWERCASE_POLICIES,
+    InvalidLetterError,
+    letter_codes,
+    pad_codes,
+)
 from .fastx import RawRecords, detect_format, python_records, record_label
 from .limits import check_token_dtype
 

@@ -16,7 +16,13 @@ from typing import Any, overload
 import torch
 
 from ..core import can_inspect_values, mask_to_lengths
-from .alphabet import IUPAC_COMPLEMENT, PAD, check_bool_mask, check_tokens, complement_tokens
+from .alphabet import (
+    IUPAC_COMPLEMENT,
+    PAD,
+    check_bool_mask,
+    check_tokens,
+    complement_tokens,
+)
 from .rows import take_rows
 
 __all__ = ["reverse_complement", "flip_within_lengths", "check_mask"]

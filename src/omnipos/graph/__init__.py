@@ -12,11 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .eigenvalues import eigenvalue_encoding
 from .eigensolvers import SOLVERS
-from .laplacian import DENSE_MAX_NODES, NORMALIZATIONS, connected_components, laplacian_pe
+from .eigenvalues import eigenvalue_encoding
+from .laplacian import (
+    DENSE_MAX_NODES,
+    NORMALIZATIONS,
+    connected_components,
+    laplacian_pe,
+)
 from .magnetic import magnetic_laplacian, magnetic_laplacian_pe
-from .networkx import networkx_laplacian_pe, networkx_random_walk_pe, networkx_to_edge_index
+from .networkx import (
+    networkx_laplacian_pe,
+    networkx_random_walk_pe,
+    networkx_to_edge_index,
+)
 from .random_walk import RW_DENSE_MAX_NODES, random_walk_pe, transition_matrix
 from .rrwp import rrwp
 from .sign import canonical_basis, canonical_sign, random_sign_flip

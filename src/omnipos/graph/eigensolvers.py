@@ -54,8 +54,8 @@ import torch
 from ._input import SizeGroup, parallel_map
 from .sign import CANONICAL_TOL, canonical_basis, eigenvalue_clusters
 
-__all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "LANCZOS_MIN_NODES", "batched_eigh", "solve_dense_groups", "graph_eigenpairs",
-           "sparse_eigenpairs", "check_solver"]
+__all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "LANCZOS_MIN_NODES", "batched_eigh", "solve_dense_groups",
+           "graph_eigenpairs", "sparse_eigenpairs", "check_solver"]
 
 SOLVERS = ("auto", "shift-invert", "lobpcg", "lanczos")
 #: Largest reverse Cuthill-McKee envelope (entries of the factor under a profile ordering) for which ``"auto"``

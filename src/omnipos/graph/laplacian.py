@@ -59,12 +59,20 @@ import numpy as np
 import torch
 
 from ..core import check_choice, check_positive_int
-from ._input import MAX_ELEMENTS, GraphBatch, SizeGroup, check_graph, cpu_parallelism, run_cpu_work, size_groups
+from ._input import (
+    MAX_ELEMENTS,
+    GraphBatch,
+    SizeGroup,
+    check_graph,
+    cpu_parallelism,
+    run_cpu_work,
+    size_groups,
+)
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
 from .sign import SIGNS, random_sign, round_noise
 
-__all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian_pe", "dense_laplacian", "sparse_laplacian",
-           "connected_components", "check_normalization"]
+__all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian_pe", "dense_laplacian",
+           "sparse_laplacian", "connected_components", "check_normalization"]
 
 NORMALIZATIONS = ("sym", "rw", None)
 #: Graphs with more nodes than this take the sparse path by default.

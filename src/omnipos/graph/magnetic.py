@@ -36,9 +36,21 @@ import numpy as np
 import torch
 
 from ..core import check_positive_int
-from ._input import GraphBatch, SizeGroup, check_graph, cpu_parallelism, run_cpu_work, size_groups
+from ._input import (
+    GraphBatch,
+    SizeGroup,
+    check_graph,
+    cpu_parallelism,
+    run_cpu_work,
+    size_groups,
+)
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
-from .laplacian import DENSE_MAX_NODES, check_dense_size, check_output_size, scaled_weights
+from .laplacian import (
+    DENSE_MAX_NODES,
+    check_dense_size,
+    check_output_size,
+    scaled_weights,
+)
 from .sign import round_noise
 
 __all__ = ["magnetic_laplacian", "sparse_magnetic_laplacian", "magnetic_laplacian_pe", "check_q"]

@@ -43,8 +43,8 @@ from .random_walk import random_walk_pe
 from .rrwp import rrwp
 from .sign import SIGNS, random_sign_flip
 
-__all__ = ["AddLaplacianPE", "AddMagneticLaplacianPE", "AddRandomWalkPE", "AddRRWP", "RandomSignFlip", "precompute", "add_node_attr",
-           "EIGENVALUE_LAYOUTS"]
+__all__ = ["AddLaplacianPE", "AddMagneticLaplacianPE", "AddRandomWalkPE", "AddRRWP", "RandomSignFlip", "precompute",
+           "add_node_attr", "EIGENVALUE_LAYOUTS"]
 
 #: ``"graph"``: eigenvalues ``[1, k]`` per graph (``[B, k]`` once collated), 0 where missing.
 #: ``"graphgps"``: GraphGPS's ``EigVals``, ``[N, k, 1]`` per node, NaN where the graph has no such eigenvalue.

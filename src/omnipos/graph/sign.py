@@ -110,7 +110,8 @@ def eigenvalue_clusters(values: torch.Tensor, value_tol: float = EIGENVALUE_TOL,
 def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | None = None, *,
                     tol: float = CANONICAL_TOL, value_tol: float = EIGENVALUE_TOL,
                     scale: float | torch.Tensor | None = None, clusters: torch.Tensor | None = None,
-                    return_pivots: bool = False, check: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    return_pivots: bool = False, check: bool = True,
+                    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The canonical basis (module docstring) of the eigenspaces of orthonormal eigenvectors.
 
     Args:

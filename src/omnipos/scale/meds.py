@@ -32,7 +32,15 @@ from omnipos.timeseries import PAD_CODE, UNITS, UNK_CODE, EventBatch
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, read_verified
-from .parquet import column, flat_list, list_column, read_frame, read_parquet, require_pyarrow, to_parquet
+from .parquet import (
+    column,
+    flat_list,
+    list_column,
+    read_frame,
+    read_parquet,
+    require_pyarrow,
+    to_parquet,
+)
 from .shards import ShardWriter
 
 __all__ = ["precompute_meds", "load_meds", "meds_data_files", "MAX_PADDED_EVENTS", "MEDS_COLUMNS"]

@@ -33,7 +33,15 @@ from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, read_verified
-from .parquet import binary_column, column, flat_binary, null_binary_column, read_parquet, require_pyarrow, to_parquet
+from .parquet import (
+    binary_column,
+    column,
+    flat_binary,
+    null_binary_column,
+    read_parquet,
+    require_pyarrow,
+    to_parquet,
+)
 from .shards import ShardWriter
 
 __all__ = ["precompute_reads", "load_reads"]

@@ -13,7 +13,12 @@ from .calendar import batch_timelines, to_offsets
 from .durations import UNITS, parse_duration
 from .encoder import TimelineEncoder
 from .events import PAD_CODE, UNK_CODE, EventBatch
-from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_encoding, time_gaps
+from .gaps import (
+    DEFAULT_GAP_BOUNDARIES,
+    GapBucketEmbedding,
+    log_gap_encoding,
+    time_gaps,
+)
 from .periodic import periodic_encoding
 from .time2vec import Time2Vec
 

@@ -8,12 +8,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import ConstantBuffers, can_inspect_values, check_choice, check_float_dtype, check_positive_int
+from ..core import (
+    ConstantBuffers,
+    can_inspect_values,
+    check_choice,
+    check_float_dtype,
+    check_positive_int,
+)
 from .absolute import absolute_cycles, absolute_features
 from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
 from .durations import UNITS, check_unit, positive_duration
 from .events import EventBatch
-from .gaps import DEFAULT_GAP_BOUNDARIES, GapBucketEmbedding, log_gap_cycles, log_gap_features
+from .gaps import (
+    DEFAULT_GAP_BOUNDARIES,
+    GapBucketEmbedding,
+    log_gap_cycles,
+    log_gap_features,
+)
 from .periodic import (
     DEFAULT_PERIODS,
     clock_required,

@@ -1,7 +1,8 @@
 """Event tables (MEDS: ``subject_id, time, code, numeric_value``) -> padded tensors. Extra ``[clinical]``.
 
 The only module of :mod:`omnipos.timeseries` that imports pandas, and only when called (Parquet files are read by
-:mod:`omnipos.timeseries.meds`, the pyarrow side). The whole table is handled at once: one stable sort by (subject, time), one factorisation of subjects and of codes, one pad
+:mod:`omnipos.timeseries.meds`, the pyarrow side). The whole table is handled at once: one stable sort by
+(subject, time), one factorisation of subjects and of codes, one pad
 through :func:`omnipos.core.pad_packed`; no per-subject Python loop.
 
 MEDS (the Medical Event Data Standard) stores a cohort as a folder: ``data/**/*.parquet`` shards of events

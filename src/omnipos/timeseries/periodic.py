@@ -17,7 +17,13 @@ from typing import Any
 import torch
 
 from ..core import check_float_dtype, check_positive_int, sinusoid_of_turns
-from .clock import clock_tensor, local_offset, phase_shift, timezone_name, timezone_tensors
+from .clock import (
+    clock_tensor,
+    local_offset,
+    phase_shift,
+    timezone_name,
+    timezone_tensors,
+)
 from .durations import check_unit, parse_durations
 from .timelines import check_times, encode_valid
 

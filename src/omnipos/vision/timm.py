@@ -36,9 +36,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import apply_rotary, can_inspect_values, check_choice, check_positive_int, renamed_argument
+from ..core import (
+    apply_rotary,
+    can_inspect_values,
+    check_choice,
+    check_positive_int,
+    renamed_argument,
+)
 from .grid import check_grid, check_size_pair, patch_grid
-from .masks import check_image_sizes, patch_padding_mask, pixel_padding_mask, prefix_attention_mask
+from .masks import (
+    check_image_sizes,
+    patch_padding_mask,
+    pixel_padding_mask,
+    prefix_attention_mask,
+)
 from .resample import MODES, resample_pos_embed, source_grid
 from .sincos import CONVENTIONS, sincos_2d
 

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import torch
 
-from omnipos.graph import laplacian_pe, networkx_laplacian_pe, networkx_to_edge_index, random_walk_pe
+from omnipos.graph import (
+    laplacian_pe,
+    networkx_laplacian_pe,
+    networkx_to_edge_index,
+    random_walk_pe,
+)
 
 __all__ = ["demo_section"]
 
