@@ -31,6 +31,7 @@ from .checks import (
 from .constants import ConstantBuffers
 from .frequencies import frequency_bands, geometric_frequencies
 from .learned import LearnedPositionalEmbedding
+from .phase import cos_sin_of_angles, cos_sin_of_turns
 from .progress import ProgressCallback, ProgressReporter, progress_reporter
 from .relative import (
     RelativePositionBias,
@@ -65,6 +66,8 @@ __all__ = [
     "layout_frequencies",
     "sinusoidal",
     "sinusoid_of_turns",
+    "cos_sin_of_turns",
+    "cos_sin_of_angles",
     "SinusoidalEncoding",
     "add_positional",
     # rotary

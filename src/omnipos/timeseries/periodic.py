@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..core import check_float_dtype, check_positive_int, sinusoid_of_turns
+from ..core import check_float_dtype, check_positive_int, cos_sin_of_turns
 from .clock import (
     clock_tensor,
     local_offset,
@@ -135,10 +135,15 @@ def periodic_features(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dt
 
     ``shift [N, P]`` (optional, from :func:`clock_shift`: small, already reduced) is added to ``t`` before the one
     modulo per period; ``t mod P`` is exact in float64, so a large ``t`` loses nothing."""
-    x = t.to(torch.float64).unsqueeze(-1)
-    if shift is not None:
-        x = x + shift
-    fraction = torch.remainder(x, periods) / periods  # [N, P] in [0, 1)
-    steps = torch.arange(1, harmonics + 1, dtype=torch.float64, device=t.device)
-    turns = (fraction.unsqueeze(-1) * steps).flatten(-2)
-    return sinusoid_of_turns(turns, layout="interleaved", dtype=dtype, inplace=True)  # our buffer: no copy
+    x = t.to(torch.float64)
+    channels = []
+    # One [N] column at a time: P * harmonics is tiny and N is not. torch.compile vectorises the innermost
+    # dimension, and an [N, P] layout kept 2 of its 16 lanes busy (compiled TimelineEncoder ran 2.5x slower than
+    # eager); column by column it vectorises over events. Element for element the same arithmetic as [N, P].
+    for p in range(periods.shape[0]):
+        shifted = x if shift is None else x + shift[..., p]
+        fraction = torch.remainder(shifted, periods[p]) / periods[p]  # [N] in [0, 1)
+        for harmonic in range(1, harmonics + 1):
+            cos, sin = cos_sin_of_turns(fraction * float(harmonic), dtype)
+            channels += [sin, cos]
+    return torch.stack(channels, -1).to(dtype)
