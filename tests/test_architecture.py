@@ -30,6 +30,7 @@ INTEGRATIONS = {
     "pyarrow": {"omnipos.timeseries.meds", "omnipos.scale.parquet"},
     "dnaio": {"omnipos.dna.dnaio"},
     "ray": {"omnipos.scale.engine"},
+    "pyamg": {"omnipos.graph.eigensolvers"},
     "matplotlib": set(),
     "tqdm": set(),
 }

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 HIDDEN = ("timm", "torch_geometric", "networkx", "pandas", "pyarrow", "dnaio", "matplotlib", "tqdm", "ray",
-          "torchvision", "transformers")
+          "torchvision", "transformers", "pyamg")
 
 SCRIPT = textwrap.dedent('''
     import importlib.abc, sys
@@ -51,6 +51,14 @@ SCRIPT = textwrap.dedent('''
     refuses(lambda: omnipos.graph.AddLaplacianPE(2), "graph")
     refuses(lambda: omnipos.graph.networkx_to_edge_index(object()), "graph")
     refuses(lambda: omnipos.timeseries.EventBatch.from_frame(object()), "clinical")
+
+    # large graphs: "auto" solves without pyamg (Lanczos in LOBPCG's place); naming "lobpcg" asks for the extra
+    big = torch.arange(400)
+    ladder = torch.cat([torch.stack([big, (big + 1) % 400]), torch.stack([big, (big + 7) % 400])], 1)
+    sparse = omnipos.graph.laplacian_pe(ladder, 400, 3, dense_max_nodes=10)
+    dense = omnipos.graph.laplacian_pe(ladder, 400, 3)
+    assert torch.isfinite(sparse).all() and sparse.shape == dense.shape == (400, 3)
+    refuses(lambda: omnipos.graph.laplacian_pe(ladder, 400, 3, dense_max_nodes=10, solver="lobpcg"), "graph")
     for name in HIDDEN:
         assert name not in sys.modules, f"{{name}} was imported"
     print("ok")

@@ -19,7 +19,8 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
      profile ordering; the minimum-degree factor is smaller on every graph measured) is at most
      :data:`FILL_BUDGET` entries: meshes, geometric graphs, long paths and rings.
    - ``"lobpcg"``: block LOBPCG (SciPy) with a smoothed-aggregation AMG preconditioner (pyamg, the ``[graph]``
-     extra) of ``L + 1e-5 I`` whose near-null space is the known null vector; the block is ``count + 2`` wide
+     extra; without it ``"auto"`` uses Lanczos in its place and ``"lobpcg"`` raises ImportError) of ``L + 1e-5 I``
+     whose near-null space is the known null vector; the block is ``count + 2`` wide
      so that repeated eigenvalues are found (single-vector Lanczos can miss copies). Chosen by ``"auto"`` when
      the factor would be too large and a short Lanczos probe shows a small spectral gap (below
      :data:`GAP_PROBE`): large meshes, rings with chords.
@@ -198,8 +199,9 @@ def sparse_eigenpairs(lap: Any, count: int, *, null: np.ndarray | None = None, b
     else:
         if solver == "auto":
             solver = _choose(lap, null, bound)
-        if solver == "lobpcg" and not _have_pyamg():
-            solver = "lanczos"
+        if solver == "lobpcg" and not _have_pyamg():  # named by the caller ("auto" never picks it without pyamg)
+            raise ImportError('solver="lobpcg" needs pyamg for its preconditioner: pip install "omnipos[graph]" '
+                              '(or pyamg), or use solver="auto"')
         # one extra pair for single-vector Lanczos (which cannot promise multiplicities anyway; measured: each
         # extra costs it ~5%), two for the others
         width = min(wanted + (1 if solver == "lanczos" else EXTRA), n - 2 - (null is not None))
