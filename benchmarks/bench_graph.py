@@ -279,12 +279,35 @@ def _status_kib(field: str) -> int:
     return 0
 
 
+class Measurement:
+    """The timed part of a worker process: peak memory counted from here (VmHWM reset to the current size), a
+    timer that reports ``"time"`` and exits at the cap, and the one JSON line the parent reads."""
+
+    def __init__(self, spec: dict, edge_index: torch.Tensor, n: int) -> None:
+        import gc
+        import threading
+
+        gc.collect()
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+        self.before = _status_kib("VmRSS")
+        self.report = {"nodes": n, "edges": int(edge_index.shape[1])}
+        threading.Timer(spec["cap"], self.give_up, ("time",)).start()
+        self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
+
+    def elapsed(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall0, time.process_time() - self.cpu0
+
+    def peak_mib(self) -> float:
+        return (_status_kib("VmHWM") - self.before) / 1024
+
+    def give_up(self, status: str, **extra: Any) -> None:
+        print(json.dumps({**self.report, "status": status, **extra}), flush=True)
+        os._exit(0)
+
+
 def worker(spec: dict) -> None:
     """One (method, graph) case in its own process: time and peak memory of the call alone."""
-    import gc
-    import os
-    import threading
-
     if spec["method"] in SPECTRAL:
         return spectral_worker(spec)
     torch.set_num_threads(1)
@@ -294,18 +317,7 @@ def worker(spec: dict) -> None:
     AddRandomWalkPE(spec["steps"])(Data(edge_index=ring, num_nodes=4))
     AddRandomWalkPE(spec["steps"])(Data(edge_index=torch.cat([ring, ring + 4] * 520, 1) % 2100, num_nodes=2100))
     edge_index, n = large_graph(spec["shape"], spec["n"])
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as clear:  # reset VmHWM to the current size
-        clear.write("5")
-    before = _status_kib("VmRSS")
-    report = {"nodes": n, "edges": int(edge_index.shape[1])}
-
-    def give_up(status: str, **extra: Any) -> None:
-        print(json.dumps({**report, "status": status, **extra}), flush=True)
-        os._exit(0)
-
-    threading.Timer(spec["cap"], give_up, ("time",)).start()
-    w0, c0 = time.perf_counter(), time.process_time()
+    measured = Measurement(spec, edge_index, n)
 
     first: list[tuple[float, int]] = []
 
@@ -315,19 +327,19 @@ def worker(spec: dict) -> None:
         if not first:
             first.append((now, done))
             return
-        (t1, d1), elapsed = first[0], now - w0
+        (t1, d1), elapsed = first[0], measured.elapsed()[0]
         if total and done > d1 and now - t1 > 10:
             estimate = elapsed + (total - done) * (now - t1) / (done - d1)
             if estimate > 1.5 * spec["cap"]:
-                give_up("time", projected_s=estimate)
+                measured.give_up("time", projected_s=estimate)
 
     if spec["method"] == "omnipos":
         out = random_walk_pe(edge_index, n, spec["steps"], progress=projected)
     else:
         out = AddRandomWalkPE(spec["steps"])(Data(edge_index=edge_index, num_nodes=n)).random_walk_pe
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    wall, cpu = measured.elapsed()
     np.save(spec["out"], out.numpy())
-    give_up("ok", wall_s=wall, cpu_s=cpu, peak_mib=(_status_kib("VmHWM") - before) / 1024)
+    measured.give_up("ok", wall_s=wall, cpu_s=cpu, peak_mib=measured.peak_mib())
 
 
 # ---------------------------------------------------------------- (f) eigenvectors of single large graphs
@@ -340,10 +352,6 @@ def spectral_worker(spec: dict) -> None:
     """One (method, graph) eigenvector case in its own process, as ``worker``: a warm-up solve of a 6,000-node
     graph of the same shape (above omnipos's Lanczos threshold, so every solver's first call is paid), then the
     timed one. Writes ``pe`` (and omnipos's eigenvalues) for the comparison."""
-    import gc
-    import os
-    import threading
-
     from omnipos.graph import eigensolvers, magnetic_laplacian_pe
     from omnipos.graph.magnetic import sparse_magnetic_laplacian
 
@@ -383,24 +391,13 @@ def spectral_worker(spec: dict) -> None:
     solve(*large_graph(spec["shape"], 6000))
     used.clear()
     edge_index, n = large_graph(spec["shape"], spec["n"])
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as clear:  # reset VmHWM to the current size
-        clear.write("5")
-    before = _status_kib("VmRSS")
-    report = {"nodes": n, "edges": int(edge_index.shape[1])}
-
-    def give_up(status: str, **extra: Any) -> None:
-        print(json.dumps({**report, "status": status, **extra}), flush=True)
-        os._exit(0)
-
-    threading.Timer(spec["cap"], give_up, ("time",)).start()
-    w0, c0 = time.perf_counter(), time.process_time()
+    measured = Measurement(spec, edge_index, n)
     pe, values = solve(edge_index, n)
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    wall, cpu = measured.elapsed()
     np.save(spec["out"], pe.double().numpy())
     if values is not None:
         np.save(spec["out"] + ".values.npy", values.double().numpy())
-    give_up("ok", wall_s=wall, cpu_s=cpu, peak_mib=(_status_kib("VmHWM") - before) / 1024,
+    measured.give_up("ok", wall_s=wall, cpu_s=cpu, peak_mib=measured.peak_mib(),
             solver=",".join(sorted(set(used))) or ("null space / dense" if method.startswith("omnipos") else ""))
 
 
