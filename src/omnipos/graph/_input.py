@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -85,13 +84,6 @@ def parallel_map(fn: Callable[[Any], T], items: Sequence[Any], workers: int) -> 
 def cpu_parallelism() -> int:
     """How many independent CPU pieces a call may run at once: torch's intra-op thread count (read, never set)."""
     return max(1, torch.get_num_threads())
-
-
-@contextmanager
-def cpu_threads(like: Any) -> Iterator[int]:
-    """Deprecated: changes nothing now (it used to set torch's process-global thread count for the block). Yields
-    :func:`cpu_parallelism`. Use :func:`run_cpu_work` to run a call's CPU work off the main thread."""
-    yield cpu_parallelism()
 
 
 def check_not_meta(tensor: Any, name: str) -> None:
