@@ -415,11 +415,34 @@ def simple_column_diff(ours: np.ndarray, values: np.ndarray, theirs: np.ndarray)
     return float(np.abs(a - b * signs).max())
 
 
+def large_sizes_and_cap(args: Any) -> tuple[list[int], float]:
+    """(e) and (f)'s graph sizes and per-case time cap."""
+    return ([2_000, 10_000], 60.0) if args.quick else ([20_000, 100_000, 1_000_000], args.cap)
+
+
+def columns(side: str, result: dict, cap: float, cap_gib: float) -> dict[str, Any]:
+    """``{side}_s``, ``{side}_cpu_s``, ``{side}_peak_mib`` of one case for the table."""
+    return {f"{side}_s": shown(result, cap, cap_gib, "wall_s"), f"{side}_cpu_s": shown(result, cap, cap_gib, "cpu_s"),
+            f"{side}_peak_mib": shown(result, cap, cap_gib, "peak_mib")}
+
+
+def shown(result: dict, cap: float, cap_gib: float, key: str) -> Any:
+    """A case's ``key`` for the table: its value, or what stopped it ("> cap" in the wall-time column, with the
+    projected time where omnipos projected one; "> cap GiB" in the peak column)."""
+    if result["status"] == "ok":
+        return result[key]
+    if result["status"] == "time":
+        projected = f" ({result['projected_s']:.0f} s)" if "projected_s" in result else ""
+        return f"> {cap:.0f} s{projected}" if key == "wall_s" else ""
+    if result["status"] == "memory":
+        return f"> {cap_gib:g} GiB" if key == "peak_mib" else ""
+    return result["status"]
+
+
 def spectral_section(args: Any) -> None:
     import tempfile
 
-    sizes = [2_000, 10_000] if args.quick else [20_000, 100_000, 1_000_000]
-    cap = 60.0 if args.quick else args.cap
+    sizes, cap = large_sizes_and_cap(args)
     bench = Bench("graph_eigen_large", notes=(
         f"(f) k=8 eigenvectors of one large graph, each case in its own process after a warm-up solve; capped at "
         f"{cap:.0f} s and {args.cap_gib:g} GiB ('> cap'). peak = VmHWM above the process's size before the call "
@@ -445,21 +468,10 @@ def spectral_section(args: Any) -> None:
                                               np.load(f"{tmp}/{ours_method}.npy.values.npy"),
                                               np.load(f"{tmp}/{peer_method}.npy"))
 
-                def shown(r: dict, key: str) -> Any:
-                    if r["status"] == "ok":
-                        return r[key]
-                    if r["status"] == "time":
-                        return f"> {cap:.0f} s" if key in ("wall_s", "cpu_s") else ""
-                    if r["status"] == "memory":
-                        return f"> {args.cap_gib:g} GiB" if key == "peak_mib" else ""
-                    return r["status"]
-
                 bench.row(encoding=encoding, graph=shape, nodes=ours.get("nodes", theirs.get("nodes", n)),
                           edges=ours.get("edges", theirs.get("edges", "")), solver=ours.get("solver", ""),
-                          omnipos_s=shown(ours, "wall_s"), omnipos_cpu_s=shown(ours, "cpu_s"),
-                          omnipos_peak_mib=shown(ours, "peak_mib"),
-                          peer_s=shown(theirs, "wall_s"), peer_cpu_s=shown(theirs, "cpu_s"),
-                          peer_peak_mib=shown(theirs, "peak_mib"),
+                          **columns("omnipos", ours, cap, args.cap_gib),
+                          **columns("peer", theirs, cap, args.cap_gib),
                           speedup_cpu=theirs["cpu_s"] / ours["cpu_s"] if both else
                           (f"> {cap / ours['cpu_s']:.0f}" if ours["status"] == "ok" and theirs["status"] == "time"
                            else ""), max_diff=diff)
@@ -492,8 +504,7 @@ def run_case(spec: dict, cap_gib: float) -> dict:
 def large_graph_section(args: Any) -> None:
     import tempfile
 
-    sizes = [2_000, 10_000] if args.quick else [20_000, 100_000, 1_000_000]
-    cap = 60.0 if args.quick else args.cap
+    sizes, cap = large_sizes_and_cap(args)
     bench = Bench("graph_walks_large", notes=(
         f"(e) RWPE 16 steps on one large graph, each case in its own process, torch single-threaded; capped at "
         f"{cap:.0f} s and {args.cap_gib:g} GiB ('> cap'; omnipos stops early when its progress projects past "
@@ -513,22 +524,10 @@ def large_graph_section(args: Any) -> None:
                 both = ours["status"] == theirs["status"] == "ok"
                 diff = float(np.abs(np.load(f"{tmp}/omnipos.npy") - np.load(f"{tmp}/pyg.npy")).max()) if both else ""
 
-                def shown(r: dict, key: str) -> Any:
-                    if r["status"] == "ok":
-                        return r[key]
-                    if r["status"] == "time":
-                        extra = f" ({r['projected_s']:.0f} s)" if "projected_s" in r else ""
-                        return f"> {cap:.0f} s{extra}" if key == "wall_s" else ""
-                    if r["status"] == "memory":
-                        return f"> {args.cap_gib:g} GiB" if key == "peak_mib" else ""
-                    return r["status"]
-
                 bench.row(graph=shape, nodes=ours.get("nodes", theirs.get("nodes", n)),
                           edges=ours.get("edges", theirs.get("edges", "")),
-                          omnipos_s=shown(ours, "wall_s"), omnipos_cpu_s=shown(ours, "cpu_s"),
-                          omnipos_peak_mib=shown(ours, "peak_mib"),
-                          pyg_s=shown(theirs, "wall_s"), pyg_cpu_s=shown(theirs, "cpu_s"),
-                          pyg_peak_mib=shown(theirs, "peak_mib"),
+                          **columns("omnipos", ours, cap, args.cap_gib),
+                          **columns("pyg", theirs, cap, args.cap_gib),
                           speedup_cpu=theirs["cpu_s"] / ours["cpu_s"] if both else "", max_diff=diff)
     bench.finish(None if args.out is None else args.out.with_name("graph_walks_large.json"))
 
