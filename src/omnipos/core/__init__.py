@@ -31,6 +31,7 @@ from .checks import (
 from .constants import ConstantBuffers
 from .frequencies import frequency_bands, geometric_frequencies
 from .learned import LearnedPositionalEmbedding
+from .optional import require
 from .phase import cos_sin_of_angles, cos_sin_of_turns
 from .progress import ProgressCallback, ProgressReporter, progress_reporter
 from .relative import (
@@ -106,6 +107,7 @@ __all__ = [
     "check_integer_tensor",
     "check_positive_int",
     "renamed_argument",
+    "require",
     "to_device",
     # modules whose derived constants keep their precision
     "ConstantBuffers",

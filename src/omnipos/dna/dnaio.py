@@ -21,6 +21,7 @@ from itertools import islice
 from pathlib import Path
 from typing import IO
 
+from ..core import require
 from .fastx import RawRecords, has_bom, open_binary
 
 __all__ = ["require_dnaio", "dnaio_records", "DnaioStopped"]
@@ -37,12 +38,7 @@ class DnaioStopped(Exception):
 
 def require_dnaio():
     """Return the ``dnaio`` module, or raise ImportError naming the extra to install."""
-    try:
-        import dnaio
-    except ImportError as exc:
-        raise ImportError("the dnaio parser needs dnaio: pip install 'omnipos[dna]' (or use parser='python')") \
-            from exc
-    return dnaio
+    return require("dnaio", "dna", "the dnaio parser", hint=" (or use parser='python')")
 
 
 class _AsciiOnly(io.RawIOBase):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import require
 from .laplacian import laplacian_pe
 from .random_walk import random_walk_pe
 
@@ -22,10 +23,7 @@ __all__ = ["networkx_to_edge_index", "networkx_laplacian_pe", "networkx_random_w
 
 def networkx_to_edge_index(graph: Any, weight: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None, list]:
     """``(edge_index [2, E], edge_weight [E] float64 or None, nodes)`` of a networkx graph."""
-    try:
-        import networkx as nx
-    except ImportError as exc:
-        raise ImportError('networkx input needs networkx: pip install "omnipos[graph]"') from exc
+    nx = require("networkx", "graph", "networkx input")
     if not isinstance(graph, nx.Graph):
         raise TypeError(f"graph must be a networkx graph, got {type(graph).__name__}")
     nodes = list(graph.nodes)

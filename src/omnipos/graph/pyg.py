@@ -29,13 +29,12 @@ from typing import Any
 
 import torch
 
-try:
-    from torch_geometric.data import Batch, Data
-    from torch_geometric.transforms import BaseTransform, Compose
-except ImportError as exc:  # pragma: no cover - exercised by a test that hides torch_geometric
-    raise ImportError('the PyG transforms need torch_geometric: pip install "omnipos[graph]"') from exc
+from ..core import check_choice, check_positive_int, progress_reporter, require
 
-from ..core import check_choice, check_positive_int, progress_reporter
+require("torch_geometric", "graph", "the PyG transforms")
+from torch_geometric.data import Batch, Data  # noqa: E402 - after the check that names the extra
+from torch_geometric.transforms import BaseTransform, Compose  # noqa: E402
+
 from ._input import check_steps
 from .eigenvalues import eigenvalue_encoding
 from .laplacian import DENSE_MAX_NODES, check_normalization, laplacian_pe

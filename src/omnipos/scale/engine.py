@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from omnipos.core import check_choice, check_positive_int
+from omnipos.core import check_choice, check_positive_int, require
 
 __all__ = ["ENGINES", "CONNECT_TIMEOUT_S", "MAX_RETRIES", "Engine", "make_engine", "require_ray", "check_address",
            "check_reachable", "PROBE_TIMEOUT_S"]
@@ -43,12 +43,8 @@ Work = Callable[[int, Any], dict]
 
 def require_ray():
     """Return the ``ray`` module with Ray Data, or raise ImportError naming the extra."""
-    try:
-        import ray
-        import ray.data
-    except ImportError as exc:
-        raise ImportError('engine="ray" needs Ray Data: pip install "omnipos[scale]"') from exc
-    return ray
+    require("ray.data", "scale", 'engine="ray"')
+    return require("ray", "scale", 'engine="ray"')
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from omnipos.core import require
+
 __all__ = ["require_pyarrow", "column", "binary_column", "list_column", "null_binary_column", "to_parquet",
            "read_parquet", "read_frame", "flat_binary", "flat_list"]
 
 
 def require_pyarrow():
     """Return ``pyarrow`` (with ``pyarrow.parquet`` loaded), or raise ImportError naming the extra."""
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError('Parquet shards need pyarrow: pip install "omnipos[scale]"') from exc
-    return pyarrow
+    require("pyarrow.parquet", "scale", "Parquet shards")
+    return require("pyarrow", "scale", "Parquet shards")
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:

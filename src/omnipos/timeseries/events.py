@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_choice, check_positive_int, lengths_to_mask, pad_packed
+from ..core import check_choice, check_positive_int, lengths_to_mask, pad_packed, require
 from .calendar import (
     align_origin,
     check_awareness,
@@ -50,11 +50,7 @@ _SLOT_BYTES = 8 + 8 + 4 + 1
 
 def require_pandas():
     """Return the pandas module, or raise an ImportError naming the extra."""
-    try:
-        import pandas
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError("event tables need pandas and pyarrow: pip install 'omnipos[clinical]'") from exc
-    return pandas
+    return require("pandas", "clinical", "event tables")
 
 
 class EventBatch:

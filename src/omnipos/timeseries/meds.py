@@ -14,17 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core import require
+
 __all__ = ["meds_root", "parquet_files", "split_subjects", "read_meds_table"]
 
 
 def _require_pyarrow() -> Any:
-    try:
-        import pyarrow
-        import pyarrow.compute
-        import pyarrow.parquet
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError("reading Parquet needs pyarrow: pip install 'omnipos[clinical]'") from exc
-    return pyarrow
+    for module in ("pyarrow.compute", "pyarrow.parquet"):
+        require(module, "clinical", "reading Parquet")
+    return require("pyarrow", "clinical", "reading Parquet")
 
 
 def meds_root(path: Path) -> bool:

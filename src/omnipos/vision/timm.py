@@ -42,6 +42,7 @@ from ..core import (
     check_choice,
     check_positive_int,
     renamed_argument,
+    require,
 )
 from .grid import check_grid, check_size_pair, patch_grid
 from .masks import (
@@ -67,11 +68,7 @@ _CLASS_PATHS = {
 
 
 def _import_timm():
-    try:
-        import timm
-    except ImportError as exc:
-        raise ImportError('omnipos.vision.timm needs timm: pip install "omnipos[vision]"') from exc
-    return timm
+    return require("timm", "vision", "omnipos.vision.timm")
 
 
 def _timm_class(name: str) -> type:
