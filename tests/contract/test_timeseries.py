@@ -7,13 +7,17 @@ import torch
 from contract.harness import CHECKS, Case, run
 
 from omnipos.timeseries import (
+    ERPE,
+    TAPE,
     EventBatch,
     GapBucketEmbedding,
     Time2Vec,
     TimelineEncoder,
     absolute_time_encoding,
+    erpe_attention,
     log_gap_encoding,
     periodic_encoding,
+    tape,
     time_gaps,
 )
 
@@ -65,7 +69,44 @@ def features(size, dtype=torch.float32):
     return x.to(dtype), mask
 
 
+def series(size, dtype=torch.float32):
+    """Embedded series [B, L, 8], L <= 12 (deterministic per size)."""
+    gen = torch.Generator().manual_seed(size)
+    return (torch.randn(2, 5 + 3 * size, 8, generator=gen, dtype=torch.float64).to(dtype or torch.float32),)
+
+
+def attention_weights(size, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(size)
+    scores = torch.randn(2, 3, 4 + 3 * size, 4 + 3 * size, generator=gen, dtype=torch.float64)
+    return (scores.softmax(-1).to(dtype or torch.float32),)
+
+
+def qkv(size, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(size)
+    return tuple(torch.randn(3, 2, 3, 4 + 3 * size, 4, generator=gen, dtype=torch.float64).to(dtype or torch.float32))
+
+
+class ERPEAttention(torch.nn.Module):
+    """erpe_attention as a module (for the checks): ERPE before the softmax, q/k/v given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.erpe = ERPE(12, 3, placement="before_softmax")
+
+    def reset_parameters(self) -> None:
+        self.erpe.reset_parameters()
+
+    def forward(self, q, k, v):
+        return erpe_attention(q, k, v, self.erpe)
+
+
 CASES = [
+    Case("TAPE", make=lambda: TAPE(8, 12, scale=0.5), inputs=series, grad_inputs=(0,)),
+    # zeros at init, as ConvTran (the copy check perturbs the table, gradcheck differentiates through it)
+    Case("ERPE(after_softmax)", make=lambda: ERPE(12, 3), inputs=attention_weights, grad_inputs=(0,)),
+    Case("erpe_attention(before_softmax)", make=ERPEAttention, inputs=qkv, grad_inputs=(0, 1, 2)),
+    Case("tape", fn=lambda length: tape(length, 16), inputs=lambda size, dtype: (7 * size,),
+         skip={**FUNCTION, "grad": "a function of integer sizes only: nothing to differentiate"}),
     Case("TimelineEncoder", make=lambda: TimelineEncoder(8), inputs=timelines, grad_inputs=(0, 2), gradgrad=True,
          low_tol=5e-3),
     Case("TimelineEncoder-all-concat",

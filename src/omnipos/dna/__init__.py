@@ -22,6 +22,15 @@ from .enformer import relative_basis
 from .equivariant import RCEquivariant
 from .kmers import kmer_tokens
 from .positional import RCSymmetricEncoding, centered_positions, rc_symmetric_encoding
+from .rcps import (
+    RCPS,
+    RCPSAddNorm,
+    RCPSEmbedding,
+    RCPSLMHead,
+    complement_map,
+    reverse_complement_hidden,
+    reverse_complement_logits,
+)
 from .reads import ReadBatch, read_fastx
 from .reverse_complement import flip_within_lengths, reverse_complement
 
@@ -44,6 +53,13 @@ __all__ = [
     "RCSymmetricEncoding",
     "relative_basis",
     "RCEquivariant",
+    "RCPSEmbedding",
+    "RCPS",
+    "RCPSAddNorm",
+    "RCPSLMHead",
+    "complement_map",
+    "reverse_complement_hidden",
+    "reverse_complement_logits",
     "ReadBatch",
     "read_fastx",
     "FastxDataset",

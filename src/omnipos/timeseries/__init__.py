@@ -12,6 +12,7 @@ from .absolute import absolute_time_encoding
 from .calendar import batch_timelines, to_offsets
 from .durations import UNITS, parse_duration
 from .encoder import TimelineEncoder
+from .erpe import ERPE, erpe_attention, erpe_bias, erpe_score_mod
 from .events import PAD_CODE, UNK_CODE, EventBatch
 from .gaps import (
     DEFAULT_GAP_BOUNDARIES,
@@ -20,6 +21,7 @@ from .gaps import (
     time_gaps,
 )
 from .periodic import periodic_encoding
+from .tape import TAPE, tape
 from .time2vec import Time2Vec
 
 __all__ = [
@@ -38,4 +40,10 @@ __all__ = [
     "EventBatch",
     "PAD_CODE",
     "UNK_CODE",
+    "tape",
+    "TAPE",
+    "ERPE",
+    "erpe_bias",
+    "erpe_score_mod",
+    "erpe_attention",
 ]
