@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..core import can_inspect_values
+from .calendar import parse_time_string
 from .durations import UNITS
 
 __all__ = ["timezone_name", "timezone_table", "timezone_tensors", "local_offset", "clock_tensor", "phase_shift"]
@@ -196,16 +197,22 @@ def phase_shift(phase_origin: Any, unit: str) -> float:
     if isinstance(phase_origin, str) and phase_origin == "epoch":
         return 0.0
     value = None
-    if isinstance(phase_origin, (str, _dt.datetime, _dt.date, np.datetime64)) or hasattr(phase_origin,
-                                                                                           "to_datetime64"):
-        if getattr(phase_origin, "tzinfo", None) is not None or getattr(phase_origin, "tz", None) is not None:
-            raise ValueError("phase_origin is a local wall-clock time: give it without a time zone")
+    aware_text = False
+    if isinstance(phase_origin, str):  # the one reader of time strings: it reads an offset / "Z" at the end
+        value, awareness = parse_time_string(phase_origin, "phase_origin", "'epoch' or a naive ISO time")
+        aware_text = awareness == "aware"
+    if isinstance(phase_origin, (_dt.datetime, _dt.date, np.datetime64)) or hasattr(phase_origin,
+                                                                                     "to_datetime64"):
         try:
             value = (np.datetime64(phase_origin.to_datetime64() if hasattr(phase_origin, "to_datetime64")
                                    else phase_origin, "s"))
         except (TypeError, ValueError, OverflowError):
             value = None
+    if aware_text or getattr(phase_origin, "tzinfo", None) is not None or \
+            getattr(phase_origin, "tz", None) is not None:
+        raise ValueError(f"phase_origin is a local wall-clock time: give it without a time zone (UTC offset), "
+                         f"got {phase_origin!r}")
     if value is None or np.isnat(value):
         raise ValueError(f"phase_origin must be 'epoch' or a naive datetime / ISO string such as '2024-01-01', "
                          f"got {phase_origin!r}")
-    return int(value.astype(np.int64)) / UNITS[unit]
+    return int(value.astype("datetime64[s]").astype(np.int64)) / UNITS[unit]
