@@ -149,9 +149,13 @@ def local_offset(utc: torch.Tensor, transitions: torch.Tensor, offsets: torch.Te
     return offsets[torch.bucketize(utc, transitions, right=True)]
 
 
-def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock") -> torch.Tensor:
+def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock",
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
     """``clock`` (a number, or a tensor of ``times.shape[:-1]`` or broadcastable to it) -> float64 ``[..., 1]``
-    on times' device, ready to add to ``times [..., L]``."""
+    on times' device, ready to add to ``times [..., L]``.
+
+    A row with no real event in ``mask`` may have a NaN clock (missing: :class:`EventBatch` gives it to a subject
+    without a timed event); every other clock must be finite."""
     if isinstance(clock, torch.Tensor):
         if clock.dtype == torch.bool or clock.is_complex():
             raise TypeError(f"{name} must be real-valued, got {clock.dtype}")
@@ -172,7 +176,17 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock") -> torch.
                              f"{tuple(times.shape[:-1])}")
         if can_inspect_values(value) and value.numel() and \
                 not bool((value.abs() <= MAX_CLOCK).all()):
-            bad = value[~(value.abs() <= MAX_CLOCK)][0].item()
+            invalid = ~(value.abs() <= MAX_CLOCK)
+            if mask is not None:  # NaN is allowed where the row holds no event
+                row_empty = ~mask.any(-1)
+                invalid = invalid.expand(row_empty.shape) & ~(value.isnan().expand(row_empty.shape) & row_empty)
+                value_all = value.expand(row_empty.shape)
+            else:
+                value_all = value
+            bad = value_all[invalid][0].item() if bool(invalid.any()) else None
+        else:
+            bad = None
+        if bad is not None:
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got {bad}")
         return value.unsqueeze(-1)
     if isinstance(clock, (int, float, np.integer, np.floating)) and not isinstance(clock, bool):

@@ -222,7 +222,7 @@ class TimelineEncoder(ConstantBuffers):
         if "periodic" in self.sizes:
             if clock is None:
                 raise clock_required("TimelineEncoder's 'periodic' component")
-            clocks = clock_tensor(clock, times).expand(*times.shape[:-1], 1)
+            clocks = clock_tensor(clock, times, mask=mask).expand(*times.shape[:-1], 1)
         if mask is None:
             mask = torch.ones_like(times, dtype=torch.bool)
         out_dtype = self.dtype
