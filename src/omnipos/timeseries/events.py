@@ -34,7 +34,7 @@ from .calendar import (
 from .durations import check_unit
 from .meds import read_meds_table
 
-__all__ = ["EventBatch", "require_pandas", "PAD_CODE", "UNK_CODE", "TRUNCATIONS", "STATIC_POLICIES",
+__all__ = ["EventBatch", "EventTable", "require_pandas", "PAD_CODE", "UNK_CODE", "TRUNCATIONS", "STATIC_POLICIES",
            "STATIC_ONLY_POLICIES", "UNKNOWN_CODE_POLICIES"]
 
 PAD_CODE = "<pad>"
@@ -155,7 +155,7 @@ class EventBatch:
                 an unknown code; a subject longer than ``max_len`` with ``truncation="error"``; a batch whose
                 padding would not fit in memory (use ``max_len`` or :meth:`batches`).
         """
-        table = _EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
+        table = EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
                                   drop_missing=drop_missing, vocab=vocab, unknown_code=unknown_code,
                                   static=static, static_only=static_only, max_len=max_len, truncation=truncation,
                                   naive_as=naive_as)
@@ -214,7 +214,7 @@ class EventBatch:
             kwargs.setdefault("static", "keep")
             df = _read_parquet_events(source, [subject, time, code] + ([value] if value is not None else []),
                                       subject, split)
-        table = _EventTable.build(df, subject, time, code, value, **kwargs)
+        table = EventTable.build(df, subject, time, code, value, **kwargs)
         order = (np.argsort(table.lengths, kind="stable") if by_length else np.arange(table.rows))
         groups = [order[i : i + batch_size] for i in range(0, table.rows, batch_size)]
         if shuffle:
@@ -249,7 +249,7 @@ class EventBatch:
 
 
 @dataclass
-class _EventTable:
+class EventTable:
     """The sorted, encoded events of a table, not yet padded: rows are subjects (or windows of subjects)."""
 
     times: np.ndarray  # [N] float64 offsets, rows consecutive
@@ -275,7 +275,7 @@ class _EventTable:
               value: str | None = "numeric_value", *, unit: str = "h", origin: Any = "first",
               drop_missing: bool = False, vocab: Sequence[str] | None = None, unknown_code: str = "error",
               static: str = "error", static_only: str = "keep", max_len: int | None = None,
-              truncation: str = "error", naive_as: str | None = None) -> _EventTable:
+              truncation: str = "error", naive_as: str | None = None) -> EventTable:
         pd = require_pandas()
         unit = check_unit(unit)
         check_choice(unknown_code, "unknown_code", UNKNOWN_CODE_POLICIES)
@@ -342,7 +342,7 @@ class _EventTable:
             table = table.truncated(max_len, truncation)
         return table
 
-    def without_static_only(self, rows: np.ndarray, static_only: str) -> _EventTable:
+    def without_static_only(self, rows: np.ndarray, static_only: str) -> EventTable:
         """The table without the subjects of ``rows`` (a bool mask; they have no timed events), or the error
         naming them with ``static_only="error"``."""
         if static_only == "error":
@@ -358,7 +358,7 @@ class _EventTable:
                        static_codes=self.static_codes[static_keep], static_values=self.static_values[static_keep],
                        static_lengths=self.static_lengths[keep])
 
-    def truncated(self, max_len: int, truncation: str) -> _EventTable:
+    def truncated(self, max_len: int, truncation: str) -> EventTable:
         """Rows longer than ``max_len`` cut by the named policy (see :meth:`EventBatch.from_frame`)."""
         lengths = self.lengths
         if truncation == "error":
