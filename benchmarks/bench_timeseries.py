@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-from _harness import Bench, common_arguments
+from _harness import Bench, common_arguments, wall_and_cpu_medians
 
 from omnipos.timeseries import EventBatch, PackedEvents, TimelineEncoder
 
@@ -128,19 +128,17 @@ def main() -> None:
         f"{patients:,} timelines of 1-{max_events} events ({events:,} events), DataFrame rows shuffled -> "
         f"[B, L, {args.dim}] + mask or [N, {args.dim}] + cu_seqlens (absolute + periodic + log-gap, sum); "
         f"max |omnipos - loop| = {err:.1e} padded, {packed_err:.1e} packed"))
-    t_ours = bench.time(lambda: omnipos_pipeline(df, encoder), warmup=1, repeats=repeats)
-    t_loop = bench.time(lambda: loop_pipeline(df, encoder), warmup=0, repeats=max(1, repeats // 3))
-    t_batch = bench.time(lambda: EventBatch.from_frame(df), warmup=1, repeats=repeats)
     case = f"{patients:,} x 1-{max_events} events, dim={args.dim}"
-    bench.row(case=case, layout="padded [B, L, D]", omnipos_s=t_ours, loop_s=t_loop,
-              omnipos_events_per_s=events / t_ours, loop_events_per_s=events / t_loop, speedup=t_loop / t_ours,
-              of_which_from_frame_s=t_batch)
-    t_ours = bench.time(lambda: omnipos_packed(df, encoder), warmup=1, repeats=repeats)
-    t_loop = bench.time(lambda: loop_packed(df, encoder), warmup=0, repeats=max(1, repeats // 3))
-    t_batch = bench.time(lambda: PackedEvents.from_frame(df), warmup=1, repeats=repeats)
-    bench.row(case=case, layout="packed [N, D] + cu_seqlens", omnipos_s=t_ours, loop_s=t_loop,
-              omnipos_events_per_s=events / t_ours, loop_events_per_s=events / t_loop, speedup=t_loop / t_ours,
-              of_which_from_frame_s=t_batch)
+    layouts = (("padded [B, L, D]", omnipos_pipeline, loop_pipeline, EventBatch.from_frame),
+               ("packed [N, D] + cu_seqlens", omnipos_packed, loop_packed, PackedEvents.from_frame))
+    for layout, ours_fn, loop_fn, build in layouts:
+        # wall and CPU medians: on a shared machine the CPU figure is what the work costs
+        wall, cpu = wall_and_cpu_medians(lambda: ours_fn(df, encoder), warmup=1, repeats=repeats)
+        loop_wall, loop_cpu = wall_and_cpu_medians(lambda: loop_fn(df, encoder), repeats=max(1, repeats // 3))
+        build_wall, build_cpu = wall_and_cpu_medians(lambda: build(df), warmup=1, repeats=repeats)
+        bench.row(case=case, layout=layout, omnipos_s=wall, loop_s=loop_wall, speedup=loop_wall / wall,
+                  omnipos_cpu_s=cpu, loop_cpu_s=loop_cpu, cpu_speedup=loop_cpu / cpu,
+                  of_which_from_frame_cpu_s=build_cpu, omnipos_events_per_s=events / wall)
     bench.finish(args.out)
 
 
