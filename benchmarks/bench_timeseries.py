@@ -1,10 +1,11 @@
 """Event table -> encoded timelines: omnipos EventBatch + TimelineEncoder vs a per-patient pandas/numpy loop.
 
-Both start from the same MEDS-style DataFrame (rows in random order) and end with the same padded
-``[B, L, dim]`` float32 encoding (absolute + log-gap of the time since each patient's first event, periodic of
-clock time, summed) and mask; the loop is what one writes without omnipos: group by patient, sort, subtract the
-first time, NumPy sinusoids per patient, pad. The outputs are checked equal (float32 tolerance) before timing.
-Target: omnipos >= 20x the loop.
+Both start from the same MEDS-style DataFrame (rows in random order) and end with the same float32 encoding
+(absolute + log-gap of the time since each patient's first event, periodic of clock time, summed), in two
+layouts: padded ``[B, L, dim]`` + mask (``EventBatch``), and packed ``[total_events, dim]`` + ``cu_seqlens``
+(``PackedEvents``, what varlen attention consumes; the loop concatenates instead of padding). The loop is what one
+writes without omnipos: group by patient, sort, subtract the first time, NumPy sinusoids per patient. The outputs
+are checked equal (float32 tolerance) before timing. Target: omnipos >= 20x the loop.
 
     python benchmarks/bench_timeseries.py [--quick] [--patients N] [--dim D] [--threads T]
 """
@@ -14,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-from _harness import Bench, common_arguments
+from _harness import Bench, common_arguments, wall_and_cpu_medians
 
-from omnipos.timeseries import EventBatch, TimelineEncoder
+from omnipos.timeseries import EventBatch, PackedEvents, TimelineEncoder
 
 
 def make_frame(patients: int, max_events: int, seed: int = 0) -> pd.DataFrame:
@@ -40,8 +41,33 @@ def omnipos_pipeline(df: pd.DataFrame, encoder: TimelineEncoder):
         return encoder(batch), batch.mask, batch.codes
 
 
+def omnipos_packed(df: pd.DataFrame, encoder: TimelineEncoder):
+    events = PackedEvents.from_frame(df)
+    with torch.no_grad():
+        return encoder(events), events.cu_seqlens, events.codes
+
+
+def loop_packed(df: pd.DataFrame, encoder: TimelineEncoder):
+    """The loop's encodings concatenated, with cu_seqlens."""
+    encoded, codes = loop_rows(df, encoder)
+    cu_seqlens = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int32)
+    return np.concatenate(encoded), cu_seqlens, np.concatenate(codes)
+
+
 def loop_pipeline(df: pd.DataFrame, encoder: TimelineEncoder):
-    """Per patient: sort, hours from the first event, NumPy sin/cos of each component, pad at the end."""
+    """The loop's encodings padded at the end of each row."""
+    encoded, codes = loop_rows(df, encoder)
+    longest = max(len(e) for e in encoded)
+    padded = np.zeros((len(encoded), longest, encoder.dim), dtype=np.float32)
+    mask = np.zeros((len(encoded), longest), dtype=bool)
+    padded_codes = np.zeros((len(encoded), longest), dtype=np.int64)
+    for i, (e, c) in enumerate(zip(encoded, codes)):
+        padded[i, : len(e)], mask[i, : len(e)], padded_codes[i, : len(e)] = e, True, c
+    return padded, mask, padded_codes
+
+
+def loop_rows(df: pd.DataFrame, encoder: TimelineEncoder):
+    """Per patient: sort, hours from the first event, NumPy sin/cos of each component."""
     dim = encoder.dim
     absolute_periods = 1.0 / encoder.cycles.numpy()
     periods = encoder.periods.numpy()
@@ -65,13 +91,7 @@ def loop_pipeline(df: pd.DataFrame, encoder: TimelineEncoder):
         out[:, 0::2] += np.sin(x)
         out[:, 1::2] += np.cos(x)
         encoded.append(out.astype(np.float32))
-    longest = max(len(e) for e in encoded)
-    padded = np.zeros((len(encoded), longest, dim), dtype=np.float32)
-    mask = np.zeros((len(encoded), longest), dtype=bool)
-    padded_codes = np.zeros((len(encoded), longest), dtype=np.int64)
-    for i, (e, c) in enumerate(zip(encoded, codes)):
-        padded[i, : len(e)], mask[i, : len(e)], padded_codes[i, : len(e)] = e, True, c
-    return padded, mask, padded_codes
+    return encoded, codes
 
 
 def main() -> None:
@@ -97,16 +117,28 @@ def main() -> None:
     err = float(np.abs(ours.numpy() - theirs).max())
     assert err < 1e-4, err
     del ours, theirs
+    ours, cu_seqlens, codes = omnipos_packed(df, encoder)
+    theirs, their_cu, their_codes = loop_packed(df, encoder)
+    assert np.array_equal(cu_seqlens.numpy(), their_cu) and np.array_equal(codes.numpy(), their_codes)
+    packed_err = float(np.abs(ours.numpy() - theirs).max())
+    assert packed_err < 1e-4, packed_err
+    del ours, theirs
 
     bench = Bench("timeseries", notes=(
         f"{patients:,} timelines of 1-{max_events} events ({events:,} events), DataFrame rows shuffled -> "
-        f"[B, L, {args.dim}] (absolute + periodic + log-gap, sum) + mask; max |omnipos - loop| = {err:.1e}"))
-    t_ours = bench.time(lambda: omnipos_pipeline(df, encoder), warmup=1, repeats=repeats)
-    t_loop = bench.time(lambda: loop_pipeline(df, encoder), warmup=0, repeats=max(1, repeats // 3))
-    t_batch = bench.time(lambda: EventBatch.from_frame(df), warmup=1, repeats=repeats)
-    bench.row(case=f"{patients:,} x 1-{max_events} events, dim={args.dim}", omnipos_s=t_ours, loop_s=t_loop,
-              omnipos_events_per_s=events / t_ours, loop_events_per_s=events / t_loop, speedup=t_loop / t_ours,
-              of_which_event_batch_s=t_batch)
+        f"[B, L, {args.dim}] + mask or [N, {args.dim}] + cu_seqlens (absolute + periodic + log-gap, sum); "
+        f"max |omnipos - loop| = {err:.1e} padded, {packed_err:.1e} packed"))
+    case = f"{patients:,} x 1-{max_events} events, dim={args.dim}"
+    layouts = (("padded [B, L, D]", omnipos_pipeline, loop_pipeline, EventBatch.from_frame),
+               ("packed [N, D] + cu_seqlens", omnipos_packed, loop_packed, PackedEvents.from_frame))
+    for layout, ours_fn, loop_fn, build in layouts:
+        # wall and CPU medians: on a shared machine the CPU figure is what the work costs
+        wall, cpu = wall_and_cpu_medians(lambda: ours_fn(df, encoder), warmup=1, repeats=repeats)
+        loop_wall, loop_cpu = wall_and_cpu_medians(lambda: loop_fn(df, encoder), repeats=max(1, repeats // 3))
+        build_wall, build_cpu = wall_and_cpu_medians(lambda: build(df), warmup=1, repeats=repeats)
+        bench.row(case=case, layout=layout, omnipos_s=wall, loop_s=loop_wall, speedup=loop_wall / wall,
+                  omnipos_cpu_s=cpu, loop_cpu_s=loop_cpu, cpu_speedup=loop_cpu / cpu,
+                  of_which_from_frame_cpu_s=build_cpu, omnipos_events_per_s=events / wall)
     bench.finish(args.out)
 
 

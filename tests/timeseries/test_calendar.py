@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omnipos.timeseries import batch_timelines, to_offsets
+from omnipos.timeseries import EventBatch, TimelineEncoder, batch_timelines, periodic_encoding, to_offsets
 
 
 def test_same_moment_in_every_unit_and_type():
@@ -178,3 +178,65 @@ def test_clock_plus_times_is_clock_time(origin):
     floats = batch_timelines([[5.0, 7.0], [1.0]], return_clock=True)
     assert floats[2].tolist() == [5.0, 1.0]
     assert batch_timelines([[5.0]], origin=2.0, return_clock=True)[2].tolist() == [2.0]
+
+
+# --- ISO origins that name their UTC offset (issue 28) ---------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(-14 * 60, 14 * 60), st.lists(st.integers(0, 10**7), min_size=1, max_size=5),
+       st.sampled_from(["+HH:MM", "+HHMM", "Z"]))
+def test_an_iso_origin_with_an_offset_matches_a_pandas_timestamp_with_that_offset(minutes, seconds, style):
+    """Verified with pandas 3.1.1: its Timestamp reads '...+01:00' as the instant 23:00 UTC of the day before."""
+    minutes = 0 if style == "Z" else minutes
+    sign, hh, mm = "+" if minutes >= 0 else "-", abs(minutes) // 60, abs(minutes) % 60
+    zone = "Z" if style == "Z" else f"{sign}{hh:02d}:{mm:02d}" if style == "+HH:MM" else f"{sign}{hh:02d}{mm:02d}"
+    text = f"2024-03-31T00:00{zone}"
+    stamps = pd.Series(pd.Timestamp("2024-03-30T12:00", tz="UTC") + pd.to_timedelta(sorted(seconds), unit="s"))
+    ours = batch_timelines([stamps], origin=text)[0]
+    peer = batch_timelines([stamps], origin=pd.Timestamp(text))[0]
+    expected = [(t - pd.Timestamp(text)).total_seconds() / 3600 for t in stamps]   # float64 from the peer
+    assert ours.tolist() == peer.tolist()
+    np.testing.assert_allclose(ours[0].numpy(), expected, rtol=0, atol=1e-9)
+    naive = stamps.dt.tz_convert(None).to_numpy()
+    with pytest.raises(ValueError, match="mix naive .* naive_as='UTC'"):   # naive times, an aware origin
+        batch_timelines([naive], origin=text)
+    assert batch_timelines([naive], origin=text, naive_as="UTC")[0].tolist() == ours.tolist()
+
+
+def test_offset_origins_everywhere_an_origin_is_a_string():
+    df = pd.DataFrame({"subject_id": [1, 1, 2], "code": ["A", "B", "A"],
+                       "time": pd.to_datetime(["2024-03-31T01:00", "2024-03-31T05:00", "2024-04-01T00:00"]
+                                              ).tz_localize("UTC")})
+    text = "2024-03-31T00:00+01:00"
+    ours = EventBatch.from_frame(df, value=None, origin=text)
+    peer = EventBatch.from_frame(df, value=None, origin=pd.Timestamp(text))
+    assert ours.times.tolist() == peer.times.tolist() and ours.times[0, :2].tolist() == [2.0, 6.0]
+    assert ours.clock.tolist() == peer.clock.tolist() == [pd.Timestamp(text).timestamp() / 3600] * 2
+    naive = df.assign(time=df["time"].dt.tz_convert(None))
+    with pytest.raises(ValueError, match="mix naive"):
+        EventBatch.from_frame(naive, value=None, origin=text)
+    assert EventBatch.from_frame(naive, value=None, origin=text, naive_as="UTC").times.tolist() == ours.times.tolist()
+    assert to_offsets(np.array(["2024-03-31T00:00"], dtype="datetime64[s]"), origin="2024-03-31T00:00Z",
+                      naive_as="UTC").tolist() == [0.0]
+    # a batch built by hand gets its clock from the same reader
+    hand = EventBatch(ours.times, ours.codes, ours.values, ours.mask, ours.vocab, ours.subjects, origin=text)
+    assert hand.clock.tolist() == ours.clock.tolist()
+
+
+@pytest.mark.parametrize("phase_origin", ["2024-01-01T00:00+01:00", "2024-01-01T00:00Z", "2024-01-01 00:00-0530"])
+def test_a_phase_origin_naming_an_offset_is_refused_like_an_aware_datetime(phase_origin):
+    with pytest.raises(ValueError, match="phase_origin is a local wall-clock time"):
+        TimelineEncoder(8, phase_origin=phase_origin)
+    with pytest.raises(ValueError, match="phase_origin is a local wall-clock time"):
+        periodic_encoding(torch.zeros(1, 2), ("24h",), clock=0, phase_origin=phase_origin)
+
+
+@pytest.mark.parametrize("origin, match", [("2024-03-31T00:00+25:00", "offset out of range"),
+                                           ("2024-03-31T00:00+01:75", "offset out of range"),
+                                           ("2024-13-31T00:00+01:00", "origin must be one of"),
+                                           ("2024-03-31T00:00 CET", "time zone could not be read")])
+def test_bad_offset_origins_are_refused_by_name(origin, match):
+    aware = pd.Series(pd.to_datetime(["2024-03-31T01:00"]).tz_localize("UTC"))
+    with pytest.raises(ValueError, match=match):
+        batch_timelines([aware], origin=origin)

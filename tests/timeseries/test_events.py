@@ -394,3 +394,73 @@ def test_infinite_times_are_refused_never_static_and_unorderable_columns_are_nam
     mixed = df.assign(subject_id=pd.Series([1, dt.datetime(2020, 1, 1), 2], dtype=object), time=[0.0, 1.0, 2.0])
     with pytest.raises(TypeError, match="column 'subject_id' mixes values that cannot be ordered"):
         EventBatch.from_frame(mixed)
+
+
+# --- subjects with only static codes (issue 28) ----------------------------------------------------------------
+
+
+def static_only_frame(seed=0):
+    """random_frame plus subject 7 (static codes only) and a static code for one subject with a timeline."""
+    df = random_frame(seed, subjects=5, events=40)
+    static = pd.DataFrame({"subject_id": [7, 7, 100], "time": pd.to_datetime([None, None, None]),
+                           "code": ["SEX//F", "EYE//BLUE", "SEX//M"], "numeric_value": [np.nan, 1.5, np.nan]})
+    return pd.concat([static, df], ignore_index=True).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_static_only_subject_keeps_a_row_whose_clock_is_missing(seed):
+    df = static_only_frame(seed)
+    batch = EventBatch.from_frame(df, static="keep")                  # static_only="keep" by default
+    row = batch.subjects.index(7)
+    assert not batch.mask[row].any() and bool(batch.clock[row].isnan())   # recognisable: no clock, not 1970
+    vocab = batch.vocab
+    assert sorted(vocab[c] for c in batch.static_codes[row][batch.static_mask[row]].tolist()) == ["EYE//BLUE",
+                                                                                                  "SEX//F"]
+    timed = df[df["time"].notna()]
+    for i, subject in enumerate(batch.subjects):                      # the others: their first event, from pandas
+        if subject != 7:
+            first = timed.loc[timed["subject_id"] == subject, "time"].min()
+            assert batch.clock[i].item() == (first - pd.Timestamp(0)).total_seconds() / 3600
+    encoded = TimelineEncoder(16)(batch)                             # periodic features read the clock
+    assert (encoded[row] == 0).all() and torch.isfinite(encoded).all()
+    others = [i for i in range(len(batch)) if i != row]
+    alone = EventBatch.from_frame(df[df["subject_id"] != 7], static="keep")
+    torch.manual_seed(0)
+    enc = TimelineEncoder(16)
+    torch.testing.assert_close(enc(batch)[others], enc(alone), rtol=0, atol=0)
+    windows = EventBatch.from_frame(df, static="keep", max_len=3, truncation="split")
+    assert bool(windows.clock[windows.subjects.index(7)].isnan())
+
+
+def test_static_only_drop_and_error():
+    df = static_only_frame()
+    kept = EventBatch.from_frame(df, static="keep")
+    dropped = EventBatch.from_frame(df, static="keep", static_only="drop")
+    assert 7 not in dropped.subjects and dropped.subjects == [s for s in kept.subjects if s != 7]
+    keep_rows = [i for i, s in enumerate(kept.subjects) if s != 7]
+    for name in ("times", "codes", "mask", "clock", "static_codes", "static_mask"):
+        ours, theirs = getattr(dropped, name), getattr(kept, name)[keep_rows]
+        assert torch.equal(ours, theirs[..., : ours.shape[-1]] if ours.ndim > 1 else theirs), name
+    # with static="drop" the subject still had only static events: the same policy applies
+    assert 7 not in EventBatch.from_frame(df, static="drop", static_only="drop").subjects
+    assert bool(EventBatch.from_frame(df, static="drop").clock[kept.subjects.index(7)].isnan())
+    with pytest.raises(ValueError, match=r"subject 7 has only static events .* static_only='keep'"):
+        EventBatch.from_frame(df, static="keep", static_only="error")
+    with pytest.raises(ValueError, match="static_only"):
+        EventBatch.from_frame(df, static="keep", static_only="skip")
+    # a fixed origin gives every row its clock: a static-only row then has one (the origin's)
+    epoch = EventBatch.from_frame(df, static="keep", origin="epoch")
+    assert epoch.clock.tolist() == [0.0] * len(epoch)
+
+
+def test_a_missing_clock_is_refused_where_the_row_has_events():
+    from omnipos.timeseries import periodic_encoding
+
+    times, mask = torch.tensor([[0.0, 1.0], [0.0, 0.0]]), torch.tensor([[True, True], [False, False]])
+    assert (periodic_encoding(times, mask=mask, clock=torch.tensor([5.0, float("nan")]))[1] == 0).all()
+    with pytest.raises(ValueError, match="clock must be a finite time"):
+        periodic_encoding(times, mask=mask, clock=torch.tensor([float("nan"), 5.0]))
+    with pytest.raises(ValueError, match="clock must be a finite time"):
+        TimelineEncoder(8)(times, mask, torch.tensor([float("nan"), 5.0]))
+    with pytest.raises(ValueError, match="clock must be a finite time"):
+        periodic_encoding(times, mask=mask, clock=torch.tensor([5.0, float("inf")]))

@@ -62,3 +62,21 @@ def test_meds_static_policies_and_errors_name_the_shard(meds_root):
     with pytest.raises(ValueError, match=r"column 'time' for subject \d+ at row 0 .*static='keep'"):
         EventBatch.from_frame(frame)                                    # a DataFrame: static='error' by default
     assert torch.equal(EventBatch.from_frame(frame, static="keep").static_codes, kept.static_codes)
+
+
+def test_the_drop_missing_help_says_what_drop_missing_drops(capsys):
+    """`omnipos precompute meds --help` (issue 28): events without a numeric_value are kept, as the library does."""
+    import pandas as pd
+
+    from omnipos.app.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["precompute", "meds", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    said = text[text.index("--drop-missing"):]
+    assert "missing code or value" not in said and "without a numeric_value are kept" in said
+    df = pd.DataFrame({"subject_id": [1, 1, 1], "code": ["A", None, "B"], "numeric_value": [np.nan, 1.0, 2.0],
+                       "time": pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-03"])})
+    batch = EventBatch.from_frame(df, drop_missing=True, static="keep")
+    assert [batch.vocab[c] for c in batch.codes[0].tolist()] == ["A", "B"]       # the missing code dropped
+    assert bool(batch.values[0, 0].isnan()) and batch.values[0, 1].item() == 2.0  # the missing value kept

@@ -69,7 +69,8 @@ def add_precompute_parser(commands: Any) -> None:
                       help="events without a time (MEDS static events): each subject's static codes (default), "
                            "dropped, or refused")
     meds.add_argument("--drop-missing", action="store_true",
-                      help="drop events with a missing code or value instead of failing")
+                      help="drop events with a missing subject or code (with --static error, also a missing "
+                           "time) instead of failing; events without a numeric_value are kept (value NaN)")
     _common(meds, 10_000, "subjects")
     for parser in (graphs, reads, meds):
         parser.set_defaults(handler=run_precompute)

@@ -5,7 +5,8 @@ Plain float times are in hours unless a function's ``unit=`` says otherwise; dur
 unsorted times. Relative times (from each timeline's first event, by default) come with the *clock* of each
 row's origin (``batch_timelines(..., return_clock=True)``, ``EventBatch.clock``): periodic features (time of day,
 day of week, in a named ``timezone``) are always taken on the clock. :class:`EventBatch` (pandas / pyarrow, extra
-``[clinical]``) reads MEDS event tables and folders.
+``[clinical]``) reads MEDS event tables and folders; :class:`PackedEvents` holds the same events without padding
+(``[N]`` + ``cu_seqlens``, what varlen attention consumes).
 """
 
 from .absolute import absolute_time_encoding
@@ -20,6 +21,7 @@ from .gaps import (
     log_gap_encoding,
     time_gaps,
 )
+from .packed import PackedEvents
 from .periodic import periodic_encoding
 from .tape import TAPE, tape
 from .time2vec import Time2Vec
@@ -38,6 +40,7 @@ __all__ = [
     "Time2Vec",
     "TimelineEncoder",
     "EventBatch",
+    "PackedEvents",
     "PAD_CODE",
     "UNK_CODE",
     "tape",

@@ -17,12 +17,16 @@ counted in microseconds (Python datetimes, pandas >= 2 and MEDS Parquet use micr
 both (sub-microsecond detail and dates outside 1677-2262) are refused by name, never wrapped around.
 
 Time zones: timezone-aware times are read in UTC. Naive times (no zone: numpy datetime64, naive datetimes, ISO
-strings) mixed with aware ones are refused unless ``naive_as="UTC"`` says what the naive ones mean.
+strings without an offset) mixed with aware ones are refused unless ``naive_as="UTC"`` says what the naive ones
+mean. An ISO string that ends in a UTC offset (``"2024-03-31T00:00+01:00"``) or ``"Z"`` is aware, exactly as a
+``pandas.Timestamp`` with that offset (:func:`parse_time_string` reads every time string of this package).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import re
+import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -42,6 +46,7 @@ __all__ = [
     "check_awareness",
     "check_naive_as",
     "parse_origin",
+    "parse_time_string",
     "common_ticks",
     "align_origin",
     "is_missing",
@@ -56,6 +61,50 @@ NAIVE_AS = ("UTC",)
 TICK_UNITS = {"ns": 10**9, "us": 10**6, "ms": 10**3, "s": 1}
 _INT64_MAX = 2**63 - 1
 _FINER = {"ps": 10**3, "fs": 10**6, "as": 10**9}  # numpy units finer than ns: ticks per ns
+
+
+#: an ISO date-time ending in a UTC offset ("+01:00", "-0530", "+05") or "Z": the local part and the offset
+_ISO_WITH_OFFSET = re.compile(
+    r"^\s*(?P<local>[+-]?\d{4,}-\d{2}-\d{2}[T ]\d{2}(?::\d{2}(?::\d{2}(?:[.,]\d+)?)?)?)\s*"
+    r"(?:(?P<z>[Zz])|(?P<sign>[+-])(?P<hours>\d{2})(?::?(?P<minutes>\d{2}))?)\s*$")
+
+
+def parse_time_string(text: str, name: str, expected: str = "an ISO date / time") -> tuple[np.datetime64, str]:
+    """An ISO date / date-time string -> ``(datetime64, awareness)``: the one reader of time strings.
+
+    A string ending in a UTC offset (``"2024-03-31T00:00+01:00"``, ``"...-0530"``) or ``"Z"`` names an instant:
+    it comes back in UTC at the string's own resolution, ``"aware"``, exactly as a ``pandas.Timestamp`` or an
+    aware ``datetime`` with that offset. Without one it is a naive wall-clock time (``"naive"``). Anything else
+    numpy cannot read without guessing a zone is refused by ``name`` (numpy would only warn and shift it);
+    text that is no time at all is refused as not ``expected``.
+    """
+    match = _ISO_WITH_OFFSET.match(text)
+    if match:
+        local = _naive_datetime64(match["local"].replace(",", ".").replace(" ", "T"), text, name, expected)
+        if match["z"]:
+            return local, "aware"
+        hours, minutes = int(match["hours"]), int(match["minutes"] or 0)
+        if hours >= 24 or minutes >= 60:
+            raise ValueError(f"{name} {text!r} has a UTC offset out of range (hours < 24, minutes < 60)")
+        offset = (hours * 60 + minutes) * (1 if match["sign"] == "+" else -1)
+        return local - np.timedelta64(offset, "m"), "aware"  # local time = UTC + offset
+    return _naive_datetime64(text, text, name, expected), "naive"
+
+
+def _naive_datetime64(local: str, text: str, name: str, expected: str) -> np.datetime64:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "no explicit representation of timezones": a zone it shifted
+        try:
+            value = np.datetime64(local)
+        except (UserWarning, DeprecationWarning):
+            raise ValueError(f"{name} {text!r}: its time zone could not be read; end it with a UTC offset such "
+                             f"as '+01:00' or 'Z', or give a timezone-aware datetime / pandas.Timestamp") from None
+        except (TypeError, ValueError, OverflowError):
+            value = None
+    if value is None or np.isnat(value):
+        raise ValueError(f"{name} must be {expected} such as '2024-03-31T00:00' or '2024-03-31T00:00+01:00', "
+                         f"got {text!r}")
+    return value
 
 
 def _naive_utc(value: _dt.datetime) -> _dt.datetime:
@@ -318,6 +367,8 @@ def parse_origin(origin: Any, kind: str, unit: str) -> tuple[Any, str | None]:
         if abs(micros) > _INT64_MAX:
             raise ValueError(f"origin {origin!r} is out of range")
         return np.timedelta64(int(round(micros)), "us"), None
+    if isinstance(origin, str):
+        return parse_time_string(origin, "origin", f"one of {', '.join(map(repr, ORIGINS))} or an ISO time")
     awareness = "aware" if _is_aware(origin) or getattr(origin, "tz", None) is not None else "naive"
     value = None
     if not isinstance(origin, (bool, int, float, np.integer, np.floating)):
@@ -364,7 +415,8 @@ def batch_timelines(
 
     Args:
         unit: unit of plain numbers, and of the returned offsets.
-        origin: ``"first"`` (each timeline's first event; the default), ``"epoch"`` or a reference time.
+        origin: ``"first"`` (each timeline's first event; the default), ``"epoch"`` or a reference time (an
+            ISO string that names its offset, ``"2024-03-31T00:00+01:00"`` or ``"...Z"``, is timezone-aware).
         sort: sort each timeline (a stable sort). Without it an unsorted timeline raises ValueError.
         drop_missing: drop NaN / NaT times instead of raising.
         naive_as: ``"UTC"`` to read naive datetimes as UTC when they are mixed with timezone-aware ones

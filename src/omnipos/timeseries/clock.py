@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..core import can_inspect_values
+from .calendar import parse_time_string
 from .durations import UNITS
 
 __all__ = ["timezone_name", "timezone_table", "timezone_tensors", "local_offset", "clock_tensor", "phase_shift"]
@@ -148,9 +149,13 @@ def local_offset(utc: torch.Tensor, transitions: torch.Tensor, offsets: torch.Te
     return offsets[torch.bucketize(utc, transitions, right=True)]
 
 
-def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock") -> torch.Tensor:
+def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock",
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
     """``clock`` (a number, or a tensor of ``times.shape[:-1]`` or broadcastable to it) -> float64 ``[..., 1]``
-    on times' device, ready to add to ``times [..., L]``."""
+    on times' device, ready to add to ``times [..., L]``.
+
+    A row with no real event in ``mask`` may have a NaN clock (missing: :class:`EventBatch` gives it to a subject
+    without a timed event); every other clock must be finite."""
     if isinstance(clock, torch.Tensor):
         if clock.dtype == torch.bool or clock.is_complex():
             raise TypeError(f"{name} must be real-valued, got {clock.dtype}")
@@ -171,7 +176,17 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock") -> torch.
                              f"{tuple(times.shape[:-1])}")
         if can_inspect_values(value) and value.numel() and \
                 not bool((value.abs() <= MAX_CLOCK).all()):
-            bad = value[~(value.abs() <= MAX_CLOCK)][0].item()
+            invalid = ~(value.abs() <= MAX_CLOCK)
+            if mask is not None:  # NaN is allowed where the row holds no event
+                row_empty = ~mask.any(-1)
+                invalid = invalid.expand(row_empty.shape) & ~(value.isnan().expand(row_empty.shape) & row_empty)
+                value_all = value.expand(row_empty.shape)
+            else:
+                value_all = value
+            bad = value_all[invalid][0].item() if bool(invalid.any()) else None
+        else:
+            bad = None
+        if bad is not None:
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got {bad}")
         return value.unsqueeze(-1)
     if isinstance(clock, (int, float, np.integer, np.floating)) and not isinstance(clock, bool):
@@ -196,16 +211,22 @@ def phase_shift(phase_origin: Any, unit: str) -> float:
     if isinstance(phase_origin, str) and phase_origin == "epoch":
         return 0.0
     value = None
-    if isinstance(phase_origin, (str, _dt.datetime, _dt.date, np.datetime64)) or hasattr(phase_origin,
-                                                                                           "to_datetime64"):
-        if getattr(phase_origin, "tzinfo", None) is not None or getattr(phase_origin, "tz", None) is not None:
-            raise ValueError("phase_origin is a local wall-clock time: give it without a time zone")
+    aware_text = False
+    if isinstance(phase_origin, str):  # the one reader of time strings: it reads an offset / "Z" at the end
+        value, awareness = parse_time_string(phase_origin, "phase_origin", "'epoch' or a naive ISO time")
+        aware_text = awareness == "aware"
+    if isinstance(phase_origin, (_dt.datetime, _dt.date, np.datetime64)) or hasattr(phase_origin,
+                                                                                     "to_datetime64"):
         try:
             value = (np.datetime64(phase_origin.to_datetime64() if hasattr(phase_origin, "to_datetime64")
                                    else phase_origin, "s"))
         except (TypeError, ValueError, OverflowError):
             value = None
+    if aware_text or getattr(phase_origin, "tzinfo", None) is not None or \
+            getattr(phase_origin, "tz", None) is not None:
+        raise ValueError(f"phase_origin is a local wall-clock time: give it without a time zone (UTC offset), "
+                         f"got {phase_origin!r}")
     if value is None or np.isnat(value):
         raise ValueError(f"phase_origin must be 'epoch' or a naive datetime / ISO string such as '2024-01-01', "
                          f"got {phase_origin!r}")
-    return int(value.astype(np.int64)) / UNITS[unit]
+    return int(value.astype("datetime64[s]").astype(np.int64)) / UNITS[unit]

@@ -25,6 +25,7 @@ from .gaps import (
     log_gap_cycles,
     log_gap_features,
 )
+from .packed import PackedEvents, check_cu_seqlens
 from .periodic import (
     DEFAULT_PERIODS,
     clock_required,
@@ -87,7 +88,9 @@ class TimelineEncoder(ConstantBuffers):
         ``unit`` -> ``[..., L, dim]``, padded slots exactly 0. ``clock`` (``[B]`` float64, or a number) is the
         clock time of each row's origin in ``unit`` since 1970-01-01 UTC (``batch_timelines(...,
         return_clock=True)`` gives it; ``0`` when the times are clock times already); the ``"periodic"``
-        component refuses to run without it.
+        component refuses to run without it. ``forward(packed)`` with a :class:`PackedEvents` (or
+        :meth:`encode_packed` with ``times [N]`` and ``cu_seqlens [B + 1]``) -> ``[N, dim]``: no padding made,
+        each event's numbers exactly as in the padded layout.
 
     Precision: sinusoids are formed in float64 and evaluated in float32 (float64 for a float64 module); a
     float16 / bfloat16 module computes in float32 and rounds once at the end. Every output value is computed
@@ -209,8 +212,13 @@ class TimelineEncoder(ConstantBuffers):
                              f"{periodic_channels} (2 x periods x harmonics), got {self.dim}")
         return sizes
 
-    def forward(self, times: torch.Tensor | EventBatch, mask: torch.Tensor | None = None,
+    def forward(self, times: torch.Tensor | EventBatch | PackedEvents, mask: torch.Tensor | None = None,
                 clock: Any = None) -> torch.Tensor:
+        if isinstance(times, PackedEvents):
+            if mask is not None:
+                raise TypeError("pass PackedEvents alone (its cu_seqlens say where each row is)")
+            flat, clock = self._batch_units(times.times, times.clock if clock is None else clock, times.unit)
+            return self.encode_packed(flat, times.cu_seqlens, clock)
         if isinstance(times, EventBatch):
             times, mask, clock = self._from_batch(times, mask, clock)
         times, mask = check_times(times, mask, check_sorted=False)
@@ -222,7 +230,7 @@ class TimelineEncoder(ConstantBuffers):
         if "periodic" in self.sizes:
             if clock is None:
                 raise clock_required("TimelineEncoder's 'periodic' component")
-            clocks = clock_tensor(clock, times).expand(*times.shape[:-1], 1)
+            clocks = clock_tensor(clock, times, mask=mask).expand(*times.shape[:-1], 1)
         if mask is None:
             mask = torch.ones_like(times, dtype=torch.bool)
         out_dtype = self.dtype
@@ -254,18 +262,65 @@ class TimelineEncoder(ConstantBuffers):
                 target.index_copy_(0, slots, self._combined(t, g, c).to(out_dtype))
         return out.reshape(*mask.shape, self.dim)
 
-    def _from_batch(self, batch: EventBatch, mask: Any, clock: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        if mask is not None:
-            raise TypeError("pass an EventBatch alone (its mask is used), or times and mask")
-        clock = batch.clock if clock is None else clock
-        times = batch.times
-        if batch.unit != self.unit:  # the batch says what its numbers mean: convert, never assume
-            factor = UNITS[check_unit(batch.unit, "EventBatch.unit")] / UNITS[self.unit]
+    def encode_packed(self, times: torch.Tensor, cu_seqlens: torch.Tensor, clock: Any = None) -> torch.Tensor:
+        """Packed timelines -> ``[N, dim]``: no padding is made, read or written.
+
+        Args:
+            times: ``[N]`` real times in ``unit``, the rows back to back, each sorted.
+            cu_seqlens: ``[B + 1]`` integer offsets of the rows (0 first, ``N`` last; flash-attn's layout).
+            clock: ``[B]`` (one per row; NaN allowed for an empty row) or a number, as in ``forward``.
+
+        Each event gets exactly the numbers it gets in the padded layout (``forward(padded)[mask]``).
+        """
+        times, _ = check_times(times, None, check_sorted=False)
+        if times.ndim != 1:
+            raise ValueError(f"packed times must be 1-D [N], got shape {tuple(times.shape)}")
+        check_module_device(self.dtype_tracker.device, times)
+        lengths = check_cu_seqlens(cu_seqlens, times.shape[0]).to(times.device)
+        rows = lengths.shape[0]
+        row = torch.repeat_interleave(torch.arange(rows, device=times.device), lengths, output_size=times.shape[0])
+        gaps = torch.diff(times, prepend=times[:1])
+        gaps = gaps.index_fill(0, (cu_seqlens[:-1].to(times.device).long())[lengths > 0], 0.0)  # each row starts at 0
+        if can_inspect_values(times) and bool((gaps < 0).any()):
+            i = int((gaps < 0).nonzero()[0])
+            b = int(row[i])
+            raise ValueError(f"times must be sorted (non-decreasing) within each row; row {b} at position "
+                             f"{i - int(cu_seqlens[b])} has {times[i].item()} after {times[i - 1].item()}")
+        if not {"gap", "gap_bucket"} & set(self.components):
+            gaps = None
+        row_clock = row_clock_mod = None
+        if "periodic" in self.sizes:
+            if clock is None:
+                raise clock_required("TimelineEncoder's 'periodic' component")
+            # one clock per row, checked as a [B, 1] batch (an empty row may have none: NaN)
+            row_clock = clock_tensor(clock, times.new_zeros(rows, 1), mask=(lengths > 0).unsqueeze(1))
+            row_clock = row_clock.expand(rows, 1).reshape(rows)
+            row_clock_mod = torch.remainder(row_clock.unsqueeze(-1), self.periods)
+        out = torch.empty(times.shape[0], self.dim, dtype=self.dtype, device=times.device)
+        step = self.chunk if times.device.type == "cpu" and can_inspect_values(times) else max(1, times.shape[0])
+        for start in range(0, times.shape[0], step):
+            block = slice(start, start + step)
+            g = None if gaps is None else gaps[block]
+            c = None if row_clock is None else (row_clock[row[block]], row_clock_mod[row[block]])
+            out[block] = self._combined(times[block], g, c).to(self.dtype)
+        return out
+
+    def _batch_units(self, times: torch.Tensor, clock: Any, unit: str) -> tuple[torch.Tensor, Any]:
+        """A batch's times and clock in this encoder's unit (the batch says what its numbers mean: convert,
+        never assume)."""
+        if unit != self.unit:
+            factor = UNITS[check_unit(unit, "the batch's unit")] / UNITS[self.unit]
             times = times * factor
             clock = None if clock is None else clock * factor
         if clock is None and "periodic" in self.sizes:
-            raise clock_required("TimelineEncoder's 'periodic' component (this EventBatch carries no clock: "
-                                 "build it with EventBatch.from_frame / from_parquet)")
+            raise clock_required("TimelineEncoder's 'periodic' component (this batch carries no clock: "
+                                 "build it with EventBatch.from_frame / from_parquet / PackedEvents.from_frame)")
+        return times, clock
+
+    def _from_batch(self, batch: EventBatch, mask: Any, clock: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        if mask is not None:
+            raise TypeError("pass an EventBatch alone (its mask is used), or times and mask")
+        times, clock = self._batch_units(batch.times, batch.clock if clock is None else clock, batch.unit)
         return times, batch.mask, clock
 
     def _dense(self, times: torch.Tensor, mask: torch.Tensor, gaps: torch.Tensor | None,
@@ -306,8 +361,11 @@ class TimelineEncoder(ConstantBuffers):
         if out is not None and not (torch.is_grad_enabled() and (out.requires_grad or weight.requires_grad
                                                                    or features.requires_grad)):
             term = torch.empty_like(out)  # one scratch buffer for every product, written in place
+            # feature k as a contiguous [n] column and its weights as a contiguous [dim] row: the same products
+            # as features[:, k:k+1] * weight[:, k], 6x faster on CPU than broadcasting a strided column
+            columns, rows = features.t().contiguous(), weight.t().contiguous()
             for k in range(features.shape[-1]):
-                out.add_(torch.mul(features[:, k : k + 1], weight[:, k], out=term))
+                out.add_(torch.mul(columns[k].unsqueeze(1), rows[k], out=term))
             return out
         for k in range(features.shape[-1]):
             out = _accumulate(out, features[:, k : k + 1] * weight[:, k])

@@ -34,13 +34,14 @@ from .calendar import (
 from .durations import check_unit
 from .meds import read_meds_table
 
-__all__ = ["EventBatch", "require_pandas", "PAD_CODE", "UNK_CODE", "TRUNCATIONS", "STATIC_POLICIES",
-           "UNKNOWN_CODE_POLICIES"]
+__all__ = ["EventBatch", "EventTable", "require_pandas", "PAD_CODE", "UNK_CODE", "TRUNCATIONS", "STATIC_POLICIES",
+           "STATIC_ONLY_POLICIES", "UNKNOWN_CODE_POLICIES"]
 
 PAD_CODE = "<pad>"
 UNK_CODE = "<unk>"
 TRUNCATIONS = ("error", "head", "tail", "split")
 STATIC_POLICIES = ("error", "keep", "drop")
+STATIC_ONLY_POLICIES = ("keep", "drop", "error")
 UNKNOWN_CODE_POLICIES = ("error", "unk")
 _MEDS_COLUMNS = ("subject_id", "time", "code", "numeric_value")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -67,9 +68,11 @@ class EventBatch:
             row; with ``truncation="split"`` a subject's windows are consecutive rows).
         unit, origin: how ``times`` were made.
         clock: ``[B]`` float64, the clock time of each row's origin in ``unit`` since 1970-01-01 UTC (plain-number
-            and duration times: since their own zero), so ``times + clock[:, None]`` is clock time; 0 for a row
-            without events when ``origin="first"``. A batch built by hand without ``clock=`` gets it from a fixed
-            ``origin`` (``"epoch"``, a number, a reference time); with ``origin="first"`` it is None (unknown).
+            and duration times: since their own zero), so ``times + clock[:, None]`` is clock time. A row
+            without timed events has no first event: with ``origin="first"`` its clock is NaN (missing, never
+            1970-01-01), and encoders leave such all-padding rows at exactly 0. A batch built by hand without
+            ``clock=`` gets it from a fixed ``origin`` (``"epoch"``, a number, a reference time); with
+            ``origin="first"`` it is None (unknown).
             :class:`~omnipos.timeseries.TimelineEncoder` reads it for time-of-day features.
         static_codes, static_values, static_mask: ``[B, S]`` the subject's static events (MEDS rows with a null
             time, kept with ``static="keep"``) in table order, padded like the timelines (``S`` may be 0).
@@ -112,6 +115,7 @@ class EventBatch:
         vocab: Sequence[str] | None = None,
         unknown_code: str = "error",
         static: str = "error",
+        static_only: str = "keep",
         max_len: int | None = None,
         truncation: str = "error",
         naive_as: str | None = None,
@@ -133,6 +137,10 @@ class EventBatch:
                 ``unknown_code="unk"`` too, which reserves index 1 for it).
             static: events with a null time (MEDS static events): ``"error"`` (ValueError naming the row, unless
                 ``drop_missing``), ``"keep"`` (into :attr:`static_codes` / :attr:`static_values`) or ``"drop"``.
+            static_only: a subject whose events all have a null time (static codes only, no timeline):
+                ``"keep"`` (an all-padding row; its :attr:`clock` is NaN with ``origin="first"``, so it is never
+                mistaken for a timeline at 1970-01-01), ``"drop"`` (no row for it) or ``"error"`` (ValueError
+                naming it).
             max_len: the longest timeline a row may hold (None: no limit). Padding is to the longest row, so
                 one very long subject sets the size of the whole batch.
             truncation: what happens to a subject with more than ``max_len`` events: ``"error"`` (ValueError
@@ -147,9 +155,10 @@ class EventBatch:
                 an unknown code; a subject longer than ``max_len`` with ``truncation="error"``; a batch whose
                 padding would not fit in memory (use ``max_len`` or :meth:`batches`).
         """
-        table = _EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
+        table = EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
                                   drop_missing=drop_missing, vocab=vocab, unknown_code=unknown_code,
-                                  static=static, max_len=max_len, truncation=truncation, naive_as=naive_as)
+                                  static=static, static_only=static_only, max_len=max_len, truncation=truncation,
+                                  naive_as=naive_as)
         return table.pad(np.arange(table.rows))
 
     @classmethod
@@ -205,7 +214,7 @@ class EventBatch:
             kwargs.setdefault("static", "keep")
             df = _read_parquet_events(source, [subject, time, code] + ([value] if value is not None else []),
                                       subject, split)
-        table = _EventTable.build(df, subject, time, code, value, **kwargs)
+        table = EventTable.build(df, subject, time, code, value, **kwargs)
         order = (np.argsort(table.lengths, kind="stable") if by_length else np.arange(table.rows))
         groups = [order[i : i + batch_size] for i in range(0, table.rows, batch_size)]
         if shuffle:
@@ -240,7 +249,7 @@ class EventBatch:
 
 
 @dataclass
-class _EventTable:
+class EventTable:
     """The sorted, encoded events of a table, not yet padded: rows are subjects (or windows of subjects)."""
 
     times: np.ndarray  # [N] float64 offsets, rows consecutive
@@ -265,12 +274,13 @@ class _EventTable:
     def build(cls, df: Any, subject: str = "subject_id", time: str = "time", code: str = "code",
               value: str | None = "numeric_value", *, unit: str = "h", origin: Any = "first",
               drop_missing: bool = False, vocab: Sequence[str] | None = None, unknown_code: str = "error",
-              static: str = "error", max_len: int | None = None, truncation: str = "error",
-              naive_as: str | None = None) -> _EventTable:
+              static: str = "error", static_only: str = "keep", max_len: int | None = None,
+              truncation: str = "error", naive_as: str | None = None) -> EventTable:
         pd = require_pandas()
         unit = check_unit(unit)
         check_choice(unknown_code, "unknown_code", UNKNOWN_CODE_POLICIES)
         check_choice(static, "static", STATIC_POLICIES)
+        check_choice(static_only, "static_only", STATIC_ONLY_POLICIES)
         check_choice(truncation, "truncation", TRUNCATIONS)
         check_naive_as(naive_as)
         if max_len is not None:
@@ -309,6 +319,8 @@ class _EventTable:
         lengths = np.bincount(t_subject, minlength=len(subjects)).astype(np.int64)
         t_times = t_times[order]
         offsets, clock = offsets_from_origin(t_times, lengths, fixed=fixed, unit=unit, name=f"column {time!r}")
+        if fixed is None:
+            clock[lengths == 0] = np.nan  # no first event, no clock: missing, never 1970-01-01
         codes_sorted = code_ix[timed][order].astype(np.int64)
         values_sorted = values[timed][order]
 
@@ -322,11 +334,31 @@ class _EventTable:
         table = cls(offsets, codes_sorted, values_sorted, lengths, clock, subjects,
                     np.zeros(len(subjects), dtype=np.int64), static_codes, static_values, static_lengths,
                     code_names, unit, origin)
+        # subjects with static events (kept or dropped by static=) but not one timed event
+        static_only_rows = (lengths == 0) & (np.bincount(subject_ix[~bad & null_time], minlength=len(subjects)) > 0)
+        if static_only_rows.any() and static_only != "keep":
+            table = table.without_static_only(static_only_rows, static_only)
         if max_len is not None and lengths.size and int(lengths.max()) > max_len:
             table = table.truncated(max_len, truncation)
         return table
 
-    def truncated(self, max_len: int, truncation: str) -> _EventTable:
+    def without_static_only(self, rows: np.ndarray, static_only: str) -> EventTable:
+        """The table without the subjects of ``rows`` (a bool mask; they have no timed events), or the error
+        naming them with ``static_only="error"``."""
+        if static_only == "error":
+            first = int(np.flatnonzero(rows)[0])
+            raise ValueError(
+                f"subject {self.subjects[first]!r} has only static events (a null time: no timeline) "
+                f"({int(rows.sum()):,} subject(s) do); pass static_only='keep' for an all-padding row (clock NaN "
+                f"with origin='first') or static_only='drop' to leave such subjects out")
+        keep = ~rows
+        static_keep = np.repeat(keep, self.static_lengths)
+        return replace(self, lengths=self.lengths[keep], clock=self.clock[keep],
+                       subjects=[s for s, k in zip(self.subjects, keep.tolist()) if k], window=self.window[keep],
+                       static_codes=self.static_codes[static_keep], static_values=self.static_values[static_keep],
+                       static_lengths=self.static_lengths[keep])
+
+    def truncated(self, max_len: int, truncation: str) -> EventTable:
         """Rows longer than ``max_len`` cut by the named policy (see :meth:`EventBatch.from_frame`)."""
         lengths = self.lengths
         if truncation == "error":

@@ -93,7 +93,7 @@ def periodic_encoding(
     transitions, offsets = timezone_tensors(timezone_name(timezone), unit, times.device)
     phase_mod = phase_remainders(phase_shift(phase_origin, unit), period_values)
     times = times.to(torch.float64)
-    pair = torch.stack([times, clock_tensor(clock, times).expand(times.shape)], dim=-1)
+    pair = torch.stack([times, clock_tensor(clock, times, mask=mask).expand(times.shape)], dim=-1)
 
     def encode(tc: torch.Tensor) -> torch.Tensor:
         t, c = tc[..., 0], tc[..., 1]
