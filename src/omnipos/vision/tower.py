@@ -96,20 +96,32 @@ def vision_position_ids(grid_thw: Any, spatial_merge_size: int, *, include_tempo
         return _patch_positions(grids, merge, total, include_temporal)
 
 
-def _merge_blocks(grids: torch.Tensor, merge: int, total: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                         torch.Tensor]:
-    """Every ``m x m`` merge block of every frame, in the tower's order: ``(grid, t, top row, left column)`` ``[K]``."""
-    blocks_h, blocks_w = grids[:, 1] // merge, grids[:, 2] // merge
-    grid, t, block_row = _frame_rows(grids, blocks_h)  # one entry per row of blocks, then per block
-    block_of_row, block_col = _row_runs(blocks_w[grid], total // merge**2)
-    return grid[block_of_row], t[block_of_row], block_row[block_of_row] * merge, block_col * merge
+def _merge_blocks(grids: torch.Tensor, merge: int, total: int, *, row_offset: torch.Tensor | None = None,
+                  col_offset: torch.Tensor | None = None,
+                  with_frame: bool = False) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """Every ``m x m`` merge block of every frame, in the tower's order: ``(frame, top row, left column)`` ``[K]``
+    (``frame`` None unless ``with_frame``); ``row_offset`` / ``col_offset`` ``[N]`` are added per grid."""
+    blocks_w = grids[:, 2] // merge
+    grid, t, block_row = _frame_rows(grids, grids[:, 1] // merge)  # one entry per row of blocks
+    lengths = blocks_w[grid]
+    count = total // merge**2
+    top = block_row * merge if row_offset is None else block_row * merge + row_offset[grid]
+    shift = (lengths.cumsum(0) - lengths) * merge  # a row's first block's number, times m
+    if col_offset is not None:
+        shift -= col_offset[grid]
+    # per block: its row's values by repeat_interleave; the left column from the block's number
+    top = torch.repeat_interleave(top, lengths, output_size=count)
+    left = torch.arange(0, count * merge, merge, device=grids.device)
+    left -= torch.repeat_interleave(shift, lengths, output_size=count)
+    frame = torch.repeat_interleave(t, lengths, output_size=count) if with_frame else None
+    return frame, top, left
 
 
 def _patch_positions(grids: torch.Tensor, merge: int, total: int, include_temporal: bool) -> torch.Tensor:
     """:func:`vision_position_ids` of validated grids holding ``total`` patches."""
     columns = 3 if include_temporal else 2
     out = torch.empty(total // merge**2, merge * merge, columns, dtype=torch.int64, device=grids.device)  # first
-    _, t, top, left = _merge_blocks(grids, merge, total)
+    t, top, left = _merge_blocks(grids, merge, total, with_frame=include_temporal)
     # the m * m patches of a block: one strided write per patch slot (not a broadcast over a 2-wide inner axis,
     # which costs several times more)
     for slot in range(merge * merge):
@@ -254,17 +266,24 @@ def vision_interpolation_indices_and_weights(
         def as_columns(values: torch.Tensor) -> torch.Tensor:  # [n, taps] -> [n, taps * taps], value b at (a, b)
             return values[:, None, :].expand(-1, taps, taps).reshape(-1, taps * taps)
 
-        grid, _, top, left = _merge_blocks(grids, merge, total)
-        top += (heights.cumsum(0) - heights)[grid]  # the block's first row among all grids' rows
-        left += (widths.cumsum(0) - widths)[grid]
+        # each block's first row / column among all grids' rows / columns
+        _, top, left = _merge_blocks(grids, merge, total, row_offset=heights.cumsum(0) - heights,
+                                     col_offset=widths.cumsum(0) - widths)
         patch_row = torch.empty(top.numel(), merge * merge, dtype=torch.int64, device=grids.device)
         patch_col = torch.empty_like(patch_row)
         for slot in range(merge * merge):  # the patches of a merge block, one strided write each
             torch.add(top, slot // merge, out=patch_row[:, slot])
             torch.add(left, slot % merge, out=patch_col[:, slot])
         patch_row, patch_col = patch_row.view(total), patch_col.view(total)
-        torch.index_select(as_rows(row_taps * side), 0, patch_row, out=indices)
-        indices += as_columns(col_taps).index_select(0, patch_col)
-        torch.index_select(as_rows(row_weights), 0, patch_row, out=weights)
-        weights *= as_columns(col_weights).index_select(0, patch_col)
+        if taps == 2:
+            torch.index_select(as_rows(row_taps * side), 0, patch_row, out=indices)
+            indices += as_columns(col_taps).index_select(0, patch_col)
+            torch.index_select(as_rows(row_weights), 0, patch_row, out=weights)
+            weights *= as_columns(col_weights).index_select(0, patch_col)
+        else:
+            shape = (total, taps, taps)
+            torch.add((row_taps * side).index_select(0, patch_row).unsqueeze(2),
+                      col_taps.index_select(0, patch_col).unsqueeze(1), out=indices.view(shape))
+            torch.mul(row_weights.index_select(0, patch_row).unsqueeze(2),
+                      col_weights.index_select(0, patch_col).unsqueeze(1), out=weights.view(shape))
     return indices, weights
