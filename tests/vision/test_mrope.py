@@ -486,3 +486,8 @@ def test_bad_masks_and_cu_seqlens():
         mrope_position_ids(types, cu_seqlens=[0, 2, 1, 3])
     with pytest.raises(ValueError, match="cache_position must be"):
         mrope_decode_position_ids(torch.zeros(2, 1, dtype=torch.int64), torch.zeros(3, 2, dtype=torch.int64))
+
+
+def test_grids_beyond_int64_are_refused():
+    with pytest.raises(ValueError, match="image_grid_thw asks for .* more than int64 can count"):
+        mrope_position_ids(torch.tensor([[0, 1, 1]]), [[2**40, 2**20, 2**20]])

@@ -81,6 +81,9 @@ def _check_grids(grid_thw: Any, name: str, merge: int, device: torch.device) -> 
         i = int(uneven.nonzero()[0, 0])
         raise ValueError(f"{name}[{i}] = {tuple(grids[i].tolist())}: H and W must be multiples of "
                          f"spatial_merge_size={merge} (the merged grid is (T, H/{merge}, W/{merge}))")
+    if grids.shape[0] and float(grids.to(torch.float64).prod(dim=1).sum()) >= 2.0**62:
+        raise ValueError(f"{name} asks for {float(grids.to(torch.float64).prod(dim=1).sum()):.3g} patches in all: "
+                         "more than int64 can count (and more tokens than any mm_token_type_ids holds)")
     return grids
 
 
