@@ -7,6 +7,10 @@
    ``Siglip2VisionEmbeddings.resize_positional_embeddings`` (one resample per image): 64 images of 16 distinct grids
    (SigLIP2's own grids at max_num_patches=256), by default (separable matrices, within 1e-5) and with
    ``exact=True`` (F.interpolate per distinct grid, bit for bit). Target: >= 5x.
+3. The vision tower's positions (``vision_position_ids``, ``vision_window_index``,
+   ``vision_interpolation_indices_and_weights``) vs transformers' ``vision_utils`` functions at 256 images / videos
+   (Qwen2.5-VL / Qwen3-VL grids: merge 2, 14-pixel patches, 112-pixel windows, a 48 x 48 table), outputs equal bit for
+   bit. Target: >= 10x.
 
 Medians of interleaved calls after warm-up; speedup = transformers time / omnipos time.
 
@@ -21,7 +25,13 @@ import torch
 from _harness import Bench, common_arguments
 from bench_vision import interleaved
 
-from omnipos.vision import mrope_position_ids, resample_pos_embed_per_image
+from omnipos.vision import (
+    mrope_position_ids,
+    resample_pos_embed_per_image,
+    vision_interpolation_indices_and_weights,
+    vision_position_ids,
+    vision_window_index,
+)
 
 
 def qwen2_vl():
@@ -58,6 +68,41 @@ def vl_batch(rows: int, inputs: int, seed: int = 0):
         types[i, length - len(row):] = torch.tensor(row)
         mask[i, length - len(row):] = 1
     return types, mask, torch.tensor(images).reshape(-1, 3), torch.tensor(videos).reshape(-1, 3)
+
+
+def tower_grids(count: int, seed: int = 0) -> torch.Tensor:
+    """``count`` patch grids: 80% images, 20% two-frame videos, 8..48 patches a side (multiples of 2)."""
+    rng = random.Random(seed)
+    return torch.tensor([[1 if rng.random() < 0.8 else 2, 2 * rng.randint(4, 24), 2 * rng.randint(4, 24)]
+                         for _ in range(count)])
+
+
+def vision_tower_rows(bench: Bench, args, device: torch.device) -> None:
+    """Section 3: the vision tower's positions vs transformers' vision_utils, outputs equal before timing."""
+    from transformers import vision_utils
+
+    count = 64 if args.quick else 256
+    grids = tower_grids(count).to(device)
+    patches = int(grids.prod(dim=1).sum())
+    cases = [
+        ("vision_position_ids", lambda: vision_position_ids(grids, 2),
+         lambda: vision_utils.get_vision_position_ids(grids, 2)),
+        ("vision_window_index (112 px windows)", lambda: vision_window_index(grids, 2, 112, 14),
+         lambda: vision_utils.get_vision_window_index(grids, 2, 112, 14)),
+    ]
+    for mode in ("bilinear", "bicubic"):
+        cases.append((f"vision_interpolation_indices_and_weights ({mode}, 48x48 table)",
+                      lambda mode=mode: vision_interpolation_indices_and_weights(grids, 48, mode=mode,
+                                                                                 spatial_merge_size=2),
+                      lambda mode=mode: vision_utils.get_vision_interpolation_indices_and_weights(
+                          grids, 48, mode=mode, spatial_merge_size=2)))
+    for name, ours, peer in cases:
+        mine, theirs = ours(), peer()
+        mine, theirs = (mine, theirs) if isinstance(mine, tuple) else ((mine,), (theirs,))
+        assert all(torch.equal(a, b.to(a.device)) for a, b in zip(mine, theirs)), f"{name} differs from transformers"
+        t_ours, t_peer = interleaved(ours, peer, repeats=3 if args.quick else args.repeats, device=device)
+        bench.row(case=f"{name}, {count} images/videos, {patches} patches", omnipos_ms=t_ours * 1e3,
+                  transformers_ms=t_peer * 1e3, speedup=t_peer / t_ours, max_abs_diff=0.0)
 
 
 def main() -> None:
@@ -120,6 +165,8 @@ def main() -> None:
             bench.row(case=f"per-image tables, 64 images / 16 grids, 16x16x768 -> 256; {how}",
                       omnipos_ms=t_ours * 1e3, transformers_ms=t_peer * 1e3, speedup=t_peer / t_ours,
                       max_abs_diff=diff)
+
+    vision_tower_rows(bench, args, device)
     bench.finish(args.out)
 
 

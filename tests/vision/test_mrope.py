@@ -1,6 +1,13 @@
 """mrope_position_ids against transformers' own get_rope_index (Qwen2-VL, Qwen2.5-VL models built from tiny random
 configs, no weights) on image-only batches, and against an independent pure-Python reference of the released rule
-on image + video batches with left / right padding and fractional seconds; packing, decoding and bad input."""
+on image + video batches with left / right padding and fractional seconds; packing, decoding and bad input.
+
+The named conventions: ``"transformers-5"`` against the installed transformers (verified with 5.24.0) on random
+mixed batches with long videos; ``"transformers-4"`` against tests/support/mrope_transformers4.py, a transcription of
+4.57.6's ``get_rope_index`` (checked once bit for bit against the installed 4.57.6 on 568 random batches, Qwen2-VL and
+Qwen2.5-VL: omnipos == transcription == 4.57.6; the transcription also agrees with the installed 5.x where their
+rules coincide, tested here); Qwen3-VL videos laid out frame by frame against Qwen3-VL's ``get_rope_index`` (5.24.0).
+"""
 
 import random
 
@@ -8,6 +15,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.mrope_transformers4 import get_rope_index_4_57, input_ids_from_types
 
 from omnipos.vision import mrope_decode_position_ids, mrope_position_ids
 
@@ -252,6 +260,167 @@ def test_decode_continues_after_the_prompt():
     assert mrope_decode_position_ids(deltas[:1], 7).tolist() == [[[int(last[0]) + 1] * 3]]
 
 
+# -- named conventions: transformers 5.x, transformers 4.5x, Qwen3-VL videos frame by frame ----------------------
+
+
+def _random_seconds(rng, videos):
+    return torch.tensor([rng.choice([0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 1 / 3]) for _ in videos], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_transformers_5_convention_equals_installed_get_rope_index(qwen_models, seed):
+    # long videos (T up to 4, up to 2.5 s per step at 2 tokens/s) where 5.x and the released rule part ways
+    rng = random.Random(100 + seed)
+    types, mask, images, videos = random_batch(rng, 5, padding=rng.choice(["left", "right", "anywhere"]),
+                                               max_blocks=4)
+    seconds = _random_seconds(rng, videos)
+    types_t, mask_t = torch.tensor(types), torch.tensor(mask)
+    grids = dict(image_grid_thw=as_grids(images) if images else None,
+                 video_grid_thw=as_grids(videos) if videos else None)
+    for model, tps in zip(qwen_models, (None, 2)):
+        extra = dict(second_per_grid_ts=seconds) if tps else {}
+        ref_ids, ref_deltas = model.get_rope_index(torch.zeros_like(types_t), mm_token_type_ids=types_t,
+                                                   attention_mask=mask_t, **grids, **extra)
+        ids, deltas = mrope_position_ids(types_t, **grids, attention_mask=mask_t, tokens_per_second=tps,
+                                         convention="transformers-5", **extra)
+        assert torch.equal(ids, ref_ids.permute(1, 2, 0)) and torch.equal(deltas, ref_deltas)
+
+
+def test_the_conventions_differ_where_the_issue_says():
+    # a video of 6 steps, 1.5 s each at 2 tokens/s, merged 1 x 1: temporal ids 0, 3, ..., 15
+    types = torch.tensor([[0] + [2] * 6 + [0, 0]])
+    args = dict(video_grid_thw=[[6, 2, 2]], second_per_grid_ts=[1.5], tokens_per_second=2)
+    qwen, _ = mrope_position_ids(types, **args)
+    five, five_deltas = mrope_position_ids(types, **args, convention="transformers-5")
+    four, _ = mrope_position_ids(types, **args, convention="transformers-4")
+    assert qwen[0, 7:, 0].tolist() == [17, 18]
+    assert five[0, 7:, 0].tolist() == [2, 3] and five_deltas.tolist() == [[16 + 1 - 9]]  # max id 16 is the video's
+    # 4.5x: 1.5 s -> 1 s, interval 2 tokens per step
+    assert four[0, 1:7, 0].tolist() == [1, 3, 5, 7, 9, 11] and four[0, 7:, 0].tolist() == [12, 13]
+
+
+@pytest.mark.parametrize("qwen", ["2", "2.5"])
+@pytest.mark.parametrize("seed", range(4))
+def test_transformers_4_convention_equals_the_4_57_transcription(qwen, seed):
+    rng = random.Random(200 + seed)
+    types, mask, images, videos = random_batch(rng, 5, padding=rng.choice(["left", "right", "anywhere"]),
+                                               max_blocks=4)
+    tps = 2 if qwen == "2.5" else None
+    extra = dict(second_per_grid_ts=_random_seconds(rng, videos)) if tps else {}
+    grids = (as_grids(images) if images else None, as_grids(videos) if videos else None)
+    mask_t = torch.tensor(mask)
+    ref_ids, ref_deltas = get_rope_index_4_57(input_ids_from_types(types), *grids, attention_mask=mask_t,
+                                              tokens_per_second=tps, **extra)
+    ids, deltas = mrope_position_ids(torch.tensor(types), *grids, attention_mask=mask_t, tokens_per_second=tps,
+                                     convention="transformers-4", **extra)
+    assert torch.equal(ids, ref_ids.permute(1, 2, 0)) and torch.equal(deltas, ref_deltas)
+
+
+def test_the_4_57_transcription_agrees_with_installed_transformers_where_the_rules_coincide(qwen_models):
+    # images only, no padding: 5.x's start + max(H, W)/m is the block's largest id + 1 and both subtract L
+    rng = random.Random(11)
+    types, _, images, _ = random_batch(rng, 4, videos=False, padding="right")
+    types_t = torch.tensor(types)
+    for model, tps in zip(qwen_models, (None, 2)):
+        ref = model.get_rope_index(torch.zeros_like(types_t), mm_token_type_ids=types_t,
+                                   image_grid_thw=as_grids(images))
+        old = get_rope_index_4_57(input_ids_from_types(types), as_grids(images), tokens_per_second=tps)
+        assert torch.equal(ref[0], old[0]) and torch.equal(ref[1], old[1])
+
+
+def test_transformers_4_decoding_counts_padded_slots():
+    # a left-padded prompt: 4.5x's deltas subtract the padded length and its cache_position counts padding
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0, 1, 1, 0]])
+    mask = torch.tensor([[1] * 9, [0, 0, 0, 1, 1, 1, 1, 1, 1]])
+    grids = as_grids([[1, 4, 4], [1, 2, 4]])
+    ids, deltas = mrope_position_ids(types, grids, attention_mask=mask, convention="transformers-4")
+    step = mrope_decode_position_ids(deltas, 9, convention="transformers-4")  # slot 9 in both rows
+    longer = torch.cat([types, torch.zeros(2, 1, dtype=torch.int64)], 1)
+    longer_mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.int64)], 1)
+    full, _ = get_rope_index_4_57(input_ids_from_types(longer.tolist()), grids, attention_mask=longer_mask)
+    assert torch.equal(step[:, 0], full[:, :, -1].T)
+    ours, ours_deltas = mrope_position_ids(types, grids, attention_mask=mask)  # same ids, deltas over real tokens
+    assert torch.equal(ours, ids)
+    assert torch.equal(mrope_decode_position_ids(ours_deltas, mask.sum(-1, keepdim=True)), step)
+
+
+@pytest.fixture(scope="module")
+def qwen3_model():
+    """transformers' Qwen3-VL model from a tiny random config (its get_rope_index is the peer)."""
+    from transformers import Qwen3VLConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=64, head_dim=8,
+                rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2], "mrope_interleaved": True,
+                                 "rope_theta": 10000.0})
+    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=16, out_hidden_size=16,
+                  spatial_merge_size=2, patch_size=2, temporal_patch_size=1, deepstack_visual_indexes=[],
+                  num_position_embeddings=16)
+    torch.manual_seed(0)
+    return Qwen3VLModel(Qwen3VLConfig(text_config=text, vision_config=vision))
+
+
+def qwen3_batch(rng, rows):
+    """Rows as Qwen3-VL's processor lays them out: images, and videos written frame by frame, each frame preceded by
+    timestamp text ("<0.5 seconds>" tokens) and its vision-start token, left-padded to one length."""
+    seqs, images, videos = [], [], []
+    for _ in range(rows):
+        row = [0] * rng.randint(1, 3)
+        for _ in range(rng.randint(1, 3)):
+            h, w = 2 * rng.randint(1, 3), 2 * rng.randint(1, 3)
+            if rng.random() < 0.5:
+                images.append([1, h, w])
+                row += [1] * (h * w // 4) + [0] * rng.randint(1, 2)
+            else:
+                t = rng.randint(1, 4)
+                videos.append([t, h, w])
+                for _ in range(t):
+                    row += [0] * rng.randint(2, 4) + [2] * (h * w // 4)  # timestamp text, then the frame
+                row += [0] * rng.randint(1, 2)
+        seqs.append(row)
+    length = max(len(r) for r in seqs)
+    types = torch.tensor([[0] * (length - len(r)) + r for r in seqs])
+    mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in seqs])
+    return types, mask, as_grids(images), as_grids(videos)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_qwen3_vl_videos_as_the_processor_lays_them_out_equal_its_get_rope_index(qwen3_model, seed):
+    types, mask, images, videos = qwen3_batch(random.Random(300 + seed), 4)
+    ref_ids, ref_deltas = qwen3_model.get_rope_index(torch.zeros_like(types), mm_token_type_ids=types,
+                                                     image_grid_thw=images if len(images) else None,
+                                                     video_grid_thw=videos.clone() if len(videos) else None,
+                                                     attention_mask=mask)
+    for convention in ("qwen", "transformers-5"):  # frames have T = 1: the two agree
+        ids, deltas = mrope_position_ids(types, images, videos, attention_mask=mask, video_layout="frames",
+                                         convention=convention, pad_position=0)
+        assert torch.equal(ids, ref_ids.permute(1, 2, 0)) and torch.equal(deltas, ref_deltas)
+
+
+def test_qwen3_vl_issue_example_and_the_grid_layout_still_refuses_it():
+    types = torch.tensor([[0, 0] + [2] * 6 + [0, 0] + [2] * 6 + [0, 0] + [2] * 6 + [0]])
+    ids, _ = mrope_position_ids(types, video_grid_thw=[[3, 4, 6]], video_layout="frames")
+    assert ids[0, 2:8].tolist() == [[2, 2, 2], [2, 2, 3], [2, 2, 4], [2, 3, 2], [2, 3, 3], [2, 3, 4]]
+    assert ids[0, 8:10, 0].tolist() == [5, 6] and ids[0, -1, 0].item() == 15
+    with pytest.raises(ValueError, match="end inside video 0"):
+        mrope_position_ids(types, video_grid_thw=[[3, 4, 6]])
+
+
+def test_bad_convention_and_video_layout():
+    types = torch.tensor([[0, 2, 2, 0]])
+    with pytest.raises(ValueError, match="convention must be one of 'qwen', 'transformers-4', 'transformers-5'"):
+        mrope_position_ids(types, video_grid_thw=[[1, 2, 4]], convention="transformers")
+    with pytest.raises(ValueError, match="video_layout must be one of 'grid', 'frames'"):
+        mrope_position_ids(types, video_grid_thw=[[1, 2, 4]], video_layout="frame")
+    with pytest.raises(ValueError, match="video_layout='frames'.*second_per_grid_ts"):
+        mrope_position_ids(types, video_grid_thw=[[1, 2, 4]], video_layout="frames", tokens_per_second=2)
+    with pytest.raises(ValueError, match="convention must be one of"):
+        mrope_decode_position_ids(torch.zeros(1, 1, dtype=torch.int64), 3, convention="hf")
+
+
 # -- bad input: one test each, the argument (and the row / index) named --------------------------------------------
 
 
@@ -317,3 +486,8 @@ def test_bad_masks_and_cu_seqlens():
         mrope_position_ids(types, cu_seqlens=[0, 2, 1, 3])
     with pytest.raises(ValueError, match="cache_position must be"):
         mrope_decode_position_ids(torch.zeros(2, 1, dtype=torch.int64), torch.zeros(3, 2, dtype=torch.int64))
+
+
+def test_grids_beyond_int64_are_refused():
+    with pytest.raises(ValueError, match="image_grid_thw asks for .* more than int64 can count"):
+        mrope_position_ids(torch.tensor([[0, 1, 1]]), [[2**40, 2**20, 2**20]])

@@ -78,3 +78,11 @@ def test_bad_factors():
         video_position_ids((2, 2, 2), offset="0")
     with pytest.raises(TypeError, match="dtype"):
         video_position_ids((2, 2, 2), dtype=torch.int64)
+
+
+def test_sizes_beyond_memory_are_refused_with_the_allocation_guard_error():
+    # issue 28: 10**14 positions would ask the allocator for 2.4e15 bytes
+    with pytest.raises(ValueError, match=r"grid_thw=\(1000000, 10000, 10000\).*does not fit in memory"):
+        video_position_ids((10**6, 10**4, 10**4))
+    with pytest.raises(ValueError, match="does not fit in memory"):
+        video_position_ids((2**40, 2**40, 2**40), dtype=torch.float32)

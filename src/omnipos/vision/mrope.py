@@ -1,18 +1,29 @@
-"""Multimodal RoPE position ids (Qwen2-VL, Qwen2.5-VL): three ids (t, h, w) per token of an image/video/text row.
+"""Multimodal RoPE position ids (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): three ids (t, h, w) per token of a vision-text row.
 
-The rule of the released models (transformers 4.x ``get_rope_index``, the Qwen2.5-VL paper and PR):
+The rule of the released models (the Qwen2.5-VL paper and PR, transformers 4.x ``get_rope_index``):
 
 - text tokens count up by one and carry the same id on all three axes;
 - an image or video of grid ``(T, H, W)`` (patches, before merging) takes ``T * H * W / m**2`` tokens
   (``m = spatial_merge_size``), in row-major order over the merged grid ``(T, H/m, W/m)``; token ``(t, h, w)`` gets
   ``(start + floor(t * interval), start + h, start + w)``, ``start`` being the id the next text token would get;
-- the run after a vision block starts at the block's largest id + 1 (so a long video whose temporal ids run past
-  ``max(H, W) / m`` pushes the next text further; transformers 5.x uses ``start + max(H, W) / m`` instead, which
-  agrees for images and short videos and differs after long ones);
-- ``interval`` is 1 (Qwen2-VL, and images everywhere) or, for Qwen2.5-VL videos, the real-time
+- the run after a vision block starts at the block's largest id + 1;
+- ``interval`` is 1 (Qwen2-VL, and images) or, for Qwen2.5-VL videos, the real-time
   ``tokens_per_second * second_per_grid_ts[v]``, multiplied by ``t`` before it is floored (float64 here);
 - ``deltas = max(id) + 1 - (number of real tokens)`` per row: during decoding the next token of a row whose cache
   holds ``n`` real tokens gets id ``n + delta`` on all three axes (:func:`mrope_decode_position_ids`).
+
+A model decodes with the ids it was trained with, so the variants in the wild are named (``convention=``):
+
+- ``"qwen"`` (default): the rule above.
+- ``"transformers-4"``: transformers 4.5x (exact to 4.57): the released rule, except that Qwen2.5-VL's
+  ``second_per_grid_ts`` is first cast to an integer (``torch.as_tensor(s, dtype=int64)``: 0.5 -> 0, 1.5 -> 1) and
+  images get interval 0 when ``tokens_per_second`` is given; padded slots hold 1; ``deltas = max(id) + 1 - L`` (the
+  padded row length), so decoding adds them to transformers' ``cache_position`` (padded slots counted).
+- ``"transformers-5"``: transformers 5.x: the run after a vision block starts at ``start + max(H, W) / m`` (a video
+  whose temporal ids run further overlaps the text after it); padded slots hold 0; deltas as in ``"qwen"``.
+
+Qwen3-VL lays a video out frame by frame (each frame its own block, timestamp text between frames) while
+``video_grid_thw`` keeps ``[T, H, W]``: ``video_layout="frames"`` reads it that way (every frame a ``T = 1`` block).
 
 Everything is vectorised over rows and vision blocks (no Python loop over either; transformers loops over both).
 Images and videos are matched to the rows in order (all of row 0's images, then row 1's, ...), as transformers
@@ -29,10 +40,22 @@ import torch
 from ..core import can_inspect_values, check_integer_tensor, check_positive_int
 from .grid import check_cu_seqlens, require_values
 
-__all__ = ["TOKEN_TYPES", "mrope_decode_position_ids", "mrope_position_ids"]
+__all__ = ["MROPE_CONVENTIONS", "TOKEN_TYPES", "mrope_decode_position_ids", "mrope_position_ids"]
 
 #: the values of ``mm_token_type_ids`` (transformers' convention)
 TOKEN_TYPES = {0: "text", 1: "image", 2: "video"}
+
+#: ``convention=`` of :func:`mrope_position_ids` -> the id padded slots hold by default
+MROPE_CONVENTIONS = {"qwen": 1, "transformers-4": 1, "transformers-5": 0}
+
+#: ``video_layout=``: a video is one block of ``T * H * W / m**2`` tokens, or (Qwen3-VL) one block per frame
+VIDEO_LAYOUTS = ("grid", "frames")
+
+
+def _check_choice(value: Any, name: str, choices: Any) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}; got {value!r}")
+    return value
 
 
 def _integer_tensor(value: Any, name: str, device: torch.device) -> torch.Tensor:
@@ -58,6 +81,9 @@ def _check_grids(grid_thw: Any, name: str, merge: int, device: torch.device) -> 
         i = int(uneven.nonzero()[0, 0])
         raise ValueError(f"{name}[{i}] = {tuple(grids[i].tolist())}: H and W must be multiples of "
                          f"spatial_merge_size={merge} (the merged grid is (T, H/{merge}, W/{merge}))")
+    if grids.shape[0] and float(grids.to(torch.float64).prod(dim=1).sum()) >= 2.0**62:
+        raise ValueError(f"{name} asks for {float(grids.to(torch.float64).prod(dim=1).sum()):.3g} patches in all: "
+                         "more than int64 can count (and more tokens than any mm_token_type_ids holds)")
     return grids
 
 
@@ -80,8 +106,10 @@ def _check_mask(attention_mask: Any, shape: torch.Size, device: torch.device) ->
 
 
 def _check_intervals(second_per_grid_ts: Any, tokens_per_second: Any, num_videos: int,
-                     device: torch.device) -> torch.Tensor | None:
-    """float64 ``[num_videos]`` temporal intervals (Qwen2.5-VL), or None for an interval of 1 (Qwen2-VL)."""
+                     device: torch.device, truncate_seconds: bool = False) -> torch.Tensor | None:
+    """float64 ``[num_videos]`` temporal intervals (Qwen2.5-VL), or None for an interval of 1 (Qwen2-VL).
+
+    ``truncate_seconds``: transformers 4.5x casts each ``second_per_grid_ts`` to int64 before multiplying."""
     if tokens_per_second is None:
         if second_per_grid_ts is not None:
             raise ValueError("second_per_grid_ts needs tokens_per_second (the vision config's tokens_per_second, "
@@ -106,6 +134,8 @@ def _check_intervals(second_per_grid_ts: Any, tokens_per_second: Any, num_videos
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
         raise ValueError(f"second_per_grid_ts[{i}] = {float(seconds[i])}: seconds must be finite and >= 0")
+    if truncate_seconds:
+        seconds = torch.trunc(seconds)
     return float(tokens_per_second) * seconds
 
 
@@ -124,11 +154,12 @@ def _check_packed_rows(cu_seqlens: Any, batch: int, length: int, device: torch.d
 
 def _place_blocks(positions: torch.Tensor, new_run: torch.Tensor, grids: torch.Tensor,
                   intervals: torch.Tensor | None, kind: int, name: str, merge: int,
-                  where: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  where: Any, spatial_advance: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The tokens of one modality, at flat ``positions [n]`` (in order), cut into the blocks of ``grids``.
 
     Returns ``(offsets [n, 3], last [num_blocks], advance [num_blocks])``: each token's (t, h, w) in its block; the
-    flat position of each block's last token, and the block's advance (its largest offset + 1)."""
+    flat position of each block's last token, and the block's advance: its largest offset + 1, or with
+    ``spatial_advance`` (transformers 5.x) ``max(H, W) / m``."""
     what = TOKEN_TYPES[kind]
     device = positions.device
     total = positions.numel()
@@ -187,7 +218,10 @@ def _place_blocks(positions: torch.Tensor, new_run: torch.Tensor, grids: torch.T
     row_start = row_width.cumsum(0) - row_width
     offsets = torch.stack([t_row, h_row, -row_start], dim=-1)[token_row]
     offsets[:, 2] += torch.arange(total, device=device)  # w = token index - its row's first token index
-    advance = torch.maximum(t_max, torch.maximum(merged_h, merged_w) - 1) + 1
+    if spatial_advance:
+        advance = torch.maximum(merged_h, merged_w)
+    else:
+        advance = torch.maximum(t_max, torch.maximum(merged_h, merged_w) - 1) + 1
     return offsets, positions[ends - 1], advance
 
 
@@ -201,9 +235,12 @@ def mrope_position_ids(
     second_per_grid_ts: Any = None,
     tokens_per_second: float | None = None,
     cu_seqlens: Any = None,
-    pad_position: int = 1,
+    pad_position: int | None = None,
+    convention: str = "qwen",
+    video_layout: str = "grid",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """M-RoPE position ids of a batch of image/video/text rows (Qwen2-VL, Qwen2.5-VL; rule in the module docstring).
+    """M-RoPE position ids of a batch of image/video/text rows (Qwen2-VL, Qwen2.5-VL, Qwen3-VL; rules in the module
+    docstring).
 
     Args:
         mm_token_type_ids: ``[B, L]`` integer, 0 text, 1 image, 2 video (the processor's ``mm_token_type_ids``).
@@ -220,13 +257,22 @@ def mrope_position_ids(
             1 per grid step.
         cu_seqlens: ``[D + 1]`` integer boundaries of packed documents in the flattened ``B * L`` tokens (flash-attn
             varlen convention): positions restart at 0 in each document. Every row end must be a boundary.
-        pad_position: the id padded slots hold on all three axes (1, as transformers 4.x fills them; 5.x fills 0).
-            They are never read by attention; pick what your kernel expects.
+        pad_position: the id padded slots hold on all three axes; default: the convention's (1 for ``"qwen"`` and
+            ``"transformers-4"``, 0 for ``"transformers-5"``). They are never read by attention.
+        convention: ``"qwen"`` (the released models' rule), ``"transformers-4"`` (transformers 4.5x, exact to 4.57
+            including its integer ``second_per_grid_ts`` and padded-length deltas) or ``"transformers-5"``
+            (transformers 5.x: the run after a vision block starts at ``start + max(H, W) / m``). Use the one the
+            model was trained with, and the same one in :func:`mrope_decode_position_ids`.
+        video_layout: ``"grid"`` (a video is one block of ``T * H * W / m**2`` tokens: Qwen2-VL, Qwen2.5-VL) or
+            ``"frames"`` (Qwen3-VL's processor: each frame is its own block of ``H * W / m**2`` tokens, with
+            timestamp text between frames allowed; ``video_grid_thw`` stays ``[T, H, W]``). ``"frames"`` takes no
+            ``second_per_grid_ts`` / ``tokens_per_second`` (every block has T = 1; time is in the timestamp text).
 
     Returns:
         ``(position_ids [B, L, 3] int64, deltas [B, 1] int64)`` (omnipos' axes-last layout: transformers'
         ``[3, B, L]`` is ``position_ids.permute(2, 0, 1)``). With ``cu_seqlens``, ``deltas`` is ``[D, 1]``, one per
-        document. A row (document) with no real token has delta 0.
+        document. ``deltas = max(id) + 1 - real tokens`` (``"transformers-4"``: ``- L``, the padded row length, or
+        the document length); a row with no real token has ``max(id) + 1 = 0``.
 
     Raises:
         ValueError: ``mm_token_type_ids`` not ``[B, L]`` or holding values other than 0/1/2 (row and position
@@ -247,11 +293,27 @@ def mrope_position_ids(
         raise ValueError(f"mm_token_type_ids must hold 0 (text), 1 (image) or 2 (video); row {row}, position {col} "
                          f"holds {int(types[row, col])}")
     merge = check_positive_int(spatial_merge_size, "spatial_merge_size")
+    _check_choice(convention, "convention", MROPE_CONVENTIONS)
+    _check_choice(video_layout, "video_layout", VIDEO_LAYOUTS)
+    if pad_position is None:
+        pad_position = MROPE_CONVENTIONS[convention]
     if isinstance(pad_position, bool) or not isinstance(pad_position, int):
         raise TypeError(f"pad_position must be an int, got {type(pad_position).__name__}")
     images = _check_grids(image_grid_thw, "image_grid_thw", merge, device)
     videos = _check_grids(video_grid_thw, "video_grid_thw", merge, device)
-    intervals = _check_intervals(second_per_grid_ts, tokens_per_second, videos.shape[0], device)
+    if video_layout == "frames":
+        if second_per_grid_ts is not None or tokens_per_second is not None:
+            raise ValueError("video_layout='frames' makes every frame its own block (T = 1), so second_per_grid_ts "
+                             "and tokens_per_second would have no effect: leave them out (Qwen3-VL carries time in "
+                             "the timestamp text between frames)")
+        videos = torch.repeat_interleave(videos, videos[:, 0], dim=0)
+        videos[:, 0] = 1
+    old_rule = convention == "transformers-4"
+    intervals = _check_intervals(second_per_grid_ts, tokens_per_second, videos.shape[0], device,
+                                 truncate_seconds=old_rule)
+    # transformers 4.5x's Qwen2.5-VL gives images second_per_grid_t = 0: their temporal ids stay at the start
+    image_intervals = (torch.zeros(images.shape[0], dtype=torch.float64, device=device)
+                       if old_rule and tokens_per_second is not None else None)
     batch, length = types.shape
     valid = None if attention_mask is None else _check_mask(attention_mask, types.shape, device)
 
@@ -278,9 +340,12 @@ def mrope_position_ids(
 
     increments = (real & (flat == 0)).to(torch.int64)  # text: +1; a vision block: its advance on its last token
     placed = []
-    for kind, grids, name, interval in ((1, images, "image_grid_thw", None), (2, videos, "video_grid_thw", intervals)):
+    spatial_advance = convention == "transformers-5"
+    for kind, grids, name, interval in ((1, images, "image_grid_thw", image_intervals),
+                                        (2, videos, "video_grid_thw", intervals)):
         positions = (real & (flat == kind)).nonzero().squeeze(1)
-        offsets, last, advance = _place_blocks(positions, new_run, grids, interval, kind, name, merge, where)
+        offsets, last, advance = _place_blocks(positions, new_run, grids, interval, kind, name, merge, where,
+                                               spatial_advance)
         increments[last] = advance
         placed.append((positions, offsets))
 
@@ -300,18 +365,32 @@ def mrope_position_ids(
     ids = start.unsqueeze(-1).repeat(1, 3)
     for positions, offsets in placed:
         ids.index_put_((positions,), offsets, accumulate=True)
+    if spatial_advance:  # the largest id need not be the last run's end: take it over the real tokens
+        largest = torch.where(real, ids.amax(-1), -1)
+        if cu_seqlens is None:
+            advanced = largest.view(batch, length).amax(1) + 1 if length else advanced
+        else:
+            document = torch.repeat_interleave(torch.arange(cu.numel() - 1, device=device), cu.diff(),
+                                               output_size=count)
+            advanced = torch.full((cu.numel() - 1,), -1, dtype=torch.int64, device=device).scatter_reduce(
+                0, document, largest, "amax") + 1
+    elif old_rule:  # transformers 4.5x subtracts the padded row length (its cache_position counts padding)
+        tokens = cu.diff() if cu_seqlens is not None else torch.full_like(tokens, length)
     return ids.view(batch, length, 3), (advanced - tokens).unsqueeze(-1)
 
 
-def mrope_decode_position_ids(deltas: torch.Tensor, cache_position: Any) -> torch.Tensor:
+def mrope_decode_position_ids(deltas: torch.Tensor, cache_position: Any, *, convention: str = "qwen") -> torch.Tensor:
     """M-RoPE ids of tokens generated after the prompt: text ids ``cache_position + delta`` on all three axes.
 
     Args:
-        deltas: ``[B, 1]`` int64 from :func:`mrope_position_ids`.
-        cache_position: where the new tokens sit in the text stream counting only real tokens: an int (the same for
-            every row: the prompt length when it had no padding), ``[n]`` (shared, transformers' ``cache_position``)
-            or ``[B, n]`` (per row, e.g. ``attention_mask.sum(-1, keepdim=True)`` for the first step after a left- or
-            right-padded prompt).
+        deltas: ``[B, 1]`` int64 from :func:`mrope_position_ids` with the same ``convention``.
+        cache_position: where the new tokens sit: an int (the same for every row), ``[n]`` (shared, transformers'
+            ``cache_position``) or ``[B, n]`` (per row). For ``"qwen"`` and ``"transformers-5"`` it counts only real
+            tokens (e.g. ``attention_mask.sum(-1, keepdim=True)`` for the first step after a padded prompt, as 5.x
+            does); for ``"transformers-4"`` it counts padded slots too (the slot index, as 4.5x's ``cache_position``),
+            matching that convention's deltas.
+        convention: the ``convention`` the deltas were made with (``"qwen"``, ``"transformers-4"``,
+            ``"transformers-5"``).
 
     Returns:
         ``[B, n, 3]`` int64 (``n = 1`` for an int).
@@ -319,6 +398,7 @@ def mrope_decode_position_ids(deltas: torch.Tensor, cache_position: Any) -> torc
     if not isinstance(deltas, torch.Tensor):
         raise TypeError(f"deltas must be the [B, 1] tensor from mrope_position_ids, got {type(deltas).__name__}")
     check_integer_tensor(deltas, "deltas")
+    _check_choice(convention, "convention", MROPE_CONVENTIONS)
     if deltas.ndim != 2 or deltas.shape[1] != 1:
         raise ValueError(f"deltas must be [B, 1], got shape {tuple(deltas.shape)}")
     if isinstance(cache_position, bool):

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..core import check_float_dtype, check_positive_int
+from ..core import allocation_guard, check_float_dtype, check_positive_int
 from .grid import require_values
 
 __all__ = ["video_position_ids"]
@@ -65,6 +65,10 @@ def video_position_ids(
 
     Returns:
         ``Tensor[T * H * W, 3]`` with ``row (t * H + h) * W + w = offset + (t, h, w) * interpolation``.
+
+    Raises:
+        ValueError: a grid whose positions do not fit in memory (the allocation guard's message, before anything
+            is allocated), a factor <= 0 or not finite.
     """
     if isinstance(grid_thw, torch.Tensor):
         if grid_thw.is_floating_point() or grid_thw.dtype == torch.bool or grid_thw.numel() != 3:
@@ -78,6 +82,11 @@ def video_position_ids(
         raise ValueError(f"interpolation must be > 0 on every axis, got {interpolation!r}")
     shift = _triple(offset, "offset")
     check_float_dtype(dtype)
-    axes = [torch.arange(n, dtype=torch.float64, device=device) * s + o for n, s, o in zip(sizes, scale, shift)]
-    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
-    return grid.reshape(-1, 3).to(dtype)
+    count = sizes[0] * sizes[1] * sizes[2]
+    with allocation_guard(f"grid_thw={tuple(sizes)} ({count} positions x 3 of {dtype})"):
+        out = torch.empty(sizes[0], sizes[1], sizes[2], 3, dtype=dtype, device=device)  # the result first
+        for axis, (n, s, o) in enumerate(zip(sizes, scale, shift)):  # float64 coordinates, cast as written
+            shape = [1, 1, 1]
+            shape[axis] = n
+            out[..., axis] = (torch.arange(n, dtype=torch.float64, device=device) * s + o).view(shape)
+        return out.view(count, 3)
