@@ -12,6 +12,7 @@ from typing import Any
 from omnipos.core import progress_reporter
 
 from .engine import Engine
+from .lock import hold_folder
 from .manifest import Manifest
 from .shards import ShardWriter, UnitRunner
 
@@ -106,35 +107,36 @@ def run_job(
     :class:`omnipos.scale.shards.UnitRunner`); ``payload(unit)`` gives what a unit reads when it is not a file (an
     in-memory slice); ``meta`` is recorded in the manifest for the loaders (e.g. the options they need)."""
     started = time.perf_counter()
-    manifest = Manifest.open(out_dir, job, [u.identity for u in units], resume=resume, overwrite=overwrite)
-    if meta and manifest.meta != meta:
-        manifest.set_meta(meta)
-    result = PrecomputeResult(kind, manifest.out_dir, units=len(units))
-    by_index = {u.index: u for u in units}
-    pending = [u.index for u in units if u.index not in manifest.units]
-    result.units_resumed = len(units) - len(pending)
-    known = [u.items for u in units]
-    total = sum(known) if all(n is not None for n in known) else None
-    work = UnitRunner(kind, str(manifest.out_dir), ext, [u.source for u in units], [u.identity for u in units],
-                      body)
-    with progress_reporter(progress, total=total, desc=f"precompute {kind}") as bar:
-        resumed_items = sum(r["items"] for r in manifest.units.values())
-        if resumed_items:
-            bar.update(resumed_items)
+    with hold_folder(out_dir):  # one run per folder, from reading the manifest to recording the last unit
+        manifest = Manifest.open(out_dir, job, [u.identity for u in units], resume=resume, overwrite=overwrite)
+        if meta and manifest.meta != meta:
+            manifest.set_meta(meta)
+        result = PrecomputeResult(kind, manifest.out_dir, units=len(units))
+        by_index = {u.index: u for u in units}
+        pending = [u.index for u in units if u.index not in manifest.units]
+        result.units_resumed = len(units) - len(pending)
+        known = [u.items for u in units]
+        total = sum(known) if all(n is not None for n in known) else None
+        work = UnitRunner(kind, str(manifest.out_dir), ext, [u.source for u in units], [u.identity for u in units],
+                          body)
+        with progress_reporter(progress, total=total, desc=f"precompute {kind}") as bar:
+            resumed_items = sum(r["items"] for r in manifest.units.values())
+            if resumed_items:
+                bar.update(resumed_items)
 
-        def on_result(record: dict[str, Any]) -> None:
-            if "error" in record:
-                result.failures.append((by_index[int(record["unit"])].source, record["error"]))
-                return
-            manifest.record(record)
-            result.items_computed += record["items"]
-            result.shards_computed += len(record["shards"])
-            bar.update(record["items"])
+            def on_result(record: dict[str, Any]) -> None:
+                if "error" in record:
+                    result.failures.append((by_index[int(record["unit"])].source, record["error"]))
+                    return
+                manifest.record(record)
+                result.items_computed += record["items"]
+                result.shards_computed += len(record["shards"])
+                bar.update(record["items"])
 
-        with engine.session() as run:
-            run(pending, work, payload, on_result)
-    if not result.failures:
-        manifest.finish()
+            with engine.session() as run:
+                run(pending, work, payload, on_result)
+        if not result.failures:
+            manifest.finish()
     result.items = sum(r["items"] for r in manifest.units.values())
     result.shards = len(manifest.shards())
     result.seconds = time.perf_counter() - started
