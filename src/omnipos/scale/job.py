@@ -80,8 +80,10 @@ class PrecomputeResult:
 
 
 class PrecomputeError(ValueError):
-    """Some units failed (bad input); the others finished and are recorded. ``result`` holds the summary,
-    ``result.failures`` the ``(source, message)`` of each failed unit. Rerunning retries only those."""
+    """Some units failed (bad input, or a worker process that died on every retry: killed, out of memory,
+    crashed); the others finished and are recorded. The message names each failed unit, its input (a file, or a
+    slice ``graphs[20:30]``) and the cause; ``result`` holds the summary, ``result.failures`` the ``(source,
+    message)`` of each failed unit. Running the same call again resumes: it redoes only those."""
 
     def __init__(self, message: str, result: PrecomputeResult) -> None:
         super().__init__(message)
@@ -113,6 +115,7 @@ def run_job(
             manifest.set_meta(meta)
         result = PrecomputeResult(kind, manifest.out_dir, units=len(units))
         by_index = {u.index: u for u in units}
+        failed_lines: list[str] = []
         pending = [u.index for u in units if u.index not in manifest.units]
         result.units_resumed = len(units) - len(pending)
         known = [u.items for u in units]
@@ -126,7 +129,10 @@ def run_job(
 
             def on_result(record: dict[str, Any]) -> None:
                 if "error" in record:
-                    result.failures.append((by_index[int(record["unit"])].source, record["error"]))
+                    unit = by_index[int(record["unit"])]
+                    result.failures.append((unit.source, record["error"]))
+                    cause = record["error"].removeprefix(f"{unit.source}: ")  # a file's errors name it already
+                    failed_lines.append(f"unit {unit.index}, {unit.source}: {cause}")
                     return
                 manifest.record(record)
                 result.items_computed += record["items"]
@@ -141,8 +147,8 @@ def run_job(
     result.shards = len(manifest.shards())
     result.seconds = time.perf_counter() - started
     if result.failures:
-        failed = "\n".join(f"  {message}" for _, message in result.failures)
         raise PrecomputeError(f"{len(result.failures)} of {len(units)} units failed (the other "
-                              f"{len(units) - len(result.failures)} finished and are recorded; fix the input and "
-                              f"run again to redo only the failed ones):\n{failed}", result)
+                              f"{len(units) - len(result.failures)} finished and are recorded; run the same call "
+                              "again once the cause is fixed: it resumes, redoing only the failed units):\n"
+                              + "\n".join(f"  {line}" for line in failed_lines), result)
     return result
