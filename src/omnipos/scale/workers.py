@@ -5,7 +5,8 @@ that runs torch's thread pools is unsafe, and the fork server, started once per 
 torch imported, starts each worker in milliseconds. (As with any ``multiprocessing`` code, a script that runs a
 job at its top level needs an ``if __name__ == "__main__":`` guard: each worker imports the main module.)
 
-The driver sends a worker one unit at a time over a pipe and waits on every worker's pipe and process at once,
+Each worker computes on one thread (one core per worker, as a Ray task of ``num_cpus=1``). The driver sends a
+worker one unit at a time over a pipe and waits on every worker's pipe and process at once,
 so it knows which unit each worker holds. A worker that dies (a segfault, an out-of-memory kill, ``os._exit``)
 costs only its unit: the unit is retried on a fresh worker up to ``retries`` times, then reported as failed with
 the cause, and the other units go on. Results come back in the order units finish; the driver records them by
@@ -27,9 +28,9 @@ from typing import Any
 __all__ = ["run_on_workers", "death_cause"]
 
 #: Imported once by the fork server, so that each worker starts with them loaded (one missing is skipped) ...
-PRELOAD = ("omnipos.scale", "pyarrow.parquet", "dnaio")
+PRELOAD = ("omnipos.scale", "pyarrow.parquet", "pandas", "dnaio")
 #: ... and these too when the driver has imported them (a graph job's transform needs torch_geometric).
-PRELOAD_IF_IMPORTED = ("torch_geometric", "pandas")
+PRELOAD_IF_IMPORTED = ("torch_geometric",)
 JOIN_TIMEOUT_S = 10.0
 
 
@@ -45,8 +46,11 @@ def _context() -> Any:
 
 def _serve(connection: Any, work: Callable[[int, Any], dict], filters: list[Any]) -> None:
     """A worker's loop: ``(unit, payload)`` in, ``work(unit, payload)`` out, until ``None`` or the pipe closes."""
+    import torch
+
     warnings.filters[:] = filters  # the driver's warning filters
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
+    torch.set_num_threads(1)  # one core per worker, as a Ray task of num_cpus=1 (no oversubscription)
     while True:
         try:
             task = connection.recv()
