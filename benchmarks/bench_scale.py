@@ -1,5 +1,5 @@
-"""omnipos.scale: items/s and peak memory of dataset-scale precompute, local engine vs Ray Data, on this machine,
-and a projection to a cluster from the per-shard timings.
+"""omnipos.scale: items/s and peak memory of dataset-scale precompute, the local engine (1 and 2 worker
+processes) vs Ray, on this machine, and a projection to a cluster from the per-shard timings.
 
 Two workloads, generated here:
 
@@ -8,9 +8,11 @@ Two workloads, generated here:
 - reads: 2,000,000 150-bp FASTQ reads in 8 gzip files (level 1).
 
 Each case runs in a fresh child process (so that its peak memory is its own): the single-process domain function
-(``omnipos.graph.precompute`` / a ``read_fastx`` loop, no output written), ``engine="local"`` and
-``engine="ray"`` (a local Ray with ``--num-cpus`` CPUs, started before the clock; its start-up time is shown
-apart). Peak memory is the peak sum of PSS (proportional set size: shared pages counted once) over the case's
+(``omnipos.graph.precompute`` / a ``read_fastx`` loop, no output written), ``engine="local"`` with 1 and with 2
+worker processes (``local1``, ``local2``) and ``engine="ray"`` (a local Ray with ``--num-cpus`` CPUs). An engine
+is started before the clock by a tiny warm-up job (Ray: ``ray.init`` and its workers' imports; local: the fork
+server, which imports torch and omnipos once); that start-up is the ``start_s`` column, what a small job pays on
+top of its work. Peak memory is the peak sum of PSS (proportional set size: shared pages counted once) over the case's
 process tree: driver, Ray's GCS/raylet/workers and the object store's shared memory. The closing projection uses
 the measured per-shard times and bytes, see ``project``.
 
@@ -160,21 +162,26 @@ def run_case(args: argparse.Namespace) -> dict:
             data[-1].write_bytes(b"@t%d\nACGT\n+\nIIII\n" % i)
     else:
         data = sorted(Path(args.work).glob("reads_*.fq.gz"))
-    started_ray = None
-    if how == "ray":
-        import ray
-
+    engine = "local" if how.startswith("local") else how
+    num_cpus = int(how[len("local"):]) if how.startswith("local") else args.num_cpus
+    started = None
+    if how != "single":
         t0 = time.perf_counter()
-        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-        started_ray = time.perf_counter() - t0
-        # warm the workers up (imports of torch, torch_geometric, omnipos: a one-time cost per worker process)
+        if how == "ray":
+            import ray
+
+            ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        # warm the engine up (Ray's workers import torch, torch_geometric, omnipos; the local engine's fork server
+        # imports them once): a one-time cost per process, paid by the first job
         warm = Path(args.work) / f"warm-{args.case}"
         if workload == "graphs":
-            precompute_graphs(data[:64], warm, transform, engine="ray", shard_size=8, progress=False)
+            precompute_graphs(data[:64], warm, transform, engine=engine, num_cpus=num_cpus, shard_size=8,
+                              progress=False)
         else:
             tiny = Path(args.work) / "warm.fq"
             tiny.write_bytes(b"@w\nACGT\n+\nIIII\n")
-            precompute_reads([tiny] * args.num_cpus * 4, warm, engine="ray", progress=False)
+            precompute_reads([tiny] * num_cpus * 4, warm, engine=engine, num_cpus=num_cpus, progress=False)
+        started = time.perf_counter() - t0
     torch.set_num_threads(1)
     with PeakPss() as memory:
         t0, cpu0 = time.perf_counter(), time.process_time()
@@ -186,16 +193,14 @@ def run_case(args: argparse.Namespace) -> dict:
         elif workload == "dispatch":
             items = precompute_reads(data, out, engine="ray", resume=False, overwrite=True, progress=False).items
         elif workload == "graphs":
-            items = precompute_graphs(data, out, transform, engine=how, shard_size=args.graph_shard_size,
-                                      num_cpus=args.num_cpus if how == "ray" else None, resume=False,
-                                      overwrite=True, progress=False).items
+            items = precompute_graphs(data, out, transform, engine=engine, shard_size=args.graph_shard_size,
+                                      num_cpus=num_cpus, resume=False, overwrite=True, progress=False).items
         else:
-            items = precompute_reads(data, out, engine=how, shard_size=args.read_shard_size,
-                                     num_cpus=args.num_cpus if how == "ray" else None, resume=False,
-                                     overwrite=True, progress=False).items
+            items = precompute_reads(data, out, engine=engine, shard_size=args.read_shard_size, num_cpus=num_cpus,
+                                     resume=False, overwrite=True, progress=False).items
         seconds, driver_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     result.update(items=items, seconds=seconds, items_per_s=items / seconds, peak_pss_mib=memory.peak / 2**20,
-                  ray_start_s=started_ray, driver_cpu_s=driver_cpu)
+                  start_s=started, driver_cpu_s=driver_cpu)
     if how != "single":
         result.update(unit_stats(out))
     return result
@@ -205,8 +210,8 @@ def run_case(args: argparse.Namespace) -> dict:
 def project(rows: dict, args: argparse.Namespace) -> list[str]:
     """A cluster of ``--nodes`` x ``--cpus-per-node`` from the measured numbers.
 
-    - r, items/s per CPU: items per unit / the median worker time of one unit with ``engine="local"`` (the
-      same shard function on one core; Ray's two workers share this machine's 2 cores with everything else);
+    - r, items/s per CPU: items per unit / the median worker time of one unit with ``engine="local"`` and one
+      worker (the same shard function on one core, alone on the machine);
     - the driver, which does not spread over the cluster: d0 CPU seconds per unit whatever its size (Ray Data's
       scheduling, the manifest; the driver's CPU time in the ``dispatch`` case, many one-read units, so also
       Ray Data's polling while it waits: an upper bound) plus c per item (what the driver does with every
@@ -225,7 +230,7 @@ def project(rows: dict, args: argparse.Namespace) -> list[str]:
     lines.append(f"- driver: {d0 * 1e3:.1f} ms of CPU per unit ({dispatch['units']} one-read units: "
                  f"{dispatch['units'] / dispatch['seconds']:,.0f} units/s wall on 2 CPUs).")
     for workload in ("graphs", "reads"):
-        ray_row, local_row = rows.get(f"{workload}-ray"), rows.get(f"{workload}-local")
+        ray_row, local_row = rows.get(f"{workload}-ray"), rows.get(f"{workload}-local1")
         if not ray_row or not local_row:
             continue
         n = ray_row["items_per_unit"]
@@ -259,10 +264,10 @@ def main() -> None:
     parser.add_argument("--read-files", type=int, default=8)
     parser.add_argument("--graph-shard-size", type=int, default=None, help="default: graphs / 10")
     parser.add_argument("--read-shard-size", type=int, default=100_000)
-    parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray")
+    parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray (and of the dispatch case)")
     parser.add_argument("--dispatch-units", type=int, default=256, help="one-read units of the dispatch case")
-    parser.add_argument("--cases", default="graphs-single,graphs-local,graphs-ray,reads-single,reads-local,reads-ray,"
-                                           "dispatch-ray")
+    parser.add_argument("--cases", default="graphs-single,graphs-local1,graphs-local2,graphs-ray,reads-single,"
+                                           "reads-local1,reads-local2,reads-ray,dispatch-ray")
     parser.add_argument("--nodes", type=int, default=16, help="projection: cluster nodes")
     parser.add_argument("--cpus-per-node", type=int, default=16, help="projection: CPUs per node")
     parser.add_argument("--nic-gb-s", type=float, default=1.25, help="projection: driver NIC, GB/s (10 GbE)")
@@ -297,8 +302,9 @@ def main() -> None:
             print(f"{case}: {rows[case]['items_per_s']:,.0f} items/s", flush=True)
     bench = Bench("scale", device="cpu", notes=(
         f"{args.graphs:,} molecule-like graphs (LapPE k=8 + RWPE 16, shards of {args.graph_shard_size:,}) and "
-        f"{args.reads:,} 150-bp reads ({args.read_files} gzip files, shards of {args.read_shard_size:,}); Ray: "
-        f"local, {args.num_cpus} CPUs, started before the clock. Peak memory: PSS of the whole process tree."))
+        f"{args.reads:,} 150-bp reads ({args.read_files} gzip files, shards of {args.read_shard_size:,}); local1/2: "
+        f"engine='local' with 1/2 worker processes; Ray: local, {args.num_cpus} CPUs. Engines started before the "
+        "clock (start_s: Ray init / fork server and a warm-up job). Peak memory: PSS of the whole process tree."))
     for case, row in rows.items():
         workload = case.split("-")[0]
         single = rows.get(f"{workload}-single")
@@ -306,7 +312,7 @@ def main() -> None:
                   vs_single=row["items_per_s"] / single["items_per_s"] if single else "",
                   peak_mib=row["peak_pss_mib"], shards=row.get("shards", ""),
                   unit_s_median=row.get("unit_seconds_median", ""), driver_cpu_s=row["driver_cpu_s"],
-                  ray_start_s=row["ray_start_s"] if row["ray_start_s"] is not None else "")
+                  start_s=row["start_s"] if row["start_s"] is not None else "")
     bench.finish(args.out)
     print("\nProjection:")
     for line in project(rows, args):

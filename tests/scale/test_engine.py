@@ -1,11 +1,13 @@
 """Engine choice and cluster address checks (no Ray cluster is started here; Ray for real: test_ray.py)."""
 
 import importlib.util
+import os
 import socket
 import sys
 import time
 
 import pytest
+import torch
 from torch_geometric.transforms import Compose
 
 import omnipos.scale.engine as engine_module
@@ -28,13 +30,28 @@ def closed_port() -> int:
 
 def test_make_engine_defaults_and_choices():
     assert make_engine("local") == Engine("local", None, None, 0.0)
-    assert make_engine("local", num_cpus=1, num_gpus=0.5) == Engine("local", None, 1, 0.5)
-    assert make_engine("ray", num_cpus=4, num_gpus=1) == Engine("ray", None, 4, 1.0)
+    assert make_engine("local").workers == len(os.sched_getaffinity(0))  # the machine's cores by default
+    assert make_engine("local", num_cpus=3).workers == 3
+    if torch.cuda.is_available():
+        assert make_engine("local", num_cpus=1, num_gpus=0.5) == Engine("local", None, 1, 0.5)
+    assert make_engine("ray", num_cpus=4) == Engine("ray", None, 4, 0.0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_gpus_without_cuda_are_refused_before_any_work(tmp_path, graphs, transform):
+    for engine in ("local", "ray"):
+        if engine == "ray" and importlib.util.find_spec("ray") is None:
+            continue
+        with pytest.raises(ValueError, match=r"num_gpus=1: no CUDA device is available here .* num_gpus=0"):
+            precompute_graphs(graphs, tmp_path / "out", transform(), engine=engine, num_gpus=1, progress=False)
+    with pytest.raises(ValueError, match=r"num_gpus=0.5: no CUDA device"):
+        make_engine("local", num_gpus=0.5)
+    assert not (tmp_path / "out").exists()  # refused before the folder was touched
 
 
 @pytest.mark.parametrize("arguments, error, match", [
     (("dask",), ValueError, "engine must be one of 'local', 'ray'; got 'dask'"),
-    (("local", None, 4), ValueError, "num_cpus=4 needs engine='ray'"),
+    (("local", None, 0), ValueError, "num_cpus must be >= 1, got 0"),
     (("ray", None, 0), ValueError, "num_cpus must be >= 1, got 0"),
     (("ray", None, 1.5), TypeError, "num_cpus must be an int"),
     (("ray", None, None, -1), ValueError, "num_gpus must be a finite number >= 0"),

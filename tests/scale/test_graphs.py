@@ -51,7 +51,8 @@ def test_files_give_the_same_output_as_a_list(tmp_path, graphs, expected, same_g
 
 def test_progress_callback_counts_graphs(tmp_path, graphs, transform):
     calls = []
-    precompute_graphs(graphs, tmp_path, transform(), shard_size=20, progress=lambda d, t: calls.append((d, t)))
+    precompute_graphs(graphs, tmp_path, transform(), shard_size=20, num_cpus=1,  # one worker: units in order
+                      progress=lambda d, t: calls.append((d, t)))
     assert calls == [(20, 53), (40, 53), (53, 53)]
 
 
@@ -116,9 +117,10 @@ def test_resume_skips_finished_shards(tmp_path, graphs, expected, same_graphs, t
     assert redo.units_resumed == 0 and redo.shards_computed == 6
 
 
-def test_resume_after_the_driver_was_killed_mid_shard(tmp_path, graphs, expected, same_graphs, transform):
-    """A local run killed while writing its third shard (after the temp file, before the rename) leaves two
-    recorded shards and a temporary file; the resumed run skips the two, redoes the rest, equals a clean run."""
+def test_resume_after_the_driver_was_killed_mid_job(tmp_path, graphs, expected, same_graphs, transform):
+    """A local run whose driver is killed (os._exit, no cleanup) after recording two units, with a writer's
+    temporary file left behind, leaves two recorded shards; the resumed run skips the two, redoes the rest, removes
+    the temporary and equals a clean run."""
     source = tmp_path / "graphs.pt"
     torch.save(graphs, source)
     out = tmp_path / "out"
@@ -127,24 +129,19 @@ import os, torch
 from torch_geometric.transforms import Compose
 from omnipos.graph import AddLaplacianPE, AddRandomWalkPE
 from omnipos.scale import precompute_graphs
-real, count = os.replace, [0]
-def dying_replace(a, b):
-    if str(b).endswith(".pt"):
-        count[0] += 1
-        if count[0] == 3:
-            os._exit(9)
-    real(a, b)
-os.replace = dying_replace
+def dying_progress(done, total):
+    if done == 20:  # the second unit is recorded; the one worker is idle until the driver sends the third
+        open(os.path.join({str(out)!r}, ".graphs-00002-00000.pt.tmp-1-deadbeef"), "w").close()
+        os._exit(9)
 graphs = torch.load({str(source)!r}, weights_only=False)
 precompute_graphs(graphs, {str(out)!r}, Compose([AddLaplacianPE(3, eigenvalue_attr="eigenvalues"),
-                  AddRandomWalkPE(4)]), shard_size=10, progress=False)
+                  AddRandomWalkPE(4)]), shard_size=10, num_cpus=1, progress=dying_progress)
 """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
                          check=False)
     assert run.returncode == 9, run.stderr
     assert sorted(p.name for p in out.glob("graphs-*.pt")) == ["graphs-00000-00000.pt", "graphs-00001-00000.pt"]
-    assert len(list(out.glob(".graphs-00002-00000.pt.tmp-*"))) == 1  # the half-written shard
     with pytest.raises(ValueError, match=r"unfinished \(2 of 6 units done\)"):
         load_graphs(out)
     resumed = precompute_graphs(graphs, out, transform(), shard_size=10, progress=False)

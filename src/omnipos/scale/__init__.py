@@ -3,9 +3,11 @@
 The layer above the domains: each job runs a domain's own batched function (:func:`omnipos.graph.precompute`,
 :func:`omnipos.dna.read_fastx`, :meth:`omnipos.timeseries.EventBatch.from_frame`) over shards of the input and
 writes them to an output folder with a manifest (item counts, checksums) so that an interrupted job resumes
-where it stopped. ``engine="local"`` runs the shards in this process (no Ray needed); ``engine="ray"`` runs the
-same shard function on Ray Data (extra ``[scale]``): a local Ray started on demand, or the cluster at
-``address=``. The output is the same bit for bit whatever the engine, the worker count or the shard size.
+where it stopped. ``engine="local"`` runs the units on ``num_cpus`` worker processes of this machine (default:
+its cores; no Ray needed); ``engine="ray"`` runs the same unit function as Ray tasks (extra ``[scale]``): a local
+Ray started on demand, or the cluster at ``address=``. The output is the same bit for bit whatever the engine,
+the worker count or the shard size. A run holds its folder (a second run there is refused), reads back nothing
+it did not write, and reports a unit whose worker died as a failed unit of :class:`PrecomputeError`.
 """
 
 from .engine import CONNECT_TIMEOUT_S, ENGINES, MAX_RETRIES, Engine, make_engine

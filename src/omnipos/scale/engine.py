@@ -1,25 +1,25 @@
-"""Where the shards run: ``"local"`` (this process, one shard after another) or ``"ray"`` (Ray Data).
+"""Where the units run: ``"local"`` (worker processes on this machine) or ``"ray"`` (Ray tasks, for clusters).
 
 The only module of :mod:`omnipos.scale` that imports Ray (extra ``[scale]``), and only when a job asks for it.
 
 Both engines call the same unit function ``work(unit, payload) -> dict`` (a JSON-able record of the shards it
-wrote); the driver records each result in the manifest as it arrives. With Ray, the units become the rows of a
-Ray Data dataset mapped by one task per unit (``num_cpus=1`` each, ``num_gpus`` each when asked): Ray streams the
-results back as tasks finish and retries a task whose worker process died (``MAX_RETRIES`` times).
+wrote); the driver records each result in the manifest as it arrives. Locally, the units run on ``num_cpus``
+worker processes (default: this machine's cores; :mod:`omnipos.scale.workers`). With Ray, each unit is one Ray
+task (``num_cpus=1``, ``num_gpus`` when asked). On either engine a unit whose worker process dies (a segfault,
+an out-of-memory kill) is retried ``MAX_RETRIES`` times on a fresh worker and then reported as a failed unit
+with its cause; the other units go on. A unit that raises is not retried (its input is bad).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import math
 import os
-import pickle
 import socket
 import subprocess
 import sys
-import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,24 +27,34 @@ from typing import Any
 
 from omnipos.core import check_choice, check_positive_int, require
 
+from .workers import run_on_workers
+
 __all__ = ["ENGINES", "CONNECT_TIMEOUT_S", "MAX_RETRIES", "Engine", "make_engine", "require_ray", "check_address",
-           "check_reachable", "PROBE_TIMEOUT_S"]
+           "check_reachable", "PROBE_TIMEOUT_S", "default_workers"]
 
 ENGINES = ("local", "ray")
 #: Seconds to wait for a cluster's address to answer before giving up (an unreachable address must not hang).
 CONNECT_TIMEOUT_S = 3.0
 #: Seconds a trial connection to a cluster address may take (in a child process, killed after that).
 PROBE_TIMEOUT_S = 20.0
-#: Times Ray retries a unit whose worker died (killed, out of memory); a unit that raises is not retried.
+#: Times a unit whose worker process died (killed, out of memory, crashed) is retried on a fresh worker, on
+#: either engine, before it is reported as failed; a unit that raises is not retried.
 MAX_RETRIES = 3
 
 Work = Callable[[int, Any], dict]
 
 
 def require_ray():
-    """Return the ``ray`` module with Ray Data, or raise ImportError naming the extra."""
-    require("ray.data", "scale", 'engine="ray"')
+    """Return the ``ray`` module, or raise ImportError naming the extra."""
     return require("ray", "scale", 'engine="ray"')
+
+
+def default_workers() -> int:
+    """The local engine's worker count when ``num_cpus`` is not given: the cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -58,8 +68,9 @@ class Engine:
 
     @contextmanager
     def session(self) -> Iterator[Callable[..., None]]:
-        """Yields ``run(units, work, payload, on_result)``. A Ray session is started (or joined) on the first call
-        that has units to run, and a Ray this session started is shut down on exit."""
+        """Yields ``run(units, work, payload, on_result)``: local worker processes live for one ``run``; a Ray
+        session is started (or joined) on the first call that has units to run, and a Ray this session started
+        is shut down on exit."""
         if self.name == "local":
             yield self._run_local
             return
@@ -72,8 +83,14 @@ class Engine:
 
     def _run_local(self, units: Sequence[int], work: Work, payload: Callable[[int], Any] | None,
                    on_result: Callable[[dict], None]) -> None:
-        for unit in units:
-            on_result(work(unit, None if payload is None else payload(unit)))
+        if units:
+            run_on_workers(units, work, payload, on_result, workers=min(self.workers, len(units)),
+                           retries=MAX_RETRIES)
+
+    @property
+    def workers(self) -> int:
+        """Local worker processes: ``num_cpus``, or this machine's cores."""
+        return self.num_cpus if self.num_cpus is not None else default_workers()
 
     def _run_ray(self, state: dict[str, Any], units: Sequence[int], work: Work,
                  payload: Callable[[int], Any] | None, on_result: Callable[[dict], None]) -> None:
@@ -82,60 +99,35 @@ class Engine:
         if "ray" not in state:
             state["ray"], state["started"] = _connect(self)
         ray = state["ray"]
-        items = [{"unit": u, "payload": b"" if payload is None else pickle.dumps(payload(u), protocol=5)}
-                 for u in units]
-        options: dict[str, Any] = {"num_cpus": 1}
+        options: dict[str, Any] = {"num_cpus": 1, "max_retries": MAX_RETRIES, "retry_exceptions": False}
         if self.num_gpus:
             options["num_gpus"] = self.num_gpus
-        if self.num_cpus is not None and not state["started"]:  # a Ray started here has num_cpus CPUs already
-            options["concurrency"] = self.num_cpus
-        with _quiet_ray_data(ray):
-            with warnings.catch_warnings():
-                # Ray 2.60 deprecates ray_remote_args_fn but names no other way to bound the retries of a unit
-                # whose worker dies (the default retries forever: a unit that always crashes would hang the job)
-                warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
-                dataset = ray.data.from_items(items, override_num_blocks=len(items)).map(
-                    _RayUnit(work), ray_remote_args_fn=_retries, **options)
-            for row in dataset.iter_rows():
-                on_result(json.loads(row["result"]))
+        task = ray.remote(_ray_unit).options(**options)
+        if self.num_cpus is not None and not state["started"]:  # on a cluster: at most num_cpus units at once
+            limit = self.num_cpus
+        else:  # Ray schedules by resources; keep the queue fed without holding every payload in its store
+            limit = 2 * max(1, int(ray.cluster_resources().get("CPU", 1)))
+        shared = ray.put(work)
+        queue, running = deque(units), {}
+        while queue or running:
+            while queue and len(running) < limit:
+                unit = queue.popleft()
+                running[task.remote(shared, unit, None if payload is None else payload(unit))] = unit
+            done, _ = ray.wait(list(running), num_returns=1)
+            for ref in done:
+                unit = running.pop(ref)
+                try:
+                    record = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # the worker died MAX_RETRIES + 1 times, or Ray lost it
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    tries = "once" if MAX_RETRIES == 0 else f"{MAX_RETRIES + 1} times"
+                    record = {"unit": unit, "error": f"its Ray worker died {tries} ({type(exc).__name__}: {first})"}
+                on_result(record)
 
 
-class _RayUnit:
-    """The function Ray Data maps over the rows (a plain callable object, so Ray runs it as tasks)."""
-
-    def __init__(self, work: Work) -> None:
-        self.work = work
-
-    def __call__(self, row: dict[str, Any]) -> dict[str, str]:
-        payload = pickle.loads(row["payload"]) if row["payload"] else None
-        return {"result": json.dumps(self.work(int(row["unit"]), payload))}
-
-
-def _retries() -> dict[str, Any]:
-    return {"max_retries": MAX_RETRIES}
-
-
-@contextmanager
-def _quiet_ray_data(ray: Any) -> Iterator[None]:
-    """Ray Data settings for a job, restored afterwards: no progress bars or execution banners (the caller's
-    ``progress=`` reports), and no per-operator resource reservation. The pipeline is one map, and Ray Data's
-    reservation (a share of the CPUs held back for other operators) ran the shards one at a time on 2 CPUs
-    (measured: 20 shards of 0.15 s took 3.3 s with it, 1.6 s without)."""
-    context = ray.data.DataContext.get_current()
-    wanted = {"enable_progress_bars": False, "print_on_execution_start": False,
-              "op_resource_reservation_enabled": False}
-    saved = {name: getattr(context, name) for name in wanted if hasattr(context, name)}  # (older Rays lack some)
-    logger = logging.getLogger("ray.data")
-    level = logger.level
-    try:
-        for name in saved:
-            setattr(context, name, wanted[name])
-        logger.setLevel(logging.ERROR)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(context, name, value)
-        logger.setLevel(level)
+def _ray_unit(work: Work, unit: int, payload: Any) -> dict:
+    """One unit as a Ray task (a module-level function: Ray workers import it by name)."""
+    return work(unit, payload)
 
 
 def _connect(engine: Engine) -> tuple[Any, bool]:
@@ -212,14 +204,15 @@ def make_engine(engine: Any, address: Any = None, num_cpus: Any = None, num_gpus
     """Check an engine choice before any work starts.
 
     Args:
-        engine: ``"local"`` (this process) or ``"ray"`` (Ray Data; ImportError naming ``[scale]`` without Ray).
+        engine: ``"local"`` (worker processes on this machine) or ``"ray"`` (Ray tasks; ImportError naming
+            ``[scale]`` without Ray).
         address: ``None`` (start a local Ray, or use the one this process already runs), ``"auto"`` (the
             running cluster Ray finds) or ``"host:port"`` / ``"ray://host:port"``. Only with ``engine="ray"``.
-        num_cpus: Ray: the CPUs of a local Ray started here; on a cluster (or a Ray this process already
-            runs), at most this many shards at once.
-            ``"local"`` runs one shard at a time: ``None`` or 1 only.
-        num_gpus: GPUs per shard (a fraction shares a GPU between shards, as Ray's ``num_gpus``); > 0 means the
-            shards compute on CUDA.
+        num_cpus: ``"local"``: worker processes (default: this machine's cores). Ray: the CPUs of a local Ray
+            started here; on a cluster (or a Ray this process already runs), at most this many units at once.
+        num_gpus: GPUs per unit (a fraction shares a GPU between units, as Ray's ``num_gpus``); > 0 means the
+            units compute on CUDA. Refused at once when no CUDA device is visible here (``engine="local"``, or
+            a Ray started here); a cluster's GPUs are the cluster's to check.
     """
     engine = check_choice(engine, "engine", ENGINES)
     if num_cpus is not None:
@@ -235,9 +228,12 @@ def make_engine(engine: Any, address: Any = None, num_cpus: Any = None, num_gpus
             raise ValueError(f"address={address!r} needs engine='ray' (engine='local' runs in this process)")
         if address != "auto":
             _host_port(address, "address")
-    if engine == "local" and num_cpus not in (None, 1):
-        raise ValueError(f"num_cpus={num_cpus} needs engine='ray': engine='local' runs one shard at a time in this "
-                         "process")
+    if num_gpus > 0 and (engine == "local" or address is None):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"num_gpus={num_gpus:g}: no CUDA device is available here (torch.cuda.is_available() "
+                             "is False); pass num_gpus=0 to compute on CPUs")
     if engine == "ray":
         require_ray()
         if address is not None:

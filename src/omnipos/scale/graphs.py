@@ -97,6 +97,8 @@ def precompute_graphs(
     if not isinstance(transform, BaseTransform):
         raise TypeError(f"transform must be an omnipos graph transform or a torch_geometric BaseTransform, got "
                         f"{type(transform).__name__}")
+    description = _describe(transform)
+    _check_fingerprintable(description, bool(resume), engine_.name)
     device = "cuda" if engine_.num_gpus > 0 else "cpu"
     files = _as_paths(graphs)
     if files is not None:
@@ -108,22 +110,18 @@ def precompute_graphs(
                             f"{type(graphs).__name__}")
         count = len(graphs)
         bounds = [(start, min(start + shard_size, count)) for start in range(0, count, shard_size)]
-        # Each slice is collated once here: its content hash is the unit's identity, and the collated slice is
-        # what Ray workers get (pickling 10k PyG Data objects took 1.7 s and unpickling them 2.4 s, longer than
-        # their encodings; the collated tensors pickle in 0.03 s and separate again in 0.8 s). In this process
-        # the shards take the Data objects themselves.
-        collated = [] if engine_.name == "local" else [_collate(graphs, a, b) for a, b in bounds]
-        units = [Unit(i, f"graphs[{a}:{b}]", b - a,
-                      {"sha256": _content_hash(collated[i] if collated else _collate(graphs, a, b))})
+        # A slice's content hash (of the slice collated) is the unit's identity; the collated slice is also what
+        # a worker process gets (pickling 10k PyG Data objects took 1.7 s and unpickling them 2.4 s, longer than
+        # their encodings; the collated tensors pickle in 0.03 s and separate again in 0.8 s). It is collated
+        # again when its unit is sent rather than kept: the driver holds the dataset once, not twice.
+        units = [Unit(i, f"graphs[{a}:{b}]", b - a, {"sha256": _content_hash(_collate(graphs, a, b))})
                  for i, (a, b) in enumerate(bounds)]
         inputs = {"graphs": count}
 
         def payload(unit: int) -> Any:
-            start, stop = bounds[unit]
-            return collated[unit] if collated else [graphs[i] for i in range(start, stop)]
+            return _collate(graphs, *bounds[unit])
 
-    job = {"kind": KIND, "inputs": inputs, "transform": _describe(transform), "shard_size": shard_size,
-           "device": device}
+    job = {"kind": KIND, "inputs": inputs, "transform": description, "shard_size": shard_size, "device": device}
     body = partial(_graph_unit, files=None if files is None else [str(p) for p in files], transform=transform,
                    shard_size=shard_size, batch_size=batch_size, device=device)
     return run_job(KIND, out_dir, job, units, body, "pt", engine=engine_, resume=resume, overwrite=overwrite,
@@ -143,16 +141,33 @@ def _as_paths(graphs: Any) -> list[Path] | None:
     return paths
 
 
-def _describe(transform: Any) -> dict[str, str]:
+def _describe(transform: Any) -> dict[str, Any]:
     """The transform's identity for the job fingerprint: its repr, and a hash of its pickled state (the repr
-    does not show every argument)."""
+    does not show every argument). ``"sha256": None`` when it cannot be pickled (a lambda, a closure): then
+    nothing identifies it reliably, and :func:`precompute_graphs` refuses to resume with it."""
     import pickle
 
     try:
         state = pickle.dumps(transform, protocol=4)
-    except Exception:  # noqa: BLE001 - an unpicklable transform is identified by its repr alone
-        state = repr(transform).encode()
+    except Exception as exc:  # noqa: BLE001 - pickle raises PicklingError, AttributeError, TypeError alike
+        return {"repr": repr(transform), "sha256": None, "unpicklable": f"{type(exc).__name__}: {exc}"}
     return {"repr": repr(transform), "sha256": sha256_bytes(state)}
+
+
+def _check_fingerprintable(description: dict[str, Any], resume: bool, engine: str) -> None:
+    """Refuse an unpicklable transform where its identity matters: a resume (its repr alone would match a
+    changed lambda and keep shards it did not compute) and the local engine's worker processes (which receive
+    it pickled)."""
+    if description["sha256"] is not None:
+        return
+    why = (f"transform {description['repr']} cannot be pickled ({description['unpicklable']}); give a picklable "
+           "transform (a class defined at module level, not a lambda or a closure)")
+    if resume:
+        raise ValueError(f"{why}, or pass resume=False: a resumed job could not tell whether it changed since "
+                         "the shards in out_dir were computed")
+    if engine == "local":
+        raise ValueError(f"{why}: engine='local' runs the units in worker processes, which receive the transform "
+                         "pickled")
 
 
 def _collate(graphs: Any, start: int, stop: int) -> tuple[dict[str, Any], dict[str, Any], type]:

@@ -12,6 +12,7 @@ from typing import Any
 from omnipos.core import progress_reporter
 
 from .engine import Engine
+from .lock import hold_folder
 from .manifest import Manifest
 from .shards import ShardWriter, UnitRunner
 
@@ -79,8 +80,10 @@ class PrecomputeResult:
 
 
 class PrecomputeError(ValueError):
-    """Some units failed (bad input); the others finished and are recorded. ``result`` holds the summary,
-    ``result.failures`` the ``(source, message)`` of each failed unit. Rerunning retries only those."""
+    """Some units failed (bad input, or a worker process that died on every retry: killed, out of memory,
+    crashed); the others finished and are recorded. The message names each failed unit, its input (a file, or a
+    slice ``graphs[20:30]``) and the cause; ``result`` holds the summary, ``result.failures`` the ``(source,
+    message)`` of each failed unit. Running the same call again resumes: it redoes only those."""
 
     def __init__(self, message: str, result: PrecomputeResult) -> None:
         super().__init__(message)
@@ -106,41 +109,46 @@ def run_job(
     :class:`omnipos.scale.shards.UnitRunner`); ``payload(unit)`` gives what a unit reads when it is not a file (an
     in-memory slice); ``meta`` is recorded in the manifest for the loaders (e.g. the options they need)."""
     started = time.perf_counter()
-    manifest = Manifest.open(out_dir, job, [u.identity for u in units], resume=resume, overwrite=overwrite)
-    if meta and manifest.meta != meta:
-        manifest.set_meta(meta)
-    result = PrecomputeResult(kind, manifest.out_dir, units=len(units))
-    by_index = {u.index: u for u in units}
-    pending = [u.index for u in units if u.index not in manifest.units]
-    result.units_resumed = len(units) - len(pending)
-    known = [u.items for u in units]
-    total = sum(known) if all(n is not None for n in known) else None
-    work = UnitRunner(kind, str(manifest.out_dir), ext, [u.source for u in units], [u.identity for u in units],
-                      body)
-    with progress_reporter(progress, total=total, desc=f"precompute {kind}") as bar:
-        resumed_items = sum(r["items"] for r in manifest.units.values())
-        if resumed_items:
-            bar.update(resumed_items)
+    with hold_folder(out_dir):  # one run per folder, from reading the manifest to recording the last unit
+        manifest = Manifest.open(out_dir, job, [u.identity for u in units], resume=resume, overwrite=overwrite)
+        if meta and manifest.meta != meta:
+            manifest.set_meta(meta)
+        result = PrecomputeResult(kind, manifest.out_dir, units=len(units))
+        by_index = {u.index: u for u in units}
+        failed_lines: list[str] = []
+        pending = [u.index for u in units if u.index not in manifest.units]
+        result.units_resumed = len(units) - len(pending)
+        known = [u.items for u in units]
+        total = sum(known) if all(n is not None for n in known) else None
+        work = UnitRunner(kind, str(manifest.out_dir), ext, [u.source for u in units], [u.identity for u in units],
+                          body)
+        with progress_reporter(progress, total=total, desc=f"precompute {kind}") as bar:
+            resumed_items = sum(r["items"] for r in manifest.units.values())
+            if resumed_items:
+                bar.update(resumed_items)
 
-        def on_result(record: dict[str, Any]) -> None:
-            if "error" in record:
-                result.failures.append((by_index[int(record["unit"])].source, record["error"]))
-                return
-            manifest.record(record)
-            result.items_computed += record["items"]
-            result.shards_computed += len(record["shards"])
-            bar.update(record["items"])
+            def on_result(record: dict[str, Any]) -> None:
+                if "error" in record:
+                    unit = by_index[int(record["unit"])]
+                    result.failures.append((unit.source, record["error"]))
+                    cause = record["error"].removeprefix(f"{unit.source}: ")  # a file's errors name it already
+                    failed_lines.append(f"unit {unit.index}, {unit.source}: {cause}")
+                    return
+                manifest.record(record)
+                result.items_computed += record["items"]
+                result.shards_computed += len(record["shards"])
+                bar.update(record["items"])
 
-        with engine.session() as run:
-            run(pending, work, payload, on_result)
-    if not result.failures:
-        manifest.finish()
+            with engine.session() as run:
+                run(pending, work, payload, on_result)
+        if not result.failures:
+            manifest.finish()
     result.items = sum(r["items"] for r in manifest.units.values())
     result.shards = len(manifest.shards())
     result.seconds = time.perf_counter() - started
     if result.failures:
-        failed = "\n".join(f"  {message}" for _, message in result.failures)
         raise PrecomputeError(f"{len(result.failures)} of {len(units)} units failed (the other "
-                              f"{len(units) - len(result.failures)} finished and are recorded; fix the input and "
-                              f"run again to redo only the failed ones):\n{failed}", result)
+                              f"{len(units) - len(result.failures)} finished and are recorded; run the same call "
+                              "again once the cause is fixed: it resumes, redoing only the failed units):\n"
+                              + "\n".join(f"  {line}" for line in failed_lines), result)
     return result

@@ -16,6 +16,12 @@ is ignored when the manifest is read again. A worker also leaves each finished u
 Ray aborted the job) is adopted on resume, not redone. Shard files are
 written to a temporary name and renamed when complete (:func:`write_atomic`), so a shard file either is whole or
 does not exist under its name.
+
+What is read back from a folder is untrusted input (the folder may be shared, copied or edited): every record is
+checked before anything it names is read or deleted. A shard name must be one this job itself writes
+(``{kind}-{unit:05d}-{part:05d}.{ext}``, the unit its record's); anything else (``../x``, an absolute path, a nested
+``a/../../b``) is a ValueError naming the file and the entry, even under ``overwrite=True``. A job deletes only
+files of its own names: its listed shards, its unit records and the temporaries of its own writes.
 """
 
 from __future__ import annotations
@@ -23,22 +29,93 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = ["FORMAT", "MANIFEST_NAME", "Manifest", "write_atomic", "sha256_bytes", "fingerprint", "read_verified",
-           "done_name"]
+           "done_name", "shard_name", "is_shard_name", "is_own_temporary", "check_unit_record", "ForeignNameError"]
 
 FORMAT = "omnipos.scale/1"
 MANIFEST_NAME = "manifest.jsonl"
 _TEMP_MARK = ".tmp-"
+_KIND = re.compile(r"[a-z]+")
+_TEMP = re.compile(r"\.(?P<name>.+)\.tmp-\d+-[0-9a-f]{8}")  # write_atomic's temporary name for <name>
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def done_name(kind: str, unit: int) -> str:
     """The file a worker leaves beside a finished unit's shards: that unit's manifest record."""
     return f".{kind}-{unit:05d}.done.json"
+
+
+def shard_name(kind: str, unit: int, part: int, ext: str) -> str:
+    """The name of shard ``part`` of ``unit`` (name order is output order)."""
+    return f"{kind}-{unit:05d}-{part:05d}.{ext}"
+
+
+def is_shard_name(name: str, kind: str, unit: int | None = None) -> bool:
+    """Whether ``name`` is a plain file name a job of ``kind`` writes as a shard (of ``unit``, when given)."""
+    number = r"\d{5,}" if unit is None else f"{unit:05d}"
+    return re.fullmatch(rf"{re.escape(kind)}-{number}-\d{{5,}}\.[a-z0-9]+", name) is not None
+
+
+def _is_done_name(name: str, kind: str) -> bool:
+    return re.fullmatch(rf"\.{re.escape(kind)}-\d{{5,}}\.done\.json", name) is not None
+
+
+def is_own_temporary(name: str, kind: str) -> bool:
+    """Whether ``name`` is a temporary of :func:`write_atomic` writing a file a job of ``kind`` writes (a
+    shard, a unit record, the manifest): the only temporaries a job deletes."""
+    match = _TEMP.fullmatch(name)
+    if match is None:
+        return False
+    inner = match["name"]
+    return inner == MANIFEST_NAME or is_shard_name(inner, kind) or _is_done_name(inner, kind)
+
+
+class ForeignNameError(ValueError):
+    """A record read back from an output folder names a file that the job would not write (``../x``, an
+    absolute path, another job's shard): refused even under ``overwrite=True``, so nothing it names is read or
+    deleted."""
+
+
+def _natural(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_unit_record(record: Any, kind: str, where: str, units: int | None = None) -> dict[str, Any]:
+    """``record`` if it is a well-formed finished-unit record of a ``kind`` job (of ``units`` units, when given);
+    ValueError naming ``where`` (the file and line) and the entry otherwise (:class:`ForeignNameError` for a shard
+    name the job would not write)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: a unit record must be a JSON object, got {type(record).__name__}")
+    unit = record.get("unit")
+    if not _natural(unit) or units is not None and unit >= units:
+        bound = "" if units is None else f" below {units}"
+        raise ValueError(f"{where}: 'unit' must be an integer >= 0{bound}, got {unit!r}")
+    if not isinstance(record.get("source", ""), str) or not _natural(record.get("items")):
+        raise ValueError(f"{where}: unit {unit}: 'source' must be a string and 'items' an integer >= 0, got "
+                         f"{record.get('source')!r} and {record.get('items')!r}")
+    shards = record.get("shards")
+    if not isinstance(shards, list):
+        raise ValueError(f"{where}: unit {unit}: 'shards' must be a list, got {type(shards).__name__}")
+    for shard in shards:
+        if not isinstance(shard, dict):
+            raise ValueError(f"{where}: unit {unit}: a shard entry must be a JSON object, got {shard!r}")
+        name = shard.get("name")
+        if not isinstance(name, str) or not is_shard_name(name, kind, unit):
+            raise ForeignNameError(
+                f"{where}: unit {unit}: shard name {name!r} is not a file this job writes (expected a plain name "
+                f"{shard_name(kind, unit, 0, 'ext')!r} ...); nothing it names is read or deleted: remove the "
+                "entry (or the folder's manifest) by hand, or choose another folder")
+        if not _natural(shard.get("items")) or not _natural(shard.get("bytes")) or not isinstance(
+                shard.get("sha256"), str) or not _SHA256.fullmatch(shard["sha256"]):
+            raise ValueError(f"{where}: unit {unit}: shard {name!r} needs 'items' and 'bytes' (integers >= 0) and "
+                             f"'sha256' (64 hex digits), got {shard!r}")
+    return record
 
 
 def sha256_bytes(payload: bytes) -> str:
@@ -68,7 +145,8 @@ def write_atomic(path: Path, payload: bytes) -> dict[str, Any]:
 
 
 def read_verified(out_dir: Path, shard: dict[str, Any], verify: bool = True) -> bytes:
-    """The bytes of a finished shard; with ``verify``, refuse a file whose size or sha256 is not the manifest's."""
+    """The bytes of a finished shard (an entry of a checked manifest); with ``verify``, refuse a file whose size
+    or sha256 is not the manifest's."""
     path = out_dir / shard["name"]
     try:
         payload = path.read_bytes()
@@ -89,13 +167,23 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             if number == len(lines) - 1 or all(not rest.strip() for rest in lines[number + 1:]):
                 break  # torn last line: the writer died mid-line; that unit is simply not finished
             raise ValueError(f"{path}: line {number + 1} is not JSON (the manifest is corrupt)") from None
-    if not records or "header" not in records[0]:
+    if not records or not isinstance(records[0], dict) or "header" not in records[0]:
         raise ValueError(f"{path}: not an omnipos.scale manifest (no header line)")
     return records
+
+
+def _check_header(header: Any, path: Path) -> dict[str, Any]:
+    job = header.get("job") if isinstance(header, dict) else None
+    if not isinstance(job, dict) or not isinstance(job.get("kind"), str) or not _KIND.fullmatch(job["kind"]) \
+            or header.get("format") != FORMAT or not isinstance(header.get("fingerprint"), str) \
+            or not _natural(header.get("units")):
+        raise ValueError(f"{path}: line 1: not an {FORMAT} header (needs 'format', 'job' with a 'kind', "
+                         f"'fingerprint', 'units'): {json.dumps(header)[:200]}")
+    return header
 
 
 class Manifest:
@@ -119,15 +207,24 @@ class Manifest:
     # -- reading ------------------------------------------------------------------------------------------------
     @classmethod
     def _load(cls, out_dir: Path) -> Manifest:
-        records = _read_lines(out_dir / MANIFEST_NAME)
-        manifest = cls(out_dir, records[0]["header"])
-        for record in records[1:]:
-            if "meta" in record:
+        """The manifest in ``out_dir``, every line checked (ValueError naming the line otherwise)."""
+        path = out_dir / MANIFEST_NAME
+        records = _read_lines(path)
+        manifest = cls(out_dir, _check_header(records[0]["header"], path))
+        kind, units = manifest.kind, manifest.header["units"]
+        for number, record in enumerate(records[1:], start=2):
+            where = f"{path}: line {number}"
+            if isinstance(record, dict) and isinstance(record.get("meta"), dict) and len(record) == 1:
                 manifest.meta.update(record["meta"])
-            elif "unit" in record:
-                manifest.units[int(record["unit"])] = record
-            elif "complete" in record:
+            elif isinstance(record, dict) and "unit" in record:
+                record = check_unit_record(record, kind, where, units)
+                manifest.units[record["unit"]] = record
+            elif isinstance(record, dict) and len(record) == 1 and isinstance(record.get("complete"), dict) \
+                    and _natural(record["complete"].get("items")) and _natural(record["complete"].get("shards")):
                 manifest.complete = record["complete"]
+            else:
+                raise ValueError(f"{where}: not a manifest record (a 'meta', 'unit' or 'complete' object): "
+                                 f"{json.dumps(record)[:200]}")
         return manifest
 
     @classmethod
@@ -171,10 +268,12 @@ class Manifest:
         if (out_dir / MANIFEST_NAME).exists():
             try:
                 old = cls._load(out_dir)
-            except ValueError:
+            except ForeignNameError:
+                raise
+            except ValueError as exc:  # replaced under overwrite=True; nothing it lists is deleted
                 if not overwrite:
                     raise ValueError(f"out_dir: {out_dir / MANIFEST_NAME} is unreadable; pass overwrite=True "
-                                     "(--overwrite) to replace it, or choose another folder") from None
+                                     f"(--overwrite) to replace it, or choose another folder ({exc})") from None
         if old is not None and old.header.get("fingerprint") != header["fingerprint"] and not overwrite:
             raise ValueError(f"out_dir: {str(out_dir)!r} holds the manifest of another job "
                                  f"({_difference(old.header.get('job', {}), job)}); pass overwrite=True "
@@ -187,10 +286,9 @@ class Manifest:
             for unit in range(units):  # units finished but not recorded (the driver died, Ray aborted the job)
                 done = out_dir / done_name(kind, unit)
                 if unit not in found and done.is_file():
-                    try:
-                        found[unit] = json.loads(done.read_bytes())
-                    except (json.JSONDecodeError, OSError):
-                        pass
+                    record = _read_done(done, kind, unit)
+                    if record is not None:
+                        found[unit] = record
             manifest.units = {u: r for u, r in found.items()
                               if u < units and r.get("input") == identities[u] and manifest._present(r)}
             for unit, record in found.items():
@@ -199,11 +297,13 @@ class Manifest:
                         (out_dir / shard["name"]).unlink(missing_ok=True)
         elif old is not None:
             old.remove_files()
+            old._remove_temporaries()  # another kind's unit records and temporaries, too
         manifest._remove_temporaries()
         manifest._rewrite()
         return manifest
 
     def _present(self, record: dict[str, Any]) -> bool:
+        """Whether every shard of a (checked) unit record is in the folder with its recorded size."""
         for shard in record["shards"]:
             path = self.out_dir / shard["name"]
             if not path.is_file() or path.stat().st_size != shard["bytes"]:
@@ -218,12 +318,11 @@ class Manifest:
         self.path.unlink(missing_ok=True)
 
     def _remove_temporaries(self) -> None:
-        """Half-written files of killed writers, and the workers' unit records (recorded or stale by now)."""
+        """Half-written files of this job's killed writers, and its workers' unit records (recorded or stale by
+        now); only those names (see :func:`is_own_temporary`): a user's ``notes.tmp-1`` stays."""
         kind = self.kind
         for path in self.out_dir.iterdir():
-            name = path.name
-            if name.startswith(".") and (_TEMP_MARK in name or name.startswith(f".{kind}-")
-                                         and name.endswith(".done.json")):
+            if is_own_temporary(path.name, kind) or _is_done_name(path.name, kind):
                 path.unlink(missing_ok=True)
 
     def _rewrite(self) -> None:
@@ -254,6 +353,23 @@ class Manifest:
     def finish(self) -> None:
         self.complete = {"items": sum(r["items"] for r in self.units.values()), "shards": len(self.shards())}
         self._append({"complete": self.complete})
+
+
+def _read_done(path: Path, kind: str, unit: int) -> dict[str, Any] | None:
+    """A worker's record of ``unit`` (checked like a manifest line), or None when it is damaged (the unit is then
+    redone; the file is removed with the other temporaries). A record naming foreign files is refused."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None
+    if not isinstance(record, dict) or record.get("unit") != unit:
+        return None
+    try:
+        return check_unit_record(record, kind, str(path))
+    except ForeignNameError:
+        raise
+    except ValueError:
+        return None
 
 
 def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:

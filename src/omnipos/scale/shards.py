@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .manifest import done_name, write_atomic
+from .manifest import done_name, shard_name, write_atomic
 
 __all__ = ["ShardWriter", "UnitRunner"]
 
@@ -32,7 +32,7 @@ class ShardWriter:
         self.records: list[dict[str, Any]] = []
 
     def write(self, payload: bytes, items: int) -> None:
-        name = f"{self.kind}-{self.unit:05d}-{len(self.records):05d}.{self.ext}"
+        name = shard_name(self.kind, self.unit, len(self.records), self.ext)
         record = write_atomic(self.out_dir / name, payload)
         self.records.append({"name": record["name"], "items": int(items), "bytes": record["bytes"],
                              "sha256": record["sha256"]})

@@ -1,0 +1,117 @@
+"""The local engine's worker processes: output equal to one worker's, and a worker that dies costs only its unit.
+(The same on Ray: test_ray.py.)"""
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from torch_geometric.transforms import BaseTransform, Compose
+
+import omnipos.scale.engine as engine_module
+from omnipos.graph import AddLaplacianPE, AddRandomWalkPE, precompute
+from omnipos.scale import PrecomputeError, load_graphs, load_reads, precompute_graphs, precompute_reads
+from omnipos.scale.manifest import Manifest
+from omnipos.scale.workers import death_cause, run_on_workers
+
+
+class Deadly(BaseTransform):
+    """Kills its worker when it meets a graph whose label is a key of ``deaths``: ``"exit"`` (``os._exit``),
+    ``"kill"`` (SIGKILL, as the out-of-memory killer does) or ``"segv"`` (SIGSEGV, a native crash); always while
+    the file ``armed`` exists, or (``"once"``) only the first time (``marker`` records it). Otherwise the
+    identity."""
+
+    def __init__(self, deaths: dict, armed: str, marker: str) -> None:
+        self.deaths, self.armed, self.marker = deaths, armed, marker
+
+    def forward(self, data):
+        how = self.deaths.get(float(data.y[0]))
+        if how is None or not os.path.exists(self.armed):
+            return data
+        if how == "once":
+            if os.path.exists(self.marker):
+                return data
+            Path(self.marker).touch()
+            how = "exit"
+        if how == "exit":
+            os._exit(17)
+        os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSEGV)
+        return data
+
+
+def test_workers_give_the_output_of_one_worker(tmp_path, fastx):
+    files = [fastx(tmp_path / f"{i}.fq", 20, i) for i in range(5)]
+    one = precompute_reads(files, tmp_path / "one", dim=8, shard_size=7, num_cpus=1, progress=False)
+    two = precompute_reads(files, tmp_path / "two", dim=8, shard_size=7, num_cpus=2, progress=False)
+    assert one.items == two.items == 100 and one.shards == two.shards
+    a, b = Manifest.read(tmp_path / "one", "reads"), Manifest.read(tmp_path / "two", "reads")
+    assert [s["sha256"] for s in a.shards()] == [s["sha256"] for s in b.shards()]  # bit for bit, shard by shard
+    assert load_reads(tmp_path / "one")["tokens"].equal(load_reads(tmp_path / "two")["tokens"])
+
+
+def test_a_dead_worker_fails_its_unit_and_the_others_finish(tmp_path, graphs, same_graphs, monkeypatch):
+    """Units 0, 2 and 4 kill their worker every time (three ways), unit 3 once; with one retry, units 0, 2, 4
+    are failed units naming their slice and the cause, 1, 3 and 5 are recorded, and a rerun resumes them."""
+    monkeypatch.setattr(engine_module, "MAX_RETRIES", 1)
+    armed, marker = tmp_path / "armed", tmp_path / "died-once"
+    armed.touch()
+    deadly = Compose([Deadly({5.0: "exit", 25.0: "kill", 45.0: "segv", 35.0: "once"}, str(armed), str(marker)),
+                      AddLaplacianPE(3), AddRandomWalkPE(4)])
+    with pytest.raises(PrecomputeError) as info:
+        precompute_graphs(graphs, tmp_path / "out", deadly, shard_size=10, num_cpus=2, progress=False)
+    message = str(info.value)
+    assert "3 of 6 units failed (the other 3 finished and are recorded; run the same call again" in message
+    assert "it resumes, redoing only the failed units" in message
+    assert "unit 0, graphs[0:10]: its worker process died 2 times (it exited with status 17)" in message
+    assert "unit 2, graphs[20:30]: its worker process died 2 times (killed by SIGKILL: killed, e.g. by the " \
+           "out-of-memory killer)" in message
+    assert "unit 4, graphs[40:50]: its worker process died 2 times (killed by SIGSEGV: a crash in native " \
+           "code)" in message
+    assert marker.exists()  # unit 3's worker died once and the retry finished it
+    assert sorted(s for s, _ in info.value.result.failures) == ["graphs[0:10]", "graphs[20:30]", "graphs[40:50]"]
+    assert sorted(Manifest._load(tmp_path / "out").units) == [1, 3, 5]
+    armed.unlink()  # the cause is fixed
+    resumed = precompute_graphs(graphs, tmp_path / "out", deadly, shard_size=10, progress=False)
+    assert resumed.units_resumed == 3 and resumed.shards_computed == 3
+    same_graphs(load_graphs(tmp_path / "out"), precompute(graphs, deadly, progress=False))
+
+
+def test_death_causes_in_words():
+    assert death_cause(-9) == "killed by SIGKILL: killed, e.g. by the out-of-memory killer"
+    assert death_cause(-15) == "killed by SIGTERM"
+    assert death_cause(3) == "it exited with status 3"
+    assert death_cause(None) == "it stopped answering"
+
+
+def _echo(unit, payload):
+    return {"unit": unit, "payload": payload, "pid": os.getpid()}
+
+
+def test_run_on_workers_sends_each_unit_its_payload_once():
+    got = []
+    run_on_workers(list(range(7)), _echo, lambda u: u * 10, got.append, workers=3, retries=0)
+    assert sorted((r["unit"], r["payload"]) for r in got) == [(u, u * 10) for u in range(7)]
+    assert 1 <= len({r["pid"] for r in got}) <= 3 and os.getpid() not in {r["pid"] for r in got}
+
+
+def test_an_unpicklable_transform_is_refused_for_resume(tmp_path, graphs):
+    """Its repr alone would match a changed lambda (x * 2 then x * 3) and resume shards it did not compute."""
+
+    class Scaled(BaseTransform):
+        def __init__(self, fn):
+            self.fn = fn
+
+        def forward(self, data):
+            data.x = self.fn(data.x)
+            return data
+
+        def __repr__(self):
+            return "Scaled()"
+
+    for transform in (Scaled(lambda x: x * 2), Compose([AddLaplacianPE(2), Scaled(lambda x: x * 3)])):
+        with pytest.raises(ValueError, match=r"cannot be pickled .*; give a picklable transform \(a class defined "
+                                             r"at module level, not a lambda or a closure\), or pass resume=False"):
+            precompute_graphs(graphs[:4], tmp_path / "out", transform, progress=False)
+        with pytest.raises(ValueError, match="engine='local' runs the units in worker processes"):
+            precompute_graphs(graphs[:4], tmp_path / "out", transform, resume=False, progress=False)
+    assert not (tmp_path / "out").exists()  # refused before any work
