@@ -34,6 +34,7 @@ from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, read_verified
 from .parquet import (
     column,
+    empty_frame,
     flat_list,
     list_column,
     read_frame,
@@ -43,7 +44,8 @@ from .parquet import (
 )
 from .shards import ShardWriter
 
-__all__ = ["precompute_meds", "load_meds", "meds_data_files", "MAX_PADDED_EVENTS", "MEDS_COLUMNS"]
+__all__ = ["precompute_meds", "load_meds", "meds_data_files", "check_event_options", "MAX_PADDED_EVENTS",
+           "MEDS_COLUMNS"]
 
 KIND = "meds"
 MEDS_COLUMNS = ("subject_id", "time", "code", "numeric_value")
@@ -111,10 +113,11 @@ def precompute_meds(
     event_options.setdefault("static", "keep")  # a MEDS root's static events, as from_parquet reads them
     if "unit" in event_options:
         check_choice(event_options["unit"], "unit", UNITS)
-    if event_options.get("vocab") is not None:
+    if isinstance(event_options.get("vocab"), (list, tuple)):
         event_options["vocab"] = [str(code) for code in event_options["vocab"]]
     require_pyarrow()
     files = meds_data_files(meds_dir)
+    check_event_options(files[0], event_options)  # before out_dir is touched: a refused job leaves it as it was
     units, inputs = file_units(files)
     options = {k: event_options[k] for k in sorted(event_options)}
     job = {"kind": KIND, "inputs": inputs, "shard_size": shard_size, "options": options}
@@ -122,6 +125,21 @@ def precompute_meds(
     meta = {"options": json.loads(json.dumps(options, default=str))}
     return run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
                    overwrite=overwrite, progress=progress, meta=meta)
+
+
+def check_event_options(path: Path, options: dict[str, Any]) -> None:
+    """Run :meth:`EventBatch.from_frame` with ``options`` over no rows of ``path``'s columns (its Parquet schema,
+    read without its data), so that an option it refuses (``origin``, ``unit``, ``vocab``, ``unknown_code``,
+    ``max_len``, ``truncation``, ...) is refused here, by name, before any unit runs."""
+    import pandas as pd
+
+    try:
+        empty = empty_frame(path, list(MEDS_COLUMNS))
+    except Exception:  # noqa: BLE001 - an unreadable file fails as its unit, naming itself; check on MEDS types
+        empty = pd.DataFrame({"subject_id": pd.Series([], dtype="int64"),
+                              "time": pd.Series([], dtype="datetime64[us]"), "code": pd.Series([], dtype=object),
+                              "numeric_value": pd.Series([], dtype="float32")})
+    EventBatch.from_frame(empty, *MEDS_COLUMNS, **options)
 
 
 def _padded_groups(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:

@@ -29,6 +29,7 @@ import torch
 
 from omnipos.core import check_positive_int, lengths_to_mask, pad_packed
 from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
+from omnipos.dna.reads import detect_format
 
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
@@ -100,6 +101,7 @@ def precompute_reads(
         if not isinstance(path, Path) or not path.is_file():
             raise FileNotFoundError(f"paths: no such file {str(path)!r}")
     read_fastx(files[0], batch_size=batch_size, **read_options)  # refuses unknown or bad options before any work
+    check_one_format(files)
     require_pyarrow()
     units, inputs = file_units(files)
     config = {"dim": dim, "strand_aware": bool(strand_aware), "encoding": ENCODING,
@@ -109,6 +111,19 @@ def precompute_reads(
                    read_options=read_options)
     return run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
                    overwrite=overwrite, progress=progress, meta={"config": config})
+
+
+def check_one_format(files: list[Path]) -> None:
+    """Refuse FASTA and FASTQ files in one job (their shards could not be loaded together), naming one of each;
+    a file that is neither is refused by :func:`omnipos.dna.detect_format`'s ValueError. Empty files fit any."""
+    seen: dict[str, Path] = {}
+    for path in files:
+        fmt = detect_format(path)
+        if fmt is not None:
+            seen.setdefault(fmt, path)
+    if len(seen) > 1:
+        raise ValueError(f"paths mix FASTA ({str(seen['fasta'])!r}) and FASTQ ({str(seen['fastq'])!r}) files: their "
+                         "shards cannot be loaded as one dataset; precompute them into separate folders")
 
 
 def _jsonable(value: Any) -> Any:
