@@ -12,7 +12,7 @@ from .engine import CONNECT_TIMEOUT_S, ENGINES, MAX_RETRIES, Engine, make_engine
 from .graphs import ShardedGraphDataset, load_graphs, precompute_graphs
 from .job import PrecomputeError, PrecomputeResult
 from .meds import load_meds, meds_data_files, precompute_meds
-from .reads import load_reads, precompute_reads
+from .reads import ShardedReadsDataset, load_reads, precompute_reads
 
 __all__ = [
     "precompute_graphs",
@@ -20,6 +20,7 @@ __all__ = [
     "ShardedGraphDataset",
     "precompute_reads",
     "load_reads",
+    "ShardedReadsDataset",
     "precompute_meds",
     "load_meds",
     "meds_data_files",

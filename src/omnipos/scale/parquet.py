@@ -80,6 +80,15 @@ def read_frame(path: str, columns: list[str]) -> Any:
     return pa.parquet.read_table(path, columns=columns).to_pandas()
 
 
+def read_columns(path: str | Path, columns: list[str]) -> tuple[Any, dict[str, str]]:
+    """Only ``columns`` of the Parquet file at ``path`` (the other column chunks are not read), and its key-value
+    metadata: what a lazy dataset reads of every shard to build its index."""
+    pa = require_pyarrow()
+    table = pa.parquet.read_table(path, columns=columns)
+    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    return table, metadata
+
+
 def empty_frame(path: str | Path, columns: list[str]) -> Any:
     """``columns`` of the Parquet file at ``path`` with no rows (its schema only, no data read), as pandas."""
     pa = require_pyarrow()

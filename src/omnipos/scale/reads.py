@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from omnipos.core import check_positive_int, lengths_to_mask, pad_packed
-from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
+from omnipos.core import check_positive_int, lengths_to_mask
+from omnipos.dna import PAD, collate_reads, rc_symmetric_encoding, read_fastx
+from omnipos.dna.alphabet import pad_rows
 from omnipos.dna.reads import detect_format
 
 from .engine import make_engine
@@ -39,13 +40,15 @@ from .parquet import (
     column,
     flat_binary,
     null_binary_column,
+    read_columns,
     read_parquet,
     require_pyarrow,
     to_parquet,
 )
+from .sharded import ShardedDataset, check_truncation, cut, gather_windows, row_windows
 from .shards import ShardWriter
 
-__all__ = ["precompute_reads", "load_reads"]
+__all__ = ["precompute_reads", "load_reads", "ShardedReadsDataset"]
 
 KIND = "reads"
 ENCODING = "omnipos.dna.rc_symmetric_encoding"
@@ -241,8 +244,21 @@ def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[st
         write(len(pending))
 
 
-def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: bool = True) -> dict[str, Any]:
+def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: bool = True,
+               max_len: int | None = None, truncation: str = "error") -> dict[str, Any]:
     """Every read :func:`precompute_reads` wrote to ``out_dir``, in input order, as one padded batch.
+
+    Everything is held at once, padded to the longest row: for a job of any size iterate a
+    :class:`ShardedReadsDataset` instead (its memory is one shard and one batch), or bound the width here with
+    ``max_len``.
+
+    Args:
+        out_dir: the output folder of a finished job.
+        positional: attach the RC-symmetric encoding the job asked for (``dim > 0``).
+        verify: check each shard's size and sha256 against the manifest.
+        max_len, truncation: a row longer than ``max_len`` is an error (``"error"``, the default: a ValueError
+            naming the read), keeps its first / last ``max_len`` bases (``"head"`` / ``"tail"``) or is cut into
+            windows of ``max_len`` (``"split"``); ``records`` / ``offsets`` say where each row came from.
 
     Returns:
         A dict with the keys of ``omnipos dna featurize``'s output: ``names`` (N strings), ``tokens [N, L]``
@@ -253,6 +269,7 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
         [N, L, dim]`` float32 (:func:`omnipos.dna.rc_symmetric_encoding`; only when the job's ``dim > 0`` and
         ``positional=True``) and ``config``.
     """
+    max_len = check_truncation(max_len, truncation)
     manifest = Manifest.read(out_dir, KIND)
     names: list[str] = []
     lengths, tokens, qualities, formats, dtypes = [], [], [], {}, set()
@@ -275,25 +292,131 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
     if len(formats) > 1:
         raise ValueError(f"{out_dir} mixes FASTA and FASTQ shards ({formats.get('fasta')} and "
                          f"{formats.get('fastq')}); precompute them into separate folders")
-    all_lengths = torch.from_numpy(np.concatenate(lengths)) if lengths else torch.zeros(0, dtype=torch.long)
+    row_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
+    flat = np.concatenate(tokens) if tokens else np.zeros(0, np.uint8)
+    flat_q = np.concatenate(qualities) if qualities else None
+    columns = {key: np.concatenate(parts) for key, parts in per_row.items() if parts}
+    windows = row_windows(row_lengths, max_len, truncation, lambda i: f"{out_dir}: read {i} ({names[i]!r})")
+    if windows is not None:
+        index, starts, sizes = windows
+        flat = gather_windows(flat, row_lengths, windows)
+        flat_q = None if flat_q is None else gather_windows(flat_q, row_lengths, windows)
+        names = [names[i] for i in index.tolist()]
+        columns = {key: values[index] for key, values in columns.items()}
+        if "offsets" in columns:
+            columns["offsets"] = columns["offsets"] + starts
+        row_lengths = sizes.astype(np.int64)
+    all_lengths = torch.from_numpy(row_lengths)
     mask = lengths_to_mask(all_lengths)
     dtype = getattr(torch, dtypes.pop()) if dtypes else torch.int64
-    flat = torch.from_numpy(np.concatenate(tokens)) if tokens else torch.zeros(0, dtype=torch.uint8)
+    width = mask.shape[1]
     config = dict(manifest.meta["config"])
     config["quality_offset"] = int(offsets_used.pop()) if len(offsets_used) == 1 else (
         sorted(int(o) for o in offsets_used) or None)
     result: dict[str, Any] = {
         "names": names,
-        "tokens": pad_packed(flat.to(dtype), mask, PAD),
+        "tokens": pad_rows(flat, row_lengths, width, PAD, dtype),
         "mask": mask,
         "lengths": all_lengths,
-        "qualities": pad_packed(torch.from_numpy(np.concatenate(qualities)), mask, 0) if qualities else None,
+        "qualities": pad_rows(flat_q, row_lengths, width, 0) if flat_q is not None else None,
         "config": config,
     }
-    for key, parts in per_row.items():
-        if parts:
-            result[key] = torch.from_numpy(np.concatenate(parts))
+    for key, values in columns.items():
+        result[key] = torch.from_numpy(values)
     if positional and config["dim"]:
         result["positional"] = rc_symmetric_encoding(all_lengths, config["dim"],
                                                      strand_aware=config["strand_aware"])
     return result
+
+
+class _ReadsShard:
+    """One parsed reads shard: its columns as arrays and the flat token / quality bytes."""
+
+    def __init__(self, payload: bytes, name: str) -> None:
+        table, metadata = read_parquet(payload)
+        self.names = table.column("name").to_pylist()
+        self.lengths = table.column("length").to_numpy().astype(np.int64)
+        self.starts = np.cumsum(self.lengths) - self.lengths
+        self.records = table.column("record").to_numpy().astype(np.int64)
+        self.offsets = table.column("offset").to_numpy().astype(np.int64)
+        self.rna = table.column("rna").to_numpy(zero_copy_only=False) if "rna" in table.column_names else None
+        self.tokens = flat_binary(table.column("tokens"))
+        fastq = table.column("qualities").null_count < table.num_rows or \
+            metadata.get("omnipos.format") == "fastq"
+        self.qualities = flat_binary(table.column("qualities")) if fastq else None
+        self.dtype = getattr(torch, metadata.get("omnipos.tokens_dtype", "uint8"))
+        used = metadata.get("omnipos.quality_offset")
+        self.quality_offset = int(used) if used and "," not in used else None
+        self.format = metadata.get("omnipos.format", "?")
+        self.name = name
+
+
+class ShardedReadsDataset(ShardedDataset):
+    """A lazy, map-style dataset over the shards :func:`precompute_reads` wrote: ``dataset[i]`` is row ``i`` (in
+    input order), unpadded, read from its shard on first use; the ``cache_shards`` most recently used shards stay
+    in memory. ``dataset.collate`` pads one batch of items, so iterating a job costs one shard and one batch of
+    memory, not the job padded to its longest read.
+
+    Works in a ``torch.utils.data.DataLoader`` with workers (``collate_fn=dataset.collate``): the dataset pickles
+    without its cache and each worker opens the shards it reads.
+
+    Args:
+        out_dir: the output folder of a finished :func:`precompute_reads` job.
+        max_len, truncation: a read longer than ``max_len`` is an error when read (``"error"``, the default),
+            keeps its first / last ``max_len`` bases (``"head"`` / ``"tail"``) or is cut into windows of
+            ``max_len`` that are items of their own (``"split"``; the index then reads every shard's lengths).
+        positional: ``collate`` attaches the job's RC-symmetric encoding (when its ``dim > 0``).
+        verify: check each shard's size and sha256 against the manifest when it is first read.
+        cache_shards: shards kept in memory.
+
+    Items are dicts, those of :class:`omnipos.dna.FastxDataset`: ``{"name": str, "tokens": [L] (the job's token
+    dtype), "quality": [L] uint8 Phred or None (FASTA), "record": int, "offset": int (where the row starts in its
+    record), "rna": bool or None, "quality_offset": int or None, "quality_encoding": str or None}``.
+    """
+
+    kind = KIND
+    what = "reads"
+
+    def __init__(self, out_dir: str | os.PathLike, *, max_len: int | None = None, truncation: str = "error",
+                 positional: bool = True, verify: bool = True, cache_shards: int = 2) -> None:
+        super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
+        self.max_len = check_truncation(max_len, truncation)
+        self.truncation = truncation
+        self.positional = bool(positional)
+        self.config = dict(self.manifest.meta["config"])
+        self.quality_encoding = self.config.get("read_options", {}).get("quality_encoding", "phred")
+        if truncation == "split":
+            lengths = np.concatenate([read_columns(path, ["length"])[0].column("length").to_numpy()
+                                      for path in self.shard_paths()] or [np.zeros(0, np.int64)])
+            self._select(None, row_windows(lengths, self.max_len, truncation, str))
+
+    def _parse(self, payload: bytes, index: int) -> _ReadsShard:
+        return _ReadsShard(payload, self.shards[index]["name"])
+
+    def _item(self, shard: _ReadsShard, row: int, start: int | None, size: int | None) -> dict[str, Any]:
+        length = int(shard.lengths[row])
+        if start is None:
+            start, size = cut(length, self.max_len, self.truncation,
+                              lambda: f"{self.out_dir / shard.name}: read {row} ({shard.names[row]!r})")
+        begin = int(shard.starts[row]) + start
+        tokens = torch.from_numpy(shard.tokens[begin:begin + size].copy()).to(shard.dtype)
+        quality = None if shard.qualities is None else torch.from_numpy(shard.qualities[begin:begin + size].copy())
+        return {"name": shard.names[row], "tokens": tokens, "quality": quality, "record": int(shard.records[row]),
+                "offset": int(shard.offsets[row]) + start,
+                "rna": None if shard.rna is None else bool(shard.rna[row]),
+                "quality_offset": shard.quality_offset,
+                "quality_encoding": self.quality_encoding if quality is not None else None}
+
+    def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        """Items -> one padded batch, a dict with the keys of :func:`load_reads` (``positional`` when the job's
+        ``dim > 0`` and ``positional=True``)."""
+        batch = collate_reads(items)
+        result: dict[str, Any] = {"names": batch.names, "tokens": batch.tokens, "mask": batch.mask,
+                                  "lengths": batch.lengths, "qualities": batch.qualities, "records": batch.records,
+                                  "offsets": batch.offsets, "config": self.config}
+        if batch.rna is not None:
+            result["rna"] = batch.rna
+        if self.positional and self.config["dim"]:
+            result["positional"] = rc_symmetric_encoding(batch.lengths, self.config["dim"],
+                                                         strand_aware=self.config["strand_aware"])
+        return result
