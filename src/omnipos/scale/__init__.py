@@ -11,7 +11,7 @@ same shard function on Ray Data (extra ``[scale]``): a local Ray started on dema
 from .engine import CONNECT_TIMEOUT_S, ENGINES, MAX_RETRIES, Engine, make_engine
 from .graphs import ShardedGraphDataset, load_graphs, precompute_graphs
 from .job import PrecomputeError, PrecomputeResult
-from .meds import load_meds, meds_data_files, precompute_meds
+from .meds import ShardedMedsDataset, load_meds, meds_data_files, precompute_meds, vocab_from_codes
 from .reads import ShardedReadsDataset, load_reads, precompute_reads
 
 __all__ = [
@@ -23,6 +23,8 @@ __all__ = [
     "ShardedReadsDataset",
     "precompute_meds",
     "load_meds",
+    "ShardedMedsDataset",
+    "vocab_from_codes",
     "meds_data_files",
     "PrecomputeResult",
     "PrecomputeError",

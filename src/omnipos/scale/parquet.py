@@ -81,10 +81,11 @@ def read_frame(path: str, columns: list[str]) -> Any:
 
 
 def read_columns(path: str | Path, columns: list[str]) -> tuple[Any, dict[str, str]]:
-    """Only ``columns`` of the Parquet file at ``path`` (the other column chunks are not read), and its key-value
-    metadata: what a lazy dataset reads of every shard to build its index."""
+    """Only ``columns`` of the Parquet file at ``path`` (the other column chunks are not read; a column the file
+    lacks is left out), and its key-value metadata: what a lazy dataset reads of every shard to build its index."""
     pa = require_pyarrow()
-    table = pa.parquet.read_table(path, columns=columns)
+    present = set(pa.parquet.read_schema(path).names)
+    table = pa.parquet.read_table(path, columns=[c for c in columns if c in present])
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     return table, metadata
 
