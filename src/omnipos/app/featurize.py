@@ -16,7 +16,9 @@ from omnipos.core import (
     progress_reporter,
 )
 from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
+from omnipos.dna.fastx import check_input_file
 
+from .paths import check_output_file
 from .progress import tqdm_progress
 
 __all__ = ["featurize_file", "MAX_POSITIONAL_BYTES"]
@@ -59,6 +61,8 @@ def featurize_file(
     dim = check_positive_int(dim, "dim", minimum=0)
     if dim:
         rc_symmetric_encoding(torch.tensor([1]), dim, strand_aware=strand_aware)  # refuse a bad dim before parsing
+    check_output_file(out, "out")  # before parsing: a path that cannot be written is refused now, not after
+    check_input_file(path)
     options = {"ambiguity": ambiguity, "lowercase": lowercase, "parser": parser, "quality_offset": quality_offset,
                "quality_encoding": quality_encoding, "rna": rna, "max_len": max_len, "truncation": truncation,
                "token_dtype": token_dtype}

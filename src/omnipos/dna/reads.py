@@ -49,7 +49,7 @@ from .alphabet import (
     letter_codes,
     pad_rows,
 )
-from .fastx import RawRecords, detect_format, python_records, record_label
+from .fastx import RawRecords, check_input_file, detect_format, python_records, record_label
 from .limits import check_batch_bytes, check_token_dtype
 
 __all__ = [
@@ -438,7 +438,7 @@ def read_fastx(
             a damaged gzip stream (naming the last record read in full), a read longer than ``max_len`` under
             ``truncation="error"``, an option outside its choices.
         TypeError: an option of the wrong type.
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file. ValueError: a folder, pipe or device (saying which) in place of a file.
     """
     path = Path(path)
     options = read_options(batch_size=batch_size, max_tokens=max_tokens, ambiguity=ambiguity, lowercase=lowercase,
@@ -446,8 +446,7 @@ def read_fastx(
                            quality_offset=quality_offset, quality_encoding=quality_encoding, max_len=max_len,
                            truncation=truncation, token_dtype=token_dtype)
     engine = _resolve_parser(parser)
-    if not path.is_file():
-        raise FileNotFoundError(f"path: no such file {str(path)!r}")
+    check_input_file(path)
     return _read(path, options, engine)
 
 

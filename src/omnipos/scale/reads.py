@@ -30,6 +30,7 @@ import torch
 from omnipos.core import check_positive_int, lengths_to_mask
 from omnipos.dna import PAD, collate_reads, rc_symmetric_encoding, read_fastx
 from omnipos.dna.alphabet import pad_rows
+from omnipos.dna.fastx import check_input_file
 from omnipos.dna.reads import detect_format
 
 from .engine import make_engine
@@ -101,8 +102,7 @@ def precompute_reads(
     if not files:
         raise ValueError("paths: no input files given")
     for path in files:
-        if not isinstance(path, Path) or not path.is_file():
-            raise FileNotFoundError(f"paths: no such file {str(path)!r}")
+        check_input_file(path, "paths")
     read_fastx(files[0], batch_size=batch_size, **read_options)  # refuses unknown or bad options before any work
     check_one_format(files)
     require_pyarrow()
