@@ -114,7 +114,7 @@ def test_bad_arguments(tmp_path, fastq_files):
         precompute_reads([tmp_path / "missing.fq"], tmp_path)
     with pytest.raises(ValueError, match="no input files"):
         precompute_reads([], tmp_path)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+    with pytest.raises(TypeError, match="unknown read option 'colour'"):
         precompute_reads(fastq_files, tmp_path, colour="red")
     with pytest.raises(ValueError, match="ambiguity must be one of"):
         precompute_reads(fastq_files, tmp_path, ambiguity="guess")

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from .paths import add_output_argument
-from .read_arguments import add_read_arguments, read_options
+from .read_arguments import add_read_arguments, batching, read_options
 
 __all__ = ["main", "build_parser"]
 
@@ -22,8 +22,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _dna_featurize(args: argparse.Namespace) -> int:
     from .featurize import featurize_file
 
-    result = featurize_file(args.reads, args.output, dim=args.dim, strand_aware=args.strand_aware,
-                            progress=not args.no_progress, **read_options(args))
+    result = featurize_file(args.reads, args.output, read_options(args), dim=args.dim, strand_aware=args.strand_aware,
+                            progress=not args.no_progress, **batching(args))
     config = result["config"]
     print(f"wrote {args.output}: {len(result['names'])} reads, tokens {tuple(result['tokens'].shape)} "
           f"{config['token_dtype']}"

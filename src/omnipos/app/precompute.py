@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from .paths import add_output_argument, check_output_folder
-from .read_arguments import add_read_arguments, read_options
+from .read_arguments import add_read_arguments, batching, read_options
 
 __all__ = ["add_precompute_parser", "run_precompute"]
 
@@ -121,8 +121,8 @@ def run_precompute(args: argparse.Namespace) -> int:
             result = scale.precompute_graphs(args.inputs, args.output, _transform(args), num_gpus=args.num_gpus,
                                              batch_size=args.batch_size, **common)
         elif args.kind == "reads":
-            result = scale.precompute_reads(args.inputs, args.output, dim=args.dim, strand_aware=args.strand_aware,
-                                            **read_options(args), **common)
+            result = scale.precompute_reads(args.inputs, args.output, read_options(args), dim=args.dim,
+                                            strand_aware=args.strand_aware, **batching(args), **common)
         else:
             meds = {"unit": args.unit, "origin": args.origin, "static": args.static,
                     "drop_missing": args.drop_missing, "unknown_code": args.unknown_code, "max_len": args.max_len,

@@ -22,7 +22,7 @@ from .enformer import relative_basis
 from .equivariant import RCEquivariant
 from .kmers import kmer_tokens
 from .positional import RCSymmetricEncoding, centered_positions, rc_symmetric_encoding
-from .reads import ReadBatch, read_fastx
+from .reads import ReadBatch, ReadOptions, read_fastx
 from .reverse_complement import flip_within_lengths, reverse_complement
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "relative_basis",
     "RCEquivariant",
     "ReadBatch",
+    "ReadOptions",
     "read_fastx",
     "FastxDataset",
     "collate_reads",

@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 from omnipos.core import check_positive_int, lengths_to_mask
-from omnipos.dna import PAD, collate_reads, rc_symmetric_encoding, read_fastx
+from omnipos.dna import PAD, ReadOptions, collate_reads, rc_symmetric_encoding, read_fastx
 from omnipos.dna.alphabet import pad_rows
 from omnipos.dna.fastx import check_input_file
-from omnipos.dna.reads import detect_format
+from omnipos.dna.reads import MAX_TOKENS, detect_format
 
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
@@ -58,6 +58,7 @@ ENCODING = "omnipos.dna.rc_symmetric_encoding"
 def precompute_reads(
     paths: Any,
     out_dir: str | os.PathLike,
+    options: ReadOptions | None = None,
     *,
     dim: int = 16,
     strand_aware: bool = False,
@@ -66,10 +67,11 @@ def precompute_reads(
     num_cpus: int | None = None,
     shard_size: int = 100_000,
     batch_size: int = 8192,
+    max_tokens: int = MAX_TOKENS,
     resume: bool = True,
     overwrite: bool = False,
     progress: Any = True,
-    **read_options: Any,
+    **read_keywords: Any,
 ) -> PrecomputeResult:
     """Parse and encode FASTA/FASTQ files (plain or gzip) into Parquet shards in ``out_dir``.
 
@@ -79,10 +81,11 @@ def precompute_reads(
         dim, strand_aware: the positional encoding :func:`load_reads` attaches (``dim=0``: none), see
             :func:`omnipos.dna.rc_symmetric_encoding`.
         engine, address, num_cpus: where the files run, see :func:`omnipos.scale.make_engine`.
-        shard_size: reads per output shard (>= 1). batch_size: reads parsed at a time (output unchanged).
+        shard_size: reads per output shard (>= 1). batch_size, max_tokens: reads parsed at a time, and the
+            padded size a batch may reach (:func:`omnipos.dna.read_fastx`; the output does not change).
         resume, overwrite, progress: as in :func:`omnipos.scale.precompute_graphs`.
-        **read_options: passed to :func:`omnipos.dna.read_fastx` (``ambiguity``, ``lowercase``, ``parser``,
-            ``quality_offset``, ...).
+        options, **read_keywords: how reads are read, a :class:`omnipos.dna.ReadOptions` and/or its fields as
+            keywords (``ambiguity``, ``lowercase``, ``parser``, ``quality_offset``, ...).
 
     Returns:
         A :class:`omnipos.scale.PrecomputeResult`.
@@ -103,15 +106,16 @@ def precompute_reads(
         raise ValueError("paths: no input files given")
     for path in files:
         check_input_file(path, "paths")
-    read_fastx(files[0], batch_size=batch_size, **read_options)  # refuses unknown or bad options before any work
+    read = ReadOptions.of(options, "precompute_reads", **read_keywords)  # bad options refused before any work
+    read_fastx(files[0], read, batch_size=batch_size, max_tokens=max_tokens)  # and a missing parser
     check_one_format(files)
     require_pyarrow()
     units, inputs = file_units(files)
     config = {"dim": dim, "strand_aware": bool(strand_aware), "encoding": ENCODING,
-              "read_options": {k: _jsonable(read_options[k]) for k in sorted(read_options)}}
+              "read_options": {k: _jsonable(v) for k, v in sorted(read.changed().items())}}
     job = {"kind": KIND, "inputs": inputs, "shard_size": shard_size, "options": config}
     body = partial(_reads_unit, files=[str(p) for p in files], shard_size=shard_size, batch_size=batch_size,
-                   read_options=read_options)
+                   max_tokens=max_tokens, options=read)
     return run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
                    overwrite=overwrite, progress=progress, meta={"config": config})
 
@@ -220,7 +224,7 @@ def _parquet(rows: dict[str, Any], tokens: np.ndarray, qualities: np.ndarray | N
 
 
 def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str], shard_size: int,
-                batch_size: int, read_options: dict[str, Any]) -> None:
+                batch_size: int, max_tokens: int, options: ReadOptions) -> None:
     """Parse one file and write its shards of ``shard_size`` reads."""
     path = files[unit]
     pending = _Pending()
@@ -232,7 +236,7 @@ def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[st
 
     done = 0
     try:
-        for batch in read_fastx(path, batch_size=batch_size, **read_options):
+        for batch in read_fastx(path, options, batch_size=batch_size, max_tokens=max_tokens):
             pending.add(batch)
             done += len(batch)
             while len(pending) >= shard_size:
