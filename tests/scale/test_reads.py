@@ -115,7 +115,7 @@ def test_bad_arguments(tmp_path, fastq_files):
         precompute_reads([tmp_path / "missing.fq"], tmp_path)
     with pytest.raises(ValueError, match="no input files"):
         precompute_reads([], tmp_path)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+    with pytest.raises(TypeError, match="unknown read option 'colour'"):
         precompute_reads(fastq_files, tmp_path, colour="red")
     with pytest.raises(ValueError, match="ambiguity must be one of"):
         precompute_reads(fastq_files, tmp_path, ambiguity="guess")
@@ -126,11 +126,11 @@ def test_bad_arguments(tmp_path, fastq_files):
     assert not (tmp_path / "manifest.jsonl").exists()  # refused before any work
 
 
-def test_fasta_and_fastq_mixed_refused_at_load(tmp_path, fastx, fastq_files):
-    fasta = fastx(tmp_path / "z.fa", 5, 9, fasta=True)
-    precompute_reads([fastq_files[0], fasta], tmp_path / "out", progress=False)
-    with pytest.raises(ValueError, match="mixes FASTA and FASTQ"):
-        load_reads(tmp_path / "out")
+def test_fasta_and_fastq_mixed_refused_before_any_work(tmp_path, fastx, fastq_files):
+    fasta = fastx(tmp_path / "z.fa", 5, 9, fasta=True)  # they used to precompute, then fail to load
+    with pytest.raises(ValueError, match="mix FASTA .* and FASTQ"):
+        precompute_reads([fastq_files[0], fasta], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_empty_input(tmp_path, fastx):

@@ -6,7 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .read_arguments import add_read_arguments, read_options
+from .paths import add_output_argument
+from .read_arguments import add_read_arguments, batching, read_options
 
 __all__ = ["main", "build_parser"]
 
@@ -14,15 +15,15 @@ __all__ = ["main", "build_parser"]
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    run_demo(args.out, plot=not args.no_plot, sections=args.section)
+    run_demo(args.output, plot=not args.no_plot, sections=args.section)
     return 0
 
 
 def _dna_featurize(args: argparse.Namespace) -> int:
     from .featurize import featurize_file
 
-    result = featurize_file(args.reads, args.output, dim=args.dim, strand_aware=args.strand_aware,
-                            progress=not args.no_progress, **read_options(args))
+    result = featurize_file(args.reads, args.output, read_options(args), dim=args.dim, strand_aware=args.strand_aware,
+                            progress=not args.no_progress, **batching(args))
     config = result["config"]
     print(f"wrote {args.output}: {len(result['names'])} reads, tokens {tuple(result['tokens'].shape)} "
           f"{config['token_dtype']}"
@@ -44,7 +45,7 @@ def _add_dna(commands) -> None:
         description="Parse and encode every read; save tokens [N, L], mask, lengths, qualities (FASTQ) and the "
                     "RC-symmetric positional encoding [N, L, dim] with torch.save.")
     featurize.add_argument("reads", help="FASTA or FASTQ file, plain or gzip")
-    featurize.add_argument("-o", "--output", required=True, help="where to write the .pt file")
+    add_output_argument(featurize, "where to write the .pt file")
     add_read_arguments(featurize)
     featurize.add_argument("--no-progress", action="store_true", help="no progress bar (tqdm)")
     featurize.set_defaults(handler=_dna_featurize)
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="print and draw a tour of the encodings",
                                description="Print the encodings' numbers and draw their pictures.")
-    demo.add_argument("--out", default="omnipos-demo", help="folder for the pictures (default: ./omnipos-demo)")
+    add_output_argument(demo, "folder for the pictures (default: ./omnipos-demo)", default="omnipos-demo")
     demo.add_argument("--no-plot", action="store_true", help="print only, draw nothing")
     demo.add_argument("--section", action="append", help="run only this section (repeatable)")
     demo.set_defaults(handler=_demo)

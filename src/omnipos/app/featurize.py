@@ -15,8 +15,11 @@ from omnipos.core import (
     pad_packed,
     progress_reporter,
 )
-from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
+from omnipos.dna import PAD, ReadOptions, rc_symmetric_encoding, read_fastx
+from omnipos.dna.fastx import check_input_file
+from omnipos.dna.reads import MAX_TOKENS
 
+from .paths import check_output_file
 from .progress import tqdm_progress
 
 __all__ = ["featurize_file", "MAX_POSITIONAL_BYTES"]
@@ -27,20 +30,14 @@ MAX_POSITIONAL_BYTES = 2 << 30  # the positional tensor is N * L * dim * 4 bytes
 def featurize_file(
     path: str | os.PathLike,
     out: str | os.PathLike,
+    options: ReadOptions | None = None,
     *,
     dim: int = 16,
     strand_aware: bool = False,
     batch_size: int = 8192,
-    ambiguity: str = "keep",
-    lowercase: str = "soft_mask",
-    parser: str = "auto",
-    quality_offset: int | str | None = None,
-    quality_encoding: str = "phred",
-    rna: str = "error",
-    max_len: int | None = None,
-    truncation: str = "error",
-    token_dtype: torch.dtype = torch.uint8,
+    max_tokens: int = MAX_TOKENS,
     progress: Any = True,
+    **read_keywords: Any,
 ) -> dict[str, Any]:
     """Read every record of ``path`` and save (``torch.save``) a dict to ``out``; returns the dict.
 
@@ -52,16 +49,21 @@ def featurize_file(
     offset and format actually used: ``quality_offset`` 33 or 64, ``quality_format`` Biopython's name,
     ``quality_offset_detected`` True when ``"auto"`` chose it). Everything is held in memory.
 
-    The reading options are those of :func:`omnipos.dna.read_fastx`; ``max_len`` with ``truncation`` bounds the
-    padded width (a single long read otherwise pads every row to its length). ``progress``: True draws a tqdm
-    bar (a plain line without tqdm), False nothing, or a ``(done, total)`` callable.
+    The reading options are a :class:`omnipos.dna.ReadOptions` and/or its fields as keywords, as in
+    :func:`omnipos.dna.read_fastx`; ``max_len`` with ``truncation`` bounds the padded width (a single long read
+    otherwise pads every row to its length). ``out`` is checked (a writable file name, not a folder) before the
+    file is read. ``progress``: True draws a tqdm bar (a plain line without tqdm), False nothing, or a
+    ``(done, total)`` callable.
     """
+    read = ReadOptions.of(options, "featurize_file", **read_keywords)
+    ambiguity, lowercase, quality_offset = read.ambiguity, read.lowercase, read.quality_offset
+    quality_encoding, rna, max_len, truncation, token_dtype = (read.quality_encoding, read.rna, read.max_len,
+                                                               read.truncation, read.token_dtype)
     dim = check_positive_int(dim, "dim", minimum=0)
     if dim:
         rc_symmetric_encoding(torch.tensor([1]), dim, strand_aware=strand_aware)  # refuse a bad dim before parsing
-    options = {"ambiguity": ambiguity, "lowercase": lowercase, "parser": parser, "quality_offset": quality_offset,
-               "quality_encoding": quality_encoding, "rna": rna, "max_len": max_len, "truncation": truncation,
-               "token_dtype": token_dtype}
+    check_output_file(out, "out")  # before parsing: a path that cannot be written is refused now, not after
+    check_input_file(path)
     names: list[str] = []
     flat_tokens, flat_qualities, lengths, records, offsets, rna_flags = [], [], [], [], [], []
     has_quality = None
@@ -69,7 +71,7 @@ def featurize_file(
     bar = progress_reporter(tqdm_progress(progress, unit=" reads", desc=Path(path).name) if progress is True
                             else progress, desc=Path(path).name)
     with bar:
-        for batch in read_fastx(path, batch_size=batch_size, **options):
+        for batch in read_fastx(path, read, batch_size=batch_size, max_tokens=max_tokens):
             names += batch.names
             flat_tokens.append(batch.tokens[batch.mask])
             lengths.append(batch.lengths)

@@ -1,4 +1,4 @@
-"""``omnipos precompute graphs|reads|meds INPUT... --out DIR``: the command line of :mod:`omnipos.scale`.
+"""``omnipos precompute graphs|reads|meds INPUT... -o DIR``: the command line of :mod:`omnipos.scale`.
 
 Draws a tqdm bar (``--no-progress``: none) and ends with the job's summary line (items, shards, seconds,
 items/s). Exit status 2 on bad input; when some input files fail, the others still finish, the summary names the
@@ -11,7 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from .read_arguments import add_read_arguments, read_options
+from .paths import add_output_argument, check_output_folder
+from .read_arguments import add_read_arguments, batching, read_options
 
 __all__ = ["add_precompute_parser", "run_precompute"]
 
@@ -19,7 +20,7 @@ _UNITS = {"graphs": " graphs", "reads": " reads", "meds": " subjects"}
 
 
 def _common(parser: argparse.ArgumentParser, shard_size: int, what: str) -> None:
-    parser.add_argument("--out", required=True, help="output folder (shards and manifest.jsonl)")
+    add_output_argument(parser, "output folder (shards and manifest.jsonl)")
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
                         help="local: this process (default); ray: Ray Data, local or a cluster")
     parser.add_argument("--address", default=None,
@@ -29,7 +30,7 @@ def _common(parser: argparse.ArgumentParser, shard_size: int, what: str) -> None
     parser.add_argument("--num-gpus", type=float, default=0, help="GPUs per shard (graphs only; default 0)")
     parser.add_argument("--shard-size", type=int, default=shard_size, help=f"{what} per shard (default {shard_size:,})")
     parser.add_argument("--no-resume", action="store_true", help="redo every shard, even those already finished")
-    parser.add_argument("--overwrite", action="store_true", help="replace another job's output found in --out")
+    parser.add_argument("--overwrite", action="store_true", help="replace another job's output found in -o/--output")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -71,6 +72,18 @@ def add_precompute_parser(commands: Any) -> None:
     meds.add_argument("--drop-missing", action="store_true",
                       help="drop events with a missing subject or code (with --static error, also a missing "
                            "time) instead of failing; events without a numeric_value are kept (value NaN)")
+    meds.add_argument("--split", default=None,
+                      help="only the subjects of this split of metadata/subject_splits.parquet (train, tuning, "
+                           "held_out, ...); default: every subject")
+    meds.add_argument("--vocab", default=None, metavar="CODES",
+                      help="a codes file (e.g. ROOT/metadata/codes.parquet: its 'code' column) fixing the code "
+                           "indices; default: the cohort's own codes, sorted")
+    meds.add_argument("--unknown-code", choices=("error", "unk"), default="error",
+                      help="a code missing from --vocab: refuse (default) or map to <unk>")
+    meds.add_argument("--max-len", type=int, default=None, help="the most events per row; longer follow --truncation")
+    meds.add_argument("--truncation", choices=("error", "head", "tail", "split"), default="error",
+                      help="a subject longer than --max-len: refuse (default), keep the first or last events, or "
+                           "split it into windows")
     _common(meds, 10_000, "subjects")
     for parser in (graphs, reads, meds):
         parser.set_defaults(handler=run_precompute)
@@ -103,16 +116,21 @@ def run_precompute(args: argparse.Namespace) -> int:
                                         unit=_UNITS[args.kind])}
     if args.kind != "graphs" and args.num_gpus:
         raise ValueError(f"--num-gpus: precompute {args.kind} runs on CPUs only (GPUs serve graphs)")
+    check_output_folder(args.output)
     try:
         if args.kind == "graphs":
-            result = scale.precompute_graphs(args.inputs, args.out, _transform(args), num_gpus=args.num_gpus,
+            result = scale.precompute_graphs(args.inputs, args.output, _transform(args), num_gpus=args.num_gpus,
                                              batch_size=args.batch_size, **common)
         elif args.kind == "reads":
-            result = scale.precompute_reads(args.inputs, args.out, dim=args.dim, strand_aware=args.strand_aware,
-                                            **read_options(args), **common)
+            result = scale.precompute_reads(args.inputs, args.output, read_options(args), dim=args.dim,
+                                            strand_aware=args.strand_aware, **batching(args), **common)
         else:
-            result = scale.precompute_meds(args.inputs[0], args.out, unit=args.unit, origin=args.origin,
-                                           static=args.static, drop_missing=args.drop_missing, **common)
+            meds = {"unit": args.unit, "origin": args.origin, "static": args.static,
+                    "drop_missing": args.drop_missing, "unknown_code": args.unknown_code, "max_len": args.max_len,
+                    "truncation": args.truncation}
+            if args.vocab is not None:
+                meds["vocab"] = args.vocab
+            result = scale.precompute_meds(args.inputs[0], args.output, split=args.split, **meds, **common)
     except scale.PrecomputeError as exc:
         print(exc.result.summary())
         print(f"omnipos precompute: error: {exc}", file=sys.stderr)

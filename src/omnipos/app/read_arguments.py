@@ -1,12 +1,12 @@
 """The read options shared by ``omnipos dna featurize`` and ``omnipos precompute reads``: one definition of each
-flag, and the keyword arguments of :func:`omnipos.dna.read_fastx` they stand for."""
+flag, and the :class:`omnipos.dna.ReadOptions` they stand for."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-__all__ = ["add_read_arguments", "read_options"]
+__all__ = ["add_read_arguments", "read_options", "batching"]
 
 
 def add_read_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,6 +14,9 @@ def add_read_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dim", type=int, default=16, help="positional channels (0: none; default 16)")
     parser.add_argument("--strand-aware", action="store_true", help="half the channels are sign-flipping sines")
     parser.add_argument("--batch-size", type=int, default=8192, help="reads parsed at a time")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="the padded size (reads x longest read) a batch may reach; a long read gets a batch of "
+                             "its own (default: omnipos.dna.reads.MAX_TOKENS)")
     parser.add_argument("--ambiguity", choices=("keep", "to_n"), default="keep")
     parser.add_argument("--lowercase", choices=("soft_mask", "fold"), default="soft_mask")
     parser.add_argument("--parser", choices=("auto", "dnaio", "python"), default="auto")
@@ -33,12 +36,18 @@ def add_read_arguments(parser: argparse.ArgumentParser) -> None:
                         help="integer dtype of the saved tokens (default uint8: one byte per base)")
 
 
-def read_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The :func:`omnipos.dna.read_fastx` keyword arguments of parsed flags (``batch_size`` included)."""
+def read_options(args: argparse.Namespace) -> Any:
+    """The :class:`omnipos.dna.ReadOptions` of parsed flags (checked, by name, as it is made)."""
     import torch
 
+    from omnipos.dna import ReadOptions
+
     offset = args.quality_offset if args.quality_offset in (None, "auto") else int(args.quality_offset)
-    return {"batch_size": args.batch_size, "ambiguity": args.ambiguity, "lowercase": args.lowercase,
-            "parser": args.parser, "quality_offset": offset, "quality_encoding": args.quality_encoding,
-            "rna": args.rna, "max_len": args.max_len, "truncation": args.truncation,
-            "token_dtype": getattr(torch, args.token_dtype)}
+    return ReadOptions(ambiguity=args.ambiguity, lowercase=args.lowercase, parser=args.parser, quality_offset=offset,
+                       quality_encoding=args.quality_encoding, rna=args.rna, max_len=args.max_len,
+                       truncation=args.truncation, token_dtype=getattr(torch, args.token_dtype))
+
+
+def batching(args: argparse.Namespace) -> dict[str, Any]:
+    """``batch_size`` and (when given) ``max_tokens`` of parsed flags."""
+    return {"batch_size": args.batch_size, **({"max_tokens": args.max_tokens} if args.max_tokens is not None else {})}

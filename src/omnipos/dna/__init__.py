@@ -31,7 +31,7 @@ from .rcps import (
     reverse_complement_hidden,
     reverse_complement_logits,
 )
-from .reads import ReadBatch, read_fastx
+from .reads import ReadBatch, ReadOptions, read_fastx
 from .reverse_complement import flip_within_lengths, reverse_complement
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "reverse_complement_hidden",
     "reverse_complement_logits",
     "ReadBatch",
+    "ReadOptions",
     "read_fastx",
     "FastxDataset",
     "collate_reads",

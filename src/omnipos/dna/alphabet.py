@@ -45,7 +45,6 @@ from ..core import (
     check_integer_tensor,
     check_positive_int,
     lengths_to_mask,
-    pad_packed,
 )
 from .limits import check_batch_bytes, check_token_dtype
 from .rows import take_rows
@@ -65,6 +64,7 @@ __all__ = [
     "encode_joined",
     "letter_codes",
     "pad_codes",
+    "pad_rows",
     "decode",
     "one_hot",
     "soft_mask",
@@ -183,19 +183,41 @@ def letter_codes(data: np.ndarray, lengths: np.ndarray, *, ambiguity: str = "kee
     return codes
 
 
+def pad_rows(flat: np.ndarray, lengths: np.ndarray, width: int, fill: int,
+             dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """Joined rows ``flat [sum L]`` with ``lengths [B]`` -> ``[B, width]`` of ``dtype``, ``fill`` past each row.
+
+    The destinations come from the lengths (one int64 per real value), not from a mask: ``core.pad_packed``'s
+    ``mask.nonzero()`` costs 8 bytes per *padded* position, which one long read among short ones turns into
+    gigabytes. A padded position here costs the output's own bytes only."""
+    rows = lengths.size
+    values = torch.from_numpy(np.ascontiguousarray(flat)).to(dtype)
+    if rows * width == values.numel():  # every row full: a reshape
+        return values.reshape(rows, width)
+    out = torch.full((rows, width), fill, dtype=dtype)
+    if values.numel():
+        starts = np.cumsum(lengths) - lengths
+        shift = np.repeat(np.arange(rows, dtype=np.int64) * width - starts, lengths)
+        shift += np.arange(shift.size, dtype=np.int64)
+        out.view(-1).index_copy_(0, torch.from_numpy(shift), values)
+    return out
+
+
 def pad_codes(codes: np.ndarray, lengths: np.ndarray, *, max_len: int | None = None,
               device: torch.device | str | None = None,
               token_dtype: torch.dtype = torch.uint8) -> tuple[torch.Tensor, torch.Tensor]:
     """Joined token ids ``[sum L]`` and ``lengths [B]`` -> ``(tokens [B, L] token_dtype, mask [B, L])``, pads
-    ``PAD``; a batch over :data:`omnipos.dna.limits.MAX_BATCH_BYTES` is refused before it is allocated."""
+    ``PAD``; a batch over :data:`omnipos.dna.limits.MAX_BATCH_BYTES` (tokens and mask) is refused before it is
+    allocated."""
     check_token_dtype(token_dtype)
     lengths = np.asarray(lengths, dtype=np.int64)
     longest = int(lengths.max()) if lengths.size else 0
-    check_batch_bytes(lengths.size, longest if max_len is None else max(longest, int(max_len)),
-                      token_dtype.itemsize + 1, f"max_len={max_len}" if max_len is not None and max_len > longest
+    width = longest if max_len is None else max(longest, int(max_len))
+    check_batch_bytes(lengths.size, width, token_dtype.itemsize + 1,
+                      f"max_len={max_len}" if max_len is not None and max_len > longest
                       else f"the longest sequence ({longest:,} letters)")
-    mask = lengths_to_mask(torch.from_numpy(lengths), max_len)
-    tokens = pad_packed(torch.from_numpy(codes).to(token_dtype), mask, PAD)
+    mask = lengths_to_mask(torch.from_numpy(lengths), max_len)  # refuses a max_len shorter than a sequence
+    tokens = pad_rows(codes, lengths, mask.shape[1], PAD, token_dtype)
     if device is not None:
         tokens, mask = tokens.to(device), mask.to(device)
     return tokens, mask

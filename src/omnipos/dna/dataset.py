@@ -22,7 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..core import check_positive_int, pad_ragged
 from .alphabet import PAD
-from .reads import ReadBatch, read_fastx, read_options
+from .reads import ReadBatch, ReadOptions, read_fastx
 
 __all__ = ["FastxDataset", "collate_reads"]
 
@@ -41,20 +41,17 @@ class FastxDataset(IterableDataset):
             long reads holds fewer of them; a read longer than ``max_tokens`` is a batch of its own.
         bucket_size: with batches, how many reads are sorted by length at a time (default ``64 * batch_size``,
             or 4096 with ``max_tokens`` alone); larger buckets pad less, and hold more reads in memory.
-        ambiguity, lowercase, parser, quality_offset, quality_encoding, rna, max_len, truncation, token_dtype:
-            as in :func:`omnipos.dna.read_fastx`.
+        options, **read_keywords: how reads are read, a :class:`omnipos.dna.ReadOptions` and/or its fields as
+            keywords, as in :func:`omnipos.dna.read_fastx`.
 
     Single-read items are dicts ``{"name": str, "tokens": [L] token_dtype, "quality": [L] uint8 or None,
     "record": int, "offset": int, "rna": bool or None, "quality_offset": int or None, "quality_encoding": str or
     None}`` (``record``/``offset``: where the read sits in its file; the quality keys: as in ``ReadBatch``).
     """
 
-    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, chunk_size: int = 4096,
-                 batch_size: int | None = None, max_tokens: int | None = None, bucket_size: int | None = None,
-                 ambiguity: str = "keep",
-                 lowercase: str = "soft_mask", parser: str = "auto", quality_offset: int | str | None = None,
-                 quality_encoding: str = "phred", rna: str = "error", max_len: int | None = None,
-                 truncation: str = "error", token_dtype: torch.dtype = torch.uint8) -> None:
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], options: ReadOptions | None = None,
+                 *, chunk_size: int = 4096, batch_size: int | None = None, max_tokens: int | None = None,
+                 bucket_size: int | None = None, **read_keywords: Any) -> None:
         super().__init__()
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
@@ -71,18 +68,15 @@ class FastxDataset(IterableDataset):
             raise ValueError("bucket_size applies to batches: pass batch_size= or max_tokens= too")
         self.bucket_size = (check_positive_int(bucket_size, "bucket_size") if bucket_size is not None
                             else None if not self.batched else 64 * self.batch_size if self.batch_size else 4096)
-        self.options = {"ambiguity": ambiguity, "lowercase": lowercase, "parser": parser,
-                        "quality_offset": quality_offset, "quality_encoding": quality_encoding, "rna": rna,
-                        "max_len": max_len, "truncation": truncation, "token_dtype": token_dtype}
-        read_options(**{k: v for k, v in self.options.items() if k != "parser"})  # refuse bad options now
+        self.options = ReadOptions.of(options, "FastxDataset", **read_keywords)  # bad options refused now
         for path in self.paths:  # and missing files and parsers, not in a worker
-            read_fastx(path, batch_size=self.chunk_size, **self.options)
+            read_fastx(path, self.options, batch_size=self.chunk_size)
 
     def _reads(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for path in self.paths:
-            for index, batch in enumerate(read_fastx(path, batch_size=self.chunk_size, **self.options)):
+            for index, batch in enumerate(read_fastx(path, self.options, batch_size=self.chunk_size)):
                 if index % workers != worker:
                     continue
                 lengths = batch.lengths.tolist()
@@ -126,7 +120,7 @@ class FastxDataset(IterableDataset):
         batching = (f", batch_size={self.batch_size}, max_tokens={self.max_tokens}, bucket_size={self.bucket_size}"
                     if self.batched else "")
         return f"FastxDataset({self.paths}, chunk_size={self.chunk_size}{batching}, " + \
-            ", ".join(f"{k}={v!r}" for k, v in self.options.items()) + ")"
+            ", ".join(f"{k}={v!r}" for k, v in self.options.keywords().items()) + ")"
 
 
 def collate_reads(items: Sequence[dict[str, Any]]) -> ReadBatch:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from typing import IO
 
 __all__ = [
     "RawRecords",
+    "check_input_file",
     "DECOMPRESSION_ERRORS",
     "WHITESPACE",
     "detect_format",
@@ -60,6 +62,29 @@ class RawRecords:
     names: list[str]
     sequences: list[str] | list[bytes]
     qualities: list[str] | list[bytes] | None
+
+
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_input_file(path: str | os.PathLike, name: str = "path") -> Path:
+    """A FASTA/FASTQ input that is a regular file. Anything else is refused saying what it is: no such path
+    (FileNotFoundError), a folder, or a pipe, device or socket (ValueError: a file is opened twice, once to tell
+    its format, so a stream such as ``/dev/stdin`` or a FIFO must be saved to a file first; ``/dev/null`` is a
+    device, not an empty file)."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{name}: no such file {str(path)!r}") from None
+    if stat.S_ISREG(mode):
+        return path
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"{name}: {str(path)!r} is a folder, not a FASTA/FASTQ file")
+    kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+    raise ValueError(f"{name}: {str(path)!r} is {kind}, not a regular file: FASTA/FASTQ input is read from a file "
+                     "(it is opened twice: once to tell its format); save the stream to a file first")
 
 
 def open_binary(path: Path) -> IO[bytes]:

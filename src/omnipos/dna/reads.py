@@ -40,19 +40,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_choice, check_positive_int, pad_packed
+from ..core import check_positive_int, lengths_to_mask
 from .alphabet import (
-    AMBIGUITY_POLICIES,
-    LOWERCASE_POLICIES,
+    PAD,
     InvalidLetterError,
     letter_codes,
-    pad_codes,
+    pad_rows,
 )
-from .fastx import RawRecords, detect_format, python_records, record_label
-from .limits import check_token_dtype
+from .fastx import RawRecords, check_input_file, detect_format, python_records, record_label
+from .limits import check_batch_bytes
+from .read_options import (
+    PARSERS,
+    QUALITY_ENCODINGS,
+    QUALITY_OFFSETS,
+    READ_RNA_POLICIES,
+    TRUNCATIONS,
+    ReadOptions,
+)
 
 __all__ = [
     "ReadBatch",
+    "ReadOptions",
     "read_fastx",
     "read_options",
     "PARSERS",
@@ -62,17 +70,19 @@ __all__ = [
     "READ_RNA_POLICIES",
     "QUALITY_FORMATS",
     "AUTO_WINDOW",
+    "MAX_TOKENS",
+    "token_groups",
     "detect_format",
     "solexa_to_phred",
 ]
 
-PARSERS = ("auto", "dnaio", "python")
-TRUNCATIONS = ("error", "head", "tail", "split")
-QUALITY_OFFSETS = (33, 64, "auto")
-QUALITY_ENCODINGS = ("phred", "solexa")
-READ_RNA_POLICIES = ("error", "to_t", "keep")
 QUALITY_FORMATS = {(33, "phred"): "fastq-sanger", (64, "phred"): "fastq-illumina", (64, "solexa"): "fastq-solexa"}
 AUTO_WINDOW = 10_000  # records quality_offset="auto" examines before deciding on the evidence seen
+#: Default ``max_tokens`` of :func:`read_fastx`: padded positions (rows x longest) per batch, ~4.2 million
+#: (tokens, mask and qualities: ~13 MB at one byte each), far above a batch of 8,192 short reads.
+MAX_TOKENS = 1 << 22
+#: A batch this small (padded positions) is never cut for its padding alone.
+MIN_GROUP_TOKENS = 1 << 16
 _SOLEXA_OFFSET, _SOLEXA_MIN = 64, -5
 
 
@@ -153,6 +163,7 @@ class _Options:
     """The validated options of one read_fastx call (shared by the parsers and the assembly)."""
 
     batch_size: int
+    max_tokens: int
     ambiguity: str
     lowercase: str
     rna: str
@@ -237,10 +248,10 @@ def _quality_error(path: Path, raw: RawRecords, lengths: np.ndarray, scores: np.
                    f"{position} is outside {expected}{how}")
 
 
-def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) -> ReadBatch:
-    """Raw records -> ReadBatch (shared by both parsers, so both validate and encode alike). Whole reads are
-    validated, also where ``truncation`` then drops a part; of several bad records in a batch, the first one in the
-    file is reported."""
+def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) -> list[ReadBatch]:
+    """Raw records -> ReadBatches (shared by both parsers, so both validate and encode alike): one, or several
+    when ``options.max_tokens`` cuts the records (:func:`token_groups`). Whole reads are validated, also where
+    ``truncation`` then drops a part; of several bad records in a batch, the first one in the file is reported."""
     lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
     joined = _join(raw.sequences)
     data = np.frombuffer(joined, dtype=np.uint8)
@@ -278,16 +289,52 @@ def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) 
         phred = None if phred is None else _gather(phred, lengths, window)
         names, records, lengths = [raw.names[i] for i in index.tolist()], records[index], sizes
         rna = None if rna is None else rna[index]
-    tokens, mask = pad_codes(codes, lengths, token_dtype=options.token_dtype)
-    qualities = None if phred is None else pad_packed(torch.from_numpy(phred), mask, 0)
-    return ReadBatch(names, tokens, mask, torch.from_numpy(lengths), qualities, torch.from_numpy(records),
-                     torch.zeros(lengths.size, dtype=torch.int64) if offsets is None else torch.from_numpy(offsets),
-                     None if rna is None else torch.from_numpy(rna), quality.offset,
-                     options.quality_encoding if raw.qualities is not None else None)
+    if offsets is None:
+        offsets = np.zeros(lengths.size, dtype=np.int64)
+    row_starts = np.cumsum(lengths) - lengths
+    batches = []
+    for first, last in token_groups(lengths, options.max_tokens):
+        sizes = lengths[first:last]
+        begin = int(row_starts[first]) if first < lengths.size else 0
+        end = begin + int(sizes.sum())
+        width = int(sizes.max()) if sizes.size else 0
+        check_batch_bytes(sizes.size, width, options.token_dtype.itemsize + 1 + (phred is not None),
+                          f"{record_label(path, int(records[first]), names[first])} ({width:,} letters)")
+        mask = lengths_to_mask(torch.from_numpy(sizes), width)
+        tokens = pad_rows(codes[begin:end], sizes, width, PAD, options.token_dtype)
+        qualities = None if phred is None else pad_rows(phred[begin:end], sizes, width, 0)
+        batches.append(ReadBatch(
+            names[first:last], tokens, mask, torch.from_numpy(sizes), qualities,
+            torch.from_numpy(records[first:last]), torch.from_numpy(offsets[first:last]),
+            None if rna is None else torch.from_numpy(rna[first:last]), quality.offset,
+            options.quality_encoding if raw.qualities is not None else None))
+    return batches
+
+
+def token_groups(lengths: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges ``[first, last)`` that a batch of reads of ``lengths`` is cut into, so that padding
+    costs memory in proportion to the reads: a range ends before a read that would make its padded size (rows x
+    longest) exceed ``max_tokens``, or exceed both :data:`MIN_GROUP_TOKENS` and twice its real bases (a long read
+    among short ones gets a range of its own instead of padding its neighbours). A read longer than
+    ``max_tokens`` is a range of its own. Rows stay in file order."""
+    count = lengths.size
+    if count == 0:
+        return [(0, 0)]
+    longest, total = int(lengths.max()), int(lengths.sum())
+    if count * longest <= min(max_tokens, max(MIN_GROUP_TOKENS, 2 * total)):  # the usual case: one range
+        return [(0, count)]
+    groups, first, longest, real = [], 0, 0, 0
+    for i, size in enumerate(lengths.tolist()):
+        wide = max(longest, size)
+        if i > first and (i - first + 1) * wide > min(max_tokens, max(MIN_GROUP_TOKENS, 2 * (real + size))):
+            groups.append((first, i))
+            first, wide, real = i, size, 0
+        longest, real = wide, real + size
+    groups.append((first, count))
+    return groups
 
 
 def _resolve_parser(parser: str) -> str:
-    check_choice(parser, "parser", PARSERS)
     if parser == "python":
         return parser
     try:
@@ -301,80 +348,37 @@ def _resolve_parser(parser: str) -> str:
     return "dnaio"
 
 
-def read_options(
-    *,
-    batch_size: int = 1024,
-    ambiguity: str = "keep",
-    lowercase: str = "soft_mask",
-    rna: str = "error",
-    quality_offset: int | str | None = None,
-    quality_encoding: str = "phred",
-    max_len: int | None = None,
-    truncation: str = "error",
-    token_dtype: torch.dtype = torch.uint8,
-) -> _Options:
-    """Validate the options of :func:`read_fastx` (each refused by name), before any file is opened."""
+def read_options(options: ReadOptions, *, batch_size: int = 1024, max_tokens: int = MAX_TOKENS) -> _Options:
+    """The validated options of one :func:`read_fastx` call: ``options`` (already checked when made) and the
+    batching, each refused by name before any file is opened."""
     batch_size = check_positive_int(batch_size, "batch_size")
-    check_choice(ambiguity, "ambiguity", AMBIGUITY_POLICIES)
-    check_choice(lowercase, "lowercase", LOWERCASE_POLICIES)
-    check_choice(rna, "rna", READ_RNA_POLICIES)
-    check_choice(quality_encoding, "quality_encoding", QUALITY_ENCODINGS)
-    if quality_offset is None:  # the format's own offset: 33 (Sanger) for Phred, 64 for Solexa
-        quality_offset = 64 if quality_encoding == "solexa" else 33
-    if isinstance(quality_offset, str):
-        if quality_offset != "auto":
-            raise ValueError(f"quality_offset must be 33, 64 or 'auto', got {quality_offset!r}")
-    elif isinstance(quality_offset, bool) or not isinstance(quality_offset, (int, np.integer)):
-        raise TypeError(f"quality_offset must be 33, 64 or 'auto', got {type(quality_offset).__name__} "
-                        f"({quality_offset!r})")
-    elif int(quality_offset) not in (33, 64):
-        raise ValueError(f"quality_offset must be 33 (Sanger, Illumina 1.8+), 64 (Illumina 1.3-1.7) or 'auto', got "
-                         f"{quality_offset}")
-    else:
-        quality_offset = int(quality_offset)
-    if quality_encoding == "solexa":
-        if quality_offset == 33:
-            raise ValueError("quality_encoding='solexa' uses offset 64 (Biopython's 'fastq-solexa'); got "
-                             "quality_offset=33")
-        quality_offset = 64
-    if max_len is not None:
-        max_len = check_positive_int(max_len, "max_len")
-    check_choice(truncation, "truncation", TRUNCATIONS)
-    if truncation != "error" and max_len is None:
-        raise ValueError(f"truncation={truncation!r} needs max_len= (the length to cut reads to)")
-    check_token_dtype(token_dtype)
-    return _Options(batch_size, ambiguity, lowercase, rna, quality_offset, quality_encoding, max_len, truncation,
-                    token_dtype)
+    max_tokens = check_positive_int(max_tokens, "max_tokens")
+    return _Options(batch_size, max_tokens, options.ambiguity, options.lowercase, options.rna, options.offset,
+                    options.quality_encoding, options.max_len, options.truncation, options.token_dtype)
 
 
 def read_fastx(
     path: str | os.PathLike,
+    options: ReadOptions | None = None,
     *,
     batch_size: int = 1024,
-    ambiguity: str = "keep",
-    lowercase: str = "soft_mask",
-    parser: str = "auto",
-    quality_offset: int | str | None = None,
-    quality_encoding: str = "phred",
-    rna: str = "error",
-    max_len: int | None = None,
-    truncation: str = "error",
-    token_dtype: torch.dtype = torch.uint8,
+    max_tokens: int = MAX_TOKENS,
+    **read_keywords: Any,
 ) -> Iterator[ReadBatch]:
     """Read a FASTA or FASTQ file (plain or gzip) in batches of encoded reads.
 
     Args:
         path: the file; format from its first character, compression from its magic bytes.
-        batch_size: records per batch (the last one may be smaller; ``truncation="split"`` may give more rows).
-        ambiguity, lowercase: the alphabet policies of :func:`omnipos.dna.encode`.
-        parser: ``"auto"`` (dnaio when installed, else pure Python), ``"dnaio"`` (ImportError naming the
-            ``[dna]`` extra when missing) or ``"python"``. Both give identical batches and errors.
-        quality_offset: 33, 64 or ``"auto"`` (module docstring); None (default): 33, or 64 with Solexa.
-        quality_encoding: ``"phred"`` or ``"solexa"``.
-        rna: ``"error"``, ``"to_t"`` or ``"keep"`` (module docstring).
-        max_len, truncation: the longest row to produce and what to do with longer reads: ``"error"``
-            (default), ``"head"``, ``"tail"``, ``"split"``.
-        token_dtype: integer dtype of the tokens (``torch.uint8`` by default).
+        options: how records are read and encoded, a :class:`ReadOptions` (default: its defaults);
+            ``**read_keywords`` (``ambiguity=``, ``lowercase=``, ``parser=``, ``quality_offset=``,
+            ``quality_encoding=``, ``rna=``, ``max_len=``, ``truncation=``, ``token_dtype=``, the fields of
+            :class:`ReadOptions`) replace its fields.
+        batch_size: records parsed at a time, and the most per batch (the last one may be smaller;
+            ``truncation="split"`` may give more rows).
+        max_tokens: the padded size (rows x longest row) a batch may reach, :data:`MAX_TOKENS` by default: the
+            records parsed at a time are cut, in file order, into batches within it, and a read that pads more
+            than its neighbours' bases gets a batch of its own (:func:`token_groups`), so one long read costs
+            memory in proportion to its own length. A read longer than ``max_tokens`` is a batch of one.
 
     Yields:
         :class:`ReadBatch` objects; ``qualities`` is None for FASTA.
@@ -383,17 +387,15 @@ def read_fastx(
         ValueError: a malformed record (named by file, number and name), a file that is neither FASTA nor FASTQ,
             a damaged gzip stream (naming the last record read in full), a read longer than ``max_len`` under
             ``truncation="error"``, an option outside its choices.
-        TypeError: an option of the wrong type.
-        FileNotFoundError: no such file.
+        TypeError: an option of the wrong type, or an unknown one.
+        FileNotFoundError: no such file. ValueError: a folder, pipe or device (saying which) in place of a file.
     """
     path = Path(path)
-    options = read_options(batch_size=batch_size, ambiguity=ambiguity, lowercase=lowercase, rna=rna,
-                           quality_offset=quality_offset, quality_encoding=quality_encoding, max_len=max_len,
-                           truncation=truncation, token_dtype=token_dtype)
-    engine = _resolve_parser(parser)
-    if not path.is_file():
-        raise FileNotFoundError(f"path: no such file {str(path)!r}")
-    return _read(path, options, engine)
+    read = ReadOptions.of(options, "read_fastx", **read_keywords)
+    settings = read_options(read, batch_size=batch_size, max_tokens=max_tokens)
+    engine = _resolve_parser(read.parser)
+    check_input_file(path)
+    return _read(path, settings, engine)
 
 
 def _decide_offset(path: Path, raw_batches: Iterable[RawRecords], quality: _Quality) -> Iterator[RawRecords]:
@@ -430,7 +432,8 @@ def _assembled(path: Path, fmt: str, raw_batches: Iterable[RawRecords], options:
     if fmt == "fastq" and quality.offset is None:
         raw_batches = _decide_offset(path, raw_batches, quality)
     for raw in raw_batches:
-        yield assemble(path, raw, options, quality), raw.first + len(raw.names)
+        for batch in assemble(path, raw, options, quality):  # all validated before the first is handed over
+            yield batch, raw.first + len(raw.names)
 
 
 def _initial_quality(fmt: str, options: _Options) -> _Quality:

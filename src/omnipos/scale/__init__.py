@@ -13,8 +13,8 @@ it did not write, and reports a unit whose worker died as a failed unit of :clas
 from .engine import CONNECT_TIMEOUT_S, ENGINES, MAX_RETRIES, Engine, make_engine
 from .graphs import ShardedGraphDataset, load_graphs, precompute_graphs
 from .job import PrecomputeError, PrecomputeResult
-from .meds import load_meds, meds_data_files, precompute_meds
-from .reads import load_reads, precompute_reads
+from .meds import ShardedMedsDataset, load_meds, meds_data_files, precompute_meds, vocab_from_codes
+from .reads import ShardedReadsDataset, load_reads, precompute_reads
 
 __all__ = [
     "precompute_graphs",
@@ -22,8 +22,11 @@ __all__ = [
     "ShardedGraphDataset",
     "precompute_reads",
     "load_reads",
+    "ShardedReadsDataset",
     "precompute_meds",
     "load_meds",
+    "ShardedMedsDataset",
+    "vocab_from_codes",
     "meds_data_files",
     "PrecomputeResult",
     "PrecomputeError",

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from omnipos.core import check_choice, check_positive_int, lengths_to_mask
+from omnipos.core import check_choice, check_positive_int, lengths_to_mask, pad_ragged
 from omnipos.timeseries import PAD_CODE, UNITS, UNK_CODE, EventBatch
 
 from .engine import make_engine
@@ -34,21 +34,26 @@ from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, read_verified
 from .parquet import (
     column,
+    empty_frame,
     flat_list,
     list_column,
+    read_columns,
     read_frame,
     read_parquet,
     require_pyarrow,
     to_parquet,
 )
+from .sharded import ShardedDataset, check_truncation, cut, row_windows
 from .shards import ShardWriter
 
-__all__ = ["precompute_meds", "load_meds", "meds_data_files", "MAX_PADDED_EVENTS", "MEDS_COLUMNS"]
+__all__ = ["precompute_meds", "load_meds", "ShardedMedsDataset", "meds_data_files", "check_event_options",
+           "vocab_from_codes", "read_subject_splits", "MAX_PADDED_EVENTS", "MEDS_COLUMNS", "SPLITS_FILE"]
 
 KIND = "meds"
 MEDS_COLUMNS = ("subject_id", "time", "code", "numeric_value")
 #: At most this many padded slots (subjects x longest timeline) per ``EventBatch.from_frame`` call in a worker.
 MAX_PADDED_EVENTS = 1 << 24
+SPLITS_FILE = "subject_splits.parquet"  # MEDS: <root>/metadata/subject_splits.parquet, columns subject_id, split
 
 
 def meds_data_files(meds_dir: str | os.PathLike) -> list[Path]:
@@ -70,6 +75,7 @@ def precompute_meds(
     meds_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
     *,
+    split: str | None = None,
     engine: str = "local",
     address: str | None = None,
     num_cpus: int | None = None,
@@ -84,21 +90,28 @@ def precompute_meds(
     Args:
         meds_dir: the MEDS root (the folder holding ``data/``); every ``data/**/*.parquet`` is one unit.
         out_dir: output folder (``meds-*.parquet`` and ``manifest.jsonl``); on a cluster, a shared folder.
+        split: only the subjects of this split (``"train"``, ``"tuning"``, ``"held_out"``, ...) of
+            ``metadata/subject_splits.parquet``; None (default): every subject. Whenever that file exists, each
+            subject's split is stored, so :class:`ShardedMedsDataset` and :func:`load_meds` can select one later.
         engine, address, num_cpus: where the files run, see :func:`omnipos.scale.make_engine`.
         shard_size: subjects per output shard (>= 1).
         resume, overwrite, progress: as in :func:`omnipos.scale.precompute_graphs`.
         **event_options: passed to :meth:`omnipos.timeseries.EventBatch.from_frame`, with the defaults of
             :meth:`~omnipos.timeseries.EventBatch.from_parquet` on a MEDS root: ``unit`` (hours), ``origin``,
             ``static`` (``"keep"``: MEDS static events, which have no time, become each subject's static codes),
-            ``drop_missing``, ``vocab``, ``unknown_code``, ``max_len``, ``truncation``, ...
+            ``drop_missing``, ``vocab`` (a previous batch's vocab, or a codes file such as the root's
+            ``metadata/codes.parquet``: its ``code`` column, read as :func:`vocab_from_codes` says),
+            ``unknown_code``, ``max_len``, ``truncation``, ...
+
+    Every option is checked before the first unit runs (and before ``out_dir`` is created or touched).
 
     Returns:
         A :class:`omnipos.scale.PrecomputeResult` (items are subjects).
 
     Raises:
-        ValueError: no MEDS data, bad options, ``out_dir`` holding another job;
-            :class:`omnipos.scale.PrecomputeError` after the other files finished when some were unreadable or
-            held bad rows (the message names the file and the row).
+        ValueError: no MEDS data, bad options, a split the splits file does not name, ``out_dir`` holding another
+            job; :class:`omnipos.scale.PrecomputeError` after the other files finished when some were unreadable
+            or held bad rows (the message names the file and the row).
     """
     engine_ = make_engine(engine, address, num_cpus)
     shard_size = check_positive_int(shard_size, "shard_size")
@@ -111,17 +124,93 @@ def precompute_meds(
     event_options.setdefault("static", "keep")  # a MEDS root's static events, as from_parquet reads them
     if "unit" in event_options:
         check_choice(event_options["unit"], "unit", UNITS)
-    if event_options.get("vocab") is not None:
-        event_options["vocab"] = [str(code) for code in event_options["vocab"]]
+    vocab = event_options.get("vocab")
+    if isinstance(vocab, (str, os.PathLike)):
+        event_options["vocab"] = vocab_from_codes(vocab, event_options.get("unknown_code", "error"))
+    elif isinstance(vocab, (list, tuple)):
+        event_options["vocab"] = [str(code) for code in vocab]
     require_pyarrow()
     files = meds_data_files(meds_dir)
+    splits_file = Path(meds_dir) / "metadata" / SPLITS_FILE
+    splits = str(splits_file) if splits_file.is_file() else None
+    if split is not None:
+        check_split(split, splits, splits_file)
+    check_event_options(files[0], event_options)  # before out_dir is touched: a refused job leaves it as it was
     units, inputs = file_units(files)
     options = {k: event_options[k] for k in sorted(event_options)}
     job = {"kind": KIND, "inputs": inputs, "shard_size": shard_size, "options": options}
-    body = partial(_meds_unit, files=[str(p) for p in files], shard_size=shard_size, options=event_options)
-    meta = {"options": json.loads(json.dumps(options, default=str))}
+    if split is not None or splits is not None:
+        job["split"] = {"split": split, "splits": _identity(splits)}
+    body = partial(_meds_unit, files=[str(p) for p in files], shard_size=shard_size, options=event_options,
+                   splits=splits, split=split)
+    meta = {"options": json.loads(json.dumps(options, default=str)), "split": split, "splits": splits is not None}
     return run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
                    overwrite=overwrite, progress=progress, meta=meta)
+
+
+def _identity(path: str | None) -> Any:
+    """What a resume compares of the splits file: its size and mtime (a changed file redoes the job)."""
+    if path is None:
+        return None
+    stat = os.stat(path)
+    return {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def vocab_from_codes(path: str | os.PathLike, unknown_code: str = "error") -> list[str]:
+    """An :class:`~omnipos.timeseries.EventBatch` vocab from a codes file as MEDS writes it
+    (``metadata/codes.parquet``: a ``code`` column, and others that are ignored): ``"<pad>"``, ``"<unk>"`` with
+    ``unknown_code="unk"``, then the file's distinct codes sorted, the order ``EventBatch.from_frame`` gives the
+    codes it finds, so a codes file listing exactly a cohort's codes gives the vocab that cohort builds."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"vocab: no such codes file {str(path)!r} (a Parquet file with a 'code' column, "
+                                "e.g. <meds root>/metadata/codes.parquet)")
+    check_choice(unknown_code, "unknown_code", ("error", "unk"))
+    try:
+        codes = read_frame(str(path), ["code"])["code"]
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError / KeyError alike
+        raise ValueError(f"vocab: cannot read the 'code' column of {path} ({type(exc).__name__}: {exc})") from None
+    if codes.isna().any():
+        raise ValueError(f"vocab: {path} has a missing code at row {int(codes.isna().to_numpy().argmax())}")
+    reserved = [PAD_CODE] + ([UNK_CODE] if unknown_code == "unk" else [])
+    names = sorted({str(code) for code in codes} - set(reserved))
+    return reserved + names
+
+
+def check_split(split: Any, splits: str | None, splits_file: Path) -> None:
+    """Refuse a ``split`` that is not a string, or that ``metadata/subject_splits.parquet`` does not name."""
+    if not isinstance(split, str):
+        raise TypeError(f"split must be a split name such as 'train', got {type(split).__name__} ({split!r})")
+    if splits is None:
+        raise ValueError(f"split={split!r}: this MEDS root has no {splits_file} (columns subject_id, split) to "
+                         "select subjects from; pass split=None for every subject")
+    names = sorted({str(name) for name in read_subject_splits(splits).values()})
+    if split not in names:
+        raise ValueError(f"split={split!r} is not in {splits_file}, whose splits are {', '.join(map(repr, names))}")
+
+
+def read_subject_splits(path: str) -> dict[Any, str]:
+    """``metadata/subject_splits.parquet`` as ``{subject_id: split}``."""
+    try:
+        frame = read_frame(path, ["subject_id", "split"])
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError / KeyError alike
+        raise ValueError(f"{path}: cannot read the columns subject_id, split ({type(exc).__name__}: {exc})") from None
+    return dict(zip(frame["subject_id"].tolist(), frame["split"].astype(str).tolist()))
+
+
+def check_event_options(path: Path, options: dict[str, Any]) -> None:
+    """Run :meth:`EventBatch.from_frame` with ``options`` over no rows of ``path``'s columns (its Parquet schema,
+    read without its data), so that an option it refuses (``origin``, ``unit``, ``vocab``, ``unknown_code``,
+    ``max_len``, ``truncation``, ...) is refused here, by name, before any unit runs."""
+    import pandas as pd
+
+    try:
+        empty = empty_frame(path, list(MEDS_COLUMNS))
+    except Exception:  # noqa: BLE001 - an unreadable file fails as its unit, naming itself; check on MEDS types
+        empty = pd.DataFrame({"subject_id": pd.Series([], dtype="int64"),
+                              "time": pd.Series([], dtype="datetime64[us]"), "code": pd.Series([], dtype=object),
+                              "numeric_value": pd.Series([], dtype="float32")})
+    EventBatch.from_frame(empty, *MEDS_COLUMNS, **options)
 
 
 def _padded_groups(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
@@ -167,12 +256,16 @@ def _read_events(path: str) -> Any:
 
 
 def _meds_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str], shard_size: int,
-               options: dict[str, Any]) -> None:
-    """Read one MEDS data file and write its subjects' timelines, ``shard_size`` subjects per shard."""
+               options: dict[str, Any], splits: str | None = None, split: str | None = None) -> None:
+    """Read one MEDS data file and write its subjects' timelines, ``shard_size`` subjects per shard (only those
+    of ``split`` when given; each subject's split stored when the root has a splits file)."""
     import pandas as pd
 
     path = files[unit]
     frame = _read_events(path)
+    of_subject = read_subject_splits(splits) if splits is not None else None
+    if split is not None:
+        frame = frame[frame["subject_id"].map(of_subject).eq(split).to_numpy()]
     subject_ix, subjects = pd.factorize(frame["subject_id"], sort=True)
     missing = int((subject_ix < 0).sum())
     order = np.argsort(subject_ix, kind="stable")  # rows without a subject first, then subject by subject
@@ -184,7 +277,7 @@ def _meds_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str
         last = min(first + shard_size, len(subjects))
         batches = [_from_frame(path, frame.iloc[np.sort(order[starts[first + a]:starts[first + b]])], options)
                    for a, b in _padded_groups(counts[first:last], MAX_PADDED_EVENTS)]
-        writer.write(_shard_parquet(batches), last - first)
+        writer.write(_shard_parquet(batches, of_subject), last - first)
 
 
 def _from_frame(path: str, frame: Any, options: dict[str, Any]) -> EventBatch:
@@ -194,7 +287,7 @@ def _from_frame(path: str, frame: Any, options: dict[str, Any]) -> EventBatch:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _shard_parquet(batches: list[EventBatch]) -> bytes:
+def _shard_parquet(batches: list[EventBatch], of_subject: dict[Any, str] | None = None) -> bytes:
     vocab, maps = merge_vocabularies([b.vocab for b in batches])
     lengths = torch.cat([b.lengths for b in batches]).numpy().astype(np.int64)
     times = np.concatenate([b.times[b.mask].numpy() for b in batches])
@@ -206,7 +299,9 @@ def _shard_parquet(batches: list[EventBatch]) -> bytes:
     first = batches[0]
     clock = (torch.cat([b.clock for b in batches]).numpy() if all(b.clock is not None for b in batches)
              else np.full(lengths.size, np.nan))
-    return to_parquet({"subject_id": column([s for b in batches for s in b.subjects]),
+    subjects = [s for b in batches for s in b.subjects]
+    columns = {"split": column([of_subject.get(s) for s in subjects], "string")} if of_subject is not None else {}
+    return to_parquet({"subject_id": column(subjects), **columns,
                        "window": column(torch.cat([b.window for b in batches]).numpy(), "int64"),
                        "length": column(lengths, "int64"), "clock": column(clock, "float64"),
                        "times": list_column(times, lengths, "float64"),
@@ -218,14 +313,34 @@ def _shard_parquet(batches: list[EventBatch]) -> bytes:
                        "omnipos.origin": str(first.origin)})
 
 
-def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
+def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: int | None = None,
+              truncation: str = "error", verify: bool = True) -> EventBatch:
     """Every subject :func:`precompute_meds` wrote to ``out_dir``, as one padded
     :class:`omnipos.timeseries.EventBatch` (subjects sorted; codes indexed in the merged vocabulary): the batch
     ``EventBatch.from_parquet(<root>/data, **options)`` builds in one process.
 
+    Everything is held at once, padded to the longest row: iterate a :class:`ShardedMedsDataset` for a cohort of
+    any size (its memory is one shard and one batch), or bound the width here with ``max_len``.
+
+    Args:
+        out_dir: the output folder of a finished job.
+        split: only the subjects of this split (see :class:`ShardedMedsDataset`); None: all.
+        max_len, truncation: as in :class:`ShardedMedsDataset`: ``"error"`` (default) refuses a longer timeline,
+            ``"head"`` / ``"tail"`` keep ``max_len`` events, ``"split"`` cuts windows (rows of their own).
+        verify: check each shard's size and sha256 against the manifest.
+
     Raises:
         ValueError: a subject found in two data files (MEDS shards must partition the subjects).
     """
+    if split is not None or max_len is not None or truncation != "error":
+        dataset = ShardedMedsDataset(out_dir, split=split, max_len=max_len, truncation=truncation, verify=verify,
+                                     cache_shards=1)
+        items = [dataset[i] for i in range(len(dataset))]  # shard by shard: one shard in memory at a time
+        if not items:
+            return _empty_batch(dataset.options, dataset.vocab)
+        keys = np.array([item["subject_id"] for item in items])
+        order = np.lexsort((np.array([item["window"] for item in items]), keys))
+        return dataset.collate([items[i] for i in order.tolist()])
     manifest = Manifest.read(out_dir, KIND)
     tables, vocabs, names = [], [], []  # each table: one row per subject (per window when split)
     for shard in manifest.shards():
@@ -236,9 +351,7 @@ def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
     options = manifest.meta.get("options", {})
     unit, origin = options.get("unit", "h"), options.get("origin", "first")
     if not tables:
-        return EventBatch(torch.zeros(0, 0, dtype=torch.float64), torch.zeros(0, 0, dtype=torch.long),
-                          torch.zeros(0, 0), torch.zeros(0, 0, dtype=torch.bool), options.get("vocab") or
-                          [PAD_CODE], [], unit=unit, origin=origin, clock=torch.zeros(0, dtype=torch.float64))
+        return _empty_batch(options, options.get("vocab") or [PAD_CODE])
     vocab, maps = merge_vocabularies(vocabs)
     subjects = [s for t in tables for s in t.column("subject_id").to_pylist()]
     lengths = np.concatenate([t.column("length").to_numpy() for t in tables])
@@ -276,6 +389,13 @@ def load_meds(out_dir: str | os.PathLike, *, verify: bool = True) -> EventBatch:
                       window=torch.from_numpy(windows.astype(np.int64))[order])
 
 
+def _empty_batch(options: dict[str, Any], vocab: list[str]) -> EventBatch:
+    return EventBatch(torch.zeros(0, 0, dtype=torch.float64), torch.zeros(0, 0, dtype=torch.long),
+                      torch.zeros(0, 0), torch.zeros(0, 0, dtype=torch.bool), vocab, [],
+                      unit=options.get("unit", "h"), origin=options.get("origin", "first"),
+                      clock=torch.zeros(0, dtype=torch.float64))
+
+
 def _list_lengths(chunked: Any) -> np.ndarray:
     """Row lengths of a (chunked) list column."""
     return np.concatenate([np.diff(chunk.offsets.to_numpy()) for chunk in chunked.chunks] or [np.zeros(0, np.int64)])
@@ -291,3 +411,135 @@ def _padded(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, fill: Any)
     if values.numel() == 0:
         return torch.full(mask.shape, fill, dtype=values.dtype), mask
     return values[index].masked_fill_(~mask, fill), mask
+
+
+class _MedsShard:
+    """One parsed MEDS shard: per-row columns and the flat event / static lists, codes in the merged vocab."""
+
+    def __init__(self, payload: bytes, code_map: np.ndarray) -> None:
+        table, _ = read_parquet(payload)
+        self.subjects = table.column("subject_id").to_pylist()
+        self.window = table.column("window").to_numpy().astype(np.int64)
+        self.lengths = table.column("length").to_numpy().astype(np.int64)
+        self.starts = np.cumsum(self.lengths) - self.lengths
+        self.clock = table.column("clock").to_numpy()
+        self.times = flat_list(table.column("times")).astype(np.float64)
+        self.codes = code_map[flat_list(table.column("codes")).astype(np.int64)]
+        self.values = flat_list(table.column("values")).astype(np.float32)
+        self.static_lengths = _list_lengths(table.column("static_codes"))
+        self.static_starts = np.cumsum(self.static_lengths) - self.static_lengths
+        self.static_codes = code_map[flat_list(table.column("static_codes")).astype(np.int64)]
+        self.static_values = flat_list(table.column("static_values")).astype(np.float32)
+        self.split = table.column("split").to_pylist() if "split" in table.column_names else None
+
+
+class ShardedMedsDataset(ShardedDataset):
+    """A lazy, map-style dataset over the shards :func:`precompute_meds` wrote: ``dataset[i]`` is one subject's
+    timeline (one window of it with ``truncation="split"``), unpadded, read from its shard on first use; the
+    ``cache_shards`` most recently used shards stay in memory. ``dataset.collate`` pads one batch into an
+    :class:`omnipos.timeseries.EventBatch`, so iterating a cohort costs one shard and one batch of memory, not the
+    cohort padded to its longest subject.
+
+    Items follow the shards (each data file's subjects sorted); codes index :attr:`vocab`, the vocabulary
+    :func:`load_meds` uses. Works in a ``torch.utils.data.DataLoader`` with workers
+    (``collate_fn=dataset.collate``): the dataset pickles without its cache and each worker opens the shards it
+    reads.
+
+    Args:
+        out_dir: the output folder of a finished :func:`precompute_meds` job.
+        split: only the subjects of this split of the root's ``metadata/subject_splits.parquet`` (stored by the
+            job); None: every subject.
+        max_len, truncation: a timeline longer than ``max_len`` events is an error when read (``"error"``, the
+            default), keeps its first / last ``max_len`` events (``"head"`` / ``"tail"``), or is cut into windows
+            of ``max_len`` events, items of their own (``"split"``). Times stay offsets from the subject's origin.
+        verify: check each shard's size and sha256 against the manifest when it is first read.
+        cache_shards: shards kept in memory.
+
+    Items are dicts ``{"subject_id", "window": int, "times": [L] float64, "codes": [L] int64, "values": [L]
+    float32 (NaN: no value), "clock": float (NaN: none), "static_codes": [S] int64, "static_values": [S] float32,
+    "split": str or None}``.
+    """
+
+    kind = KIND
+    what = "timelines"
+
+    def __init__(self, out_dir: str | os.PathLike, *, split: str | None = None, max_len: int | None = None,
+                 truncation: str = "error", verify: bool = True, cache_shards: int = 2) -> None:
+        super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
+        self.max_len = check_truncation(max_len, truncation)
+        self.truncation = truncation
+        if split is not None and not isinstance(split, str):
+            raise TypeError(f"split must be a split name such as 'train', got {type(split).__name__} ({split!r})")
+        self.split = split
+        self.options = dict(self.manifest.meta.get("options", {}))
+        self.unit, self.origin = self.options.get("unit", "h"), self.options.get("origin", "first")
+        wanted = ["length"] + (["split"] if split is not None else [])
+        vocabs, lengths, splits = [], [], []
+        for path in self.shard_paths():
+            table, metadata = read_columns(path, wanted)
+            vocabs.append(json.loads(metadata["omnipos.vocab"]))
+            lengths.append(table.column("length").to_numpy().astype(np.int64))
+            if split is not None:
+                splits.append(self._split_column(table, path))
+        if vocabs:
+            self.vocab, self._maps = merge_vocabularies(vocabs)
+        else:
+            self.vocab, self._maps = list(self.options.get("vocab") or [PAD_CODE]), []
+        lengths_all = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        rows = None
+        if split is not None:
+            rows = np.flatnonzero(np.concatenate(splits) == split) if splits else np.zeros(0, np.int64)
+            lengths_all = lengths_all[rows]
+        windows = None
+        if truncation == "split":
+            windows = row_windows(lengths_all, self.max_len, truncation, str)
+        self._select(rows, windows)
+        stored_len = self.options.get("max_len") if self.options.get("truncation") == "split" else None
+        self._pieces = -(-int(stored_len) // self.max_len) if stored_len and self.max_len else 1
+
+    def _split_column(self, table: Any, path: str) -> np.ndarray:
+        if "split" not in table.column_names:
+            raise ValueError(f"split={self.split!r}: {path} stores no splits (its MEDS root had no "
+                             f"metadata/{SPLITS_FILE} when the job ran); pass split=None")
+        stored = self.manifest.meta.get("split")
+        if stored is not None and stored != self.split:
+            raise ValueError(f"split={self.split!r}: this job holds only the {stored!r} subjects")
+        return np.array(table.column("split").to_pylist(), dtype=object)
+
+    def _parse(self, payload: bytes, index: int) -> _MedsShard:
+        return _MedsShard(payload, self._maps[index])
+
+    def _item(self, shard: _MedsShard, row: int, start: int | None, size: int | None) -> dict[str, Any]:
+        length = int(shard.lengths[row])
+        window = int(shard.window[row])
+        if start is None:
+            start, size = cut(length, self.max_len, self.truncation,
+                              lambda: f"{self.out_dir}: subject {shard.subjects[row]!r}")
+        else:
+            window = window * self._pieces + start // self.max_len
+        begin = int(shard.starts[row]) + start
+        s_begin, s_size = int(shard.static_starts[row]), int(shard.static_lengths[row])
+        return {"subject_id": shard.subjects[row], "window": window,
+                "times": torch.from_numpy(shard.times[begin:begin + size].copy()),
+                "codes": torch.from_numpy(shard.codes[begin:begin + size].copy()),
+                "values": torch.from_numpy(shard.values[begin:begin + size].copy()),
+                "clock": float(shard.clock[row]),
+                "static_codes": torch.from_numpy(shard.static_codes[s_begin:s_begin + s_size].copy()),
+                "static_values": torch.from_numpy(shard.static_values[s_begin:s_begin + s_size].copy()),
+                "split": None if shard.split is None else shard.split[row]}
+
+    def collate(self, items: list[dict[str, Any]]) -> EventBatch:
+        """Items -> one :class:`omnipos.timeseries.EventBatch` padded to its longest row (times 0, codes 0
+        (``"<pad>"``), values NaN at pads), in the items' order, with :attr:`vocab`, the job's unit and origin."""
+        if not isinstance(items, (list, tuple)) or not items:
+            raise ValueError("items must be a non-empty list of ShardedMedsDataset items")
+        times, mask = pad_ragged([item["times"] for item in items], 0.0)
+        codes = pad_ragged([item["codes"] for item in items], 0)[0]
+        values = pad_ragged([item["values"] for item in items], float("nan"))[0]
+        static_codes, static_mask = pad_ragged([item["static_codes"] for item in items], 0)
+        static_values = pad_ragged([item["static_values"] for item in items], float("nan"))[0]
+        clock = torch.tensor([item["clock"] for item in items], dtype=torch.float64)
+        return EventBatch(times, codes, values, mask, self.vocab, [item["subject_id"] for item in items],
+                          unit=self.unit, origin=self.origin, clock=None if bool(clock.isnan().any()) else clock,
+                          static_codes=static_codes, static_values=static_values, static_mask=static_mask,
+                          window=torch.tensor([item["window"] for item in items], dtype=torch.int64))

@@ -8,6 +8,7 @@ one Arrow binary or list column, and comes back as the flat buffer in one copy, 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,22 @@ def read_frame(path: str, columns: list[str]) -> Any:
     """``columns`` of the Parquet file at ``path`` as a pandas DataFrame (a MEDS data shard)."""
     pa = require_pyarrow()
     return pa.parquet.read_table(path, columns=columns).to_pandas()
+
+
+def read_columns(path: str | Path, columns: list[str]) -> tuple[Any, dict[str, str]]:
+    """Only ``columns`` of the Parquet file at ``path`` (the other column chunks are not read; a column the file
+    lacks is left out), and its key-value metadata: what a lazy dataset reads of every shard to build its index."""
+    pa = require_pyarrow()
+    present = set(pa.parquet.read_schema(path).names)
+    table = pa.parquet.read_table(path, columns=[c for c in columns if c in present])
+    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    return table, metadata
+
+
+def empty_frame(path: str | Path, columns: list[str]) -> Any:
+    """``columns`` of the Parquet file at ``path`` with no rows (its schema only, no data read), as pandas."""
+    pa = require_pyarrow()
+    return pa.parquet.read_schema(path).empty_table().select(columns).to_pandas()
 
 
 def flat_binary(chunked: Any) -> np.ndarray:

@@ -27,8 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from omnipos.core import check_positive_int, lengths_to_mask, pad_packed
-from omnipos.dna import PAD, rc_symmetric_encoding, read_fastx
+from omnipos.core import check_positive_int, lengths_to_mask
+from omnipos.dna import PAD, ReadOptions, collate_reads, rc_symmetric_encoding, read_fastx
+from omnipos.dna.alphabet import pad_rows
+from omnipos.dna.fastx import check_input_file
+from omnipos.dna.reads import MAX_TOKENS, detect_format
 
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
@@ -38,13 +41,15 @@ from .parquet import (
     column,
     flat_binary,
     null_binary_column,
+    read_columns,
     read_parquet,
     require_pyarrow,
     to_parquet,
 )
+from .sharded import ShardedDataset, check_truncation, cut, gather_windows, row_windows
 from .shards import ShardWriter
 
-__all__ = ["precompute_reads", "load_reads"]
+__all__ = ["precompute_reads", "load_reads", "ShardedReadsDataset"]
 
 KIND = "reads"
 ENCODING = "omnipos.dna.rc_symmetric_encoding"
@@ -53,6 +58,7 @@ ENCODING = "omnipos.dna.rc_symmetric_encoding"
 def precompute_reads(
     paths: Any,
     out_dir: str | os.PathLike,
+    options: ReadOptions | None = None,
     *,
     dim: int = 16,
     strand_aware: bool = False,
@@ -61,10 +67,11 @@ def precompute_reads(
     num_cpus: int | None = None,
     shard_size: int = 100_000,
     batch_size: int = 8192,
+    max_tokens: int = MAX_TOKENS,
     resume: bool = True,
     overwrite: bool = False,
     progress: Any = True,
-    **read_options: Any,
+    **read_keywords: Any,
 ) -> PrecomputeResult:
     """Parse and encode FASTA/FASTQ files (plain or gzip) into Parquet shards in ``out_dir``.
 
@@ -74,10 +81,11 @@ def precompute_reads(
         dim, strand_aware: the positional encoding :func:`load_reads` attaches (``dim=0``: none), see
             :func:`omnipos.dna.rc_symmetric_encoding`.
         engine, address, num_cpus: where the files run, see :func:`omnipos.scale.make_engine`.
-        shard_size: reads per output shard (>= 1). batch_size: reads parsed at a time (output unchanged).
+        shard_size: reads per output shard (>= 1). batch_size, max_tokens: reads parsed at a time, and the
+            padded size a batch may reach (:func:`omnipos.dna.read_fastx`; the output does not change).
         resume, overwrite, progress: as in :func:`omnipos.scale.precompute_graphs`.
-        **read_options: passed to :func:`omnipos.dna.read_fastx` (``ambiguity``, ``lowercase``, ``parser``,
-            ``quality_offset``, ...).
+        options, **read_keywords: how reads are read, a :class:`omnipos.dna.ReadOptions` and/or its fields as
+            keywords (``ambiguity``, ``lowercase``, ``parser``, ``quality_offset``, ...).
 
     Returns:
         A :class:`omnipos.scale.PrecomputeResult`.
@@ -97,18 +105,32 @@ def precompute_reads(
     if not files:
         raise ValueError("paths: no input files given")
     for path in files:
-        if not isinstance(path, Path) or not path.is_file():
-            raise FileNotFoundError(f"paths: no such file {str(path)!r}")
-    read_fastx(files[0], batch_size=batch_size, **read_options)  # refuses unknown or bad options before any work
+        check_input_file(path, "paths")
+    read = ReadOptions.of(options, "precompute_reads", **read_keywords)  # bad options refused before any work
+    read_fastx(files[0], read, batch_size=batch_size, max_tokens=max_tokens)  # and a missing parser
+    check_one_format(files)
     require_pyarrow()
     units, inputs = file_units(files)
     config = {"dim": dim, "strand_aware": bool(strand_aware), "encoding": ENCODING,
-              "read_options": {k: _jsonable(read_options[k]) for k in sorted(read_options)}}
+              "read_options": {k: _jsonable(v) for k, v in sorted(read.changed().items())}}
     job = {"kind": KIND, "inputs": inputs, "shard_size": shard_size, "options": config}
     body = partial(_reads_unit, files=[str(p) for p in files], shard_size=shard_size, batch_size=batch_size,
-                   read_options=read_options)
+                   max_tokens=max_tokens, options=read)
     return run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
                    overwrite=overwrite, progress=progress, meta={"config": config})
+
+
+def check_one_format(files: list[Path]) -> None:
+    """Refuse FASTA and FASTQ files in one job (their shards could not be loaded together), naming one of each;
+    a file that is neither is refused by :func:`omnipos.dna.detect_format`'s ValueError. Empty files fit any."""
+    seen: dict[str, Path] = {}
+    for path in files:
+        fmt = detect_format(path)
+        if fmt is not None:
+            seen.setdefault(fmt, path)
+    if len(seen) > 1:
+        raise ValueError(f"paths mix FASTA ({str(seen['fasta'])!r}) and FASTQ ({str(seen['fastq'])!r}) files: their "
+                         "shards cannot be loaded as one dataset; precompute them into separate folders")
 
 
 def _jsonable(value: Any) -> Any:
@@ -202,7 +224,7 @@ def _parquet(rows: dict[str, Any], tokens: np.ndarray, qualities: np.ndarray | N
 
 
 def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str], shard_size: int,
-                batch_size: int, read_options: dict[str, Any]) -> None:
+                batch_size: int, max_tokens: int, options: ReadOptions) -> None:
     """Parse one file and write its shards of ``shard_size`` reads."""
     path = files[unit]
     pending = _Pending()
@@ -214,7 +236,7 @@ def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[st
 
     done = 0
     try:
-        for batch in read_fastx(path, batch_size=batch_size, **read_options):
+        for batch in read_fastx(path, options, batch_size=batch_size, max_tokens=max_tokens):
             pending.add(batch)
             done += len(batch)
             while len(pending) >= shard_size:
@@ -226,8 +248,21 @@ def _reads_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[st
         write(len(pending))
 
 
-def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: bool = True) -> dict[str, Any]:
+def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: bool = True,
+               max_len: int | None = None, truncation: str = "error") -> dict[str, Any]:
     """Every read :func:`precompute_reads` wrote to ``out_dir``, in input order, as one padded batch.
+
+    Everything is held at once, padded to the longest row: for a job of any size iterate a
+    :class:`ShardedReadsDataset` instead (its memory is one shard and one batch), or bound the width here with
+    ``max_len``.
+
+    Args:
+        out_dir: the output folder of a finished job.
+        positional: attach the RC-symmetric encoding the job asked for (``dim > 0``).
+        verify: check each shard's size and sha256 against the manifest.
+        max_len, truncation: a row longer than ``max_len`` is an error (``"error"``, the default: a ValueError
+            naming the read), keeps its first / last ``max_len`` bases (``"head"`` / ``"tail"``) or is cut into
+            windows of ``max_len`` (``"split"``); ``records`` / ``offsets`` say where each row came from.
 
     Returns:
         A dict with the keys of ``omnipos dna featurize``'s output: ``names`` (N strings), ``tokens [N, L]``
@@ -238,6 +273,7 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
         [N, L, dim]`` float32 (:func:`omnipos.dna.rc_symmetric_encoding`; only when the job's ``dim > 0`` and
         ``positional=True``) and ``config``.
     """
+    max_len = check_truncation(max_len, truncation)
     manifest = Manifest.read(out_dir, KIND)
     names: list[str] = []
     lengths, tokens, qualities, formats, dtypes = [], [], [], {}, set()
@@ -260,25 +296,131 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
     if len(formats) > 1:
         raise ValueError(f"{out_dir} mixes FASTA and FASTQ shards ({formats.get('fasta')} and "
                          f"{formats.get('fastq')}); precompute them into separate folders")
-    all_lengths = torch.from_numpy(np.concatenate(lengths)) if lengths else torch.zeros(0, dtype=torch.long)
+    row_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
+    flat = np.concatenate(tokens) if tokens else np.zeros(0, np.uint8)
+    flat_q = np.concatenate(qualities) if qualities else None
+    columns = {key: np.concatenate(parts) for key, parts in per_row.items() if parts}
+    windows = row_windows(row_lengths, max_len, truncation, lambda i: f"{out_dir}: read {i} ({names[i]!r})")
+    if windows is not None:
+        index, starts, sizes = windows
+        flat = gather_windows(flat, row_lengths, windows)
+        flat_q = None if flat_q is None else gather_windows(flat_q, row_lengths, windows)
+        names = [names[i] for i in index.tolist()]
+        columns = {key: values[index] for key, values in columns.items()}
+        if "offsets" in columns:
+            columns["offsets"] = columns["offsets"] + starts
+        row_lengths = sizes.astype(np.int64)
+    all_lengths = torch.from_numpy(row_lengths)
     mask = lengths_to_mask(all_lengths)
     dtype = getattr(torch, dtypes.pop()) if dtypes else torch.int64
-    flat = torch.from_numpy(np.concatenate(tokens)) if tokens else torch.zeros(0, dtype=torch.uint8)
+    width = mask.shape[1]
     config = dict(manifest.meta["config"])
     config["quality_offset"] = int(offsets_used.pop()) if len(offsets_used) == 1 else (
         sorted(int(o) for o in offsets_used) or None)
     result: dict[str, Any] = {
         "names": names,
-        "tokens": pad_packed(flat.to(dtype), mask, PAD),
+        "tokens": pad_rows(flat, row_lengths, width, PAD, dtype),
         "mask": mask,
         "lengths": all_lengths,
-        "qualities": pad_packed(torch.from_numpy(np.concatenate(qualities)), mask, 0) if qualities else None,
+        "qualities": pad_rows(flat_q, row_lengths, width, 0) if flat_q is not None else None,
         "config": config,
     }
-    for key, parts in per_row.items():
-        if parts:
-            result[key] = torch.from_numpy(np.concatenate(parts))
+    for key, values in columns.items():
+        result[key] = torch.from_numpy(values)
     if positional and config["dim"]:
         result["positional"] = rc_symmetric_encoding(all_lengths, config["dim"],
                                                      strand_aware=config["strand_aware"])
     return result
+
+
+class _ReadsShard:
+    """One parsed reads shard: its columns as arrays and the flat token / quality bytes."""
+
+    def __init__(self, payload: bytes, name: str) -> None:
+        table, metadata = read_parquet(payload)
+        self.names = table.column("name").to_pylist()
+        self.lengths = table.column("length").to_numpy().astype(np.int64)
+        self.starts = np.cumsum(self.lengths) - self.lengths
+        self.records = table.column("record").to_numpy().astype(np.int64)
+        self.offsets = table.column("offset").to_numpy().astype(np.int64)
+        self.rna = table.column("rna").to_numpy(zero_copy_only=False) if "rna" in table.column_names else None
+        self.tokens = flat_binary(table.column("tokens"))
+        fastq = table.column("qualities").null_count < table.num_rows or \
+            metadata.get("omnipos.format") == "fastq"
+        self.qualities = flat_binary(table.column("qualities")) if fastq else None
+        self.dtype = getattr(torch, metadata.get("omnipos.tokens_dtype", "uint8"))
+        used = metadata.get("omnipos.quality_offset")
+        self.quality_offset = int(used) if used and "," not in used else None
+        self.format = metadata.get("omnipos.format", "?")
+        self.name = name
+
+
+class ShardedReadsDataset(ShardedDataset):
+    """A lazy, map-style dataset over the shards :func:`precompute_reads` wrote: ``dataset[i]`` is row ``i`` (in
+    input order), unpadded, read from its shard on first use; the ``cache_shards`` most recently used shards stay
+    in memory. ``dataset.collate`` pads one batch of items, so iterating a job costs one shard and one batch of
+    memory, not the job padded to its longest read.
+
+    Works in a ``torch.utils.data.DataLoader`` with workers (``collate_fn=dataset.collate``): the dataset pickles
+    without its cache and each worker opens the shards it reads.
+
+    Args:
+        out_dir: the output folder of a finished :func:`precompute_reads` job.
+        max_len, truncation: a read longer than ``max_len`` is an error when read (``"error"``, the default),
+            keeps its first / last ``max_len`` bases (``"head"`` / ``"tail"``) or is cut into windows of
+            ``max_len`` that are items of their own (``"split"``; the index then reads every shard's lengths).
+        positional: ``collate`` attaches the job's RC-symmetric encoding (when its ``dim > 0``).
+        verify: check each shard's size and sha256 against the manifest when it is first read.
+        cache_shards: shards kept in memory.
+
+    Items are dicts, those of :class:`omnipos.dna.FastxDataset`: ``{"name": str, "tokens": [L] (the job's token
+    dtype), "quality": [L] uint8 Phred or None (FASTA), "record": int, "offset": int (where the row starts in its
+    record), "rna": bool or None, "quality_offset": int or None, "quality_encoding": str or None}``.
+    """
+
+    kind = KIND
+    what = "reads"
+
+    def __init__(self, out_dir: str | os.PathLike, *, max_len: int | None = None, truncation: str = "error",
+                 positional: bool = True, verify: bool = True, cache_shards: int = 2) -> None:
+        super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
+        self.max_len = check_truncation(max_len, truncation)
+        self.truncation = truncation
+        self.positional = bool(positional)
+        self.config = dict(self.manifest.meta["config"])
+        self.quality_encoding = self.config.get("read_options", {}).get("quality_encoding", "phred")
+        if truncation == "split":
+            lengths = np.concatenate([read_columns(path, ["length"])[0].column("length").to_numpy()
+                                      for path in self.shard_paths()] or [np.zeros(0, np.int64)])
+            self._select(None, row_windows(lengths, self.max_len, truncation, str))
+
+    def _parse(self, payload: bytes, index: int) -> _ReadsShard:
+        return _ReadsShard(payload, self.shards[index]["name"])
+
+    def _item(self, shard: _ReadsShard, row: int, start: int | None, size: int | None) -> dict[str, Any]:
+        length = int(shard.lengths[row])
+        if start is None:
+            start, size = cut(length, self.max_len, self.truncation,
+                              lambda: f"{self.out_dir / shard.name}: read {row} ({shard.names[row]!r})")
+        begin = int(shard.starts[row]) + start
+        tokens = torch.from_numpy(shard.tokens[begin:begin + size].copy()).to(shard.dtype)
+        quality = None if shard.qualities is None else torch.from_numpy(shard.qualities[begin:begin + size].copy())
+        return {"name": shard.names[row], "tokens": tokens, "quality": quality, "record": int(shard.records[row]),
+                "offset": int(shard.offsets[row]) + start,
+                "rna": None if shard.rna is None else bool(shard.rna[row]),
+                "quality_offset": shard.quality_offset,
+                "quality_encoding": self.quality_encoding if quality is not None else None}
+
+    def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        """Items -> one padded batch, a dict with the keys of :func:`load_reads` (``positional`` when the job's
+        ``dim > 0`` and ``positional=True``)."""
+        batch = collate_reads(items)
+        result: dict[str, Any] = {"names": batch.names, "tokens": batch.tokens, "mask": batch.mask,
+                                  "lengths": batch.lengths, "qualities": batch.qualities, "records": batch.records,
+                                  "offsets": batch.offsets, "config": self.config}
+        if batch.rna is not None:
+            result["rna"] = batch.rna
+        if self.positional and self.config["dim"]:
+            result["positional"] = rc_symmetric_encoding(batch.lengths, self.config["dim"],
+                                                         strand_aware=self.config["strand_aware"])
+        return result
