@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_positive_int, progress_reporter
-from ._input import size_groups
-from .random_walk import (
+from ..core import allocation_guard, check_positive_int, progress_reporter
+from ._input import MAX_ELEMENTS, check_dense_size, check_graph, check_output_size, size_groups
+from .walks import (
     SparseTransitions,
-    check_walk_graph,
+    chunk_size,
     dense_transitions,
     numpy_path,
     sparse_transitions,
@@ -128,7 +128,8 @@ def rrwp(
     """
     k = check_positive_int(walk_length, "walk_length")
     dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
-    g = check_walk_graph(edge_index, num_nodes, batch, edge_weight)
+    g = check_graph(edge_index, num_nodes, batch, edge_weight)
+    check_output_size(g, "walk_length", k, k)
     device = g.device
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (graph, i, j, values)
     big = g.counts > dense_max_nodes
@@ -143,6 +144,11 @@ def rrwp(
         for group in size_groups(transition_weights(g, edge_weight is not None)):
             if group.n == 0 or group.n > dense_max_nodes:
                 continue
+            check_dense_size(group, g, dense_max_nodes, "transition matrix")
+            stacked = min(group.graphs.numel(), chunk_size(group.n, device)) * group.n * group.n * k
+            if stacked > MAX_ELEMENTS:
+                raise ValueError(f"walk_length={k} on graphs of {group.n} nodes (a [graphs, {group.n}, {group.n}, "
+                                 f"{k}] block of powers) does not fit in memory: at most {MAX_ELEMENTS:,} elements")
             for graphs, transition in dense_transitions(group):
                 slot, i, j, values = (t.to(device) for t in _dense_pairs(transition, k))
                 if slot.numel() and int(slot[-1]) >= graphs.numel():  # padding graphs of a device chunk
@@ -170,7 +176,8 @@ def _merge(parts: list[tuple[torch.Tensor, ...]], ptr: torch.Tensor, num_graphs:
     bincount = np.bincount if cpu else torch.bincount
     counts = sum((bincount(part[0], minlength=num_graphs) for part in parts), 0 * ptr[1:])
     offsets = counts.cumsum(0) - counts
-    pair_index, pair_pe = new((2, total), long), new((total, k), single)
+    with allocation_guard(f"the {total:,} node pairs of walk_length={k} ([2, P] and [P, {k}])"):
+        pair_index, pair_pe = new((2, total), long), new((total, k), single)
     node_pe = new((num_nodes, k), single)
     node_pe[:] = 0
     for graph, i, j, values in parts:
