@@ -157,7 +157,7 @@ def test_repr_and_bad_arguments():
         AddLaplacianPE(0)
     with pytest.raises(ValueError, match="per component"):
         AddLaplacianPE(4, per_component=True, mask_attr="m")
-    with pytest.raises(ValueError, match="steps"):
+    with pytest.raises(ValueError, match="walk_length must be >= 1"):
         AddRandomWalkPE(0)
     with pytest.raises(TypeError, match="transform"):
         precompute([], lambda d: d)

@@ -13,7 +13,10 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE
 
 import omnipos.graph.random_walk as rw
+import omnipos.graph.walks as walks_module
+from omnipos.core import progress_reporter
 from omnipos.graph import random_walk_pe, transition_matrix
+from omnipos.graph._input import check_graph
 
 
 def test_pyg_expected_outputs():
@@ -78,9 +81,9 @@ def test_both_paths_match_float64_numpy_on_random_batches(walk_refs, directed, z
     w = torch.cat([w, w[:5]])
     steps = [1, 2, 3, 4, 5, 8, 13, 2]
     expected = walk_refs.return_probabilities(e, n, w.numpy(), steps)
-    g = rw.check_walk_graph(e, n, batch, w)
-    sparse = rw._sparse_return_probabilities(rw.sparse_transitions(g, g.counts > 0), steps, None,
-                                             rw.progress_reporter(None))
+    g = check_graph(e, n, batch, w)
+    sparse = walks_module.sparse_return_probabilities(walks_module.sparse_transitions(g, g.counts > 0), steps, None,
+                                                      progress_reporter(None))
     np.testing.assert_allclose(sparse, expected, rtol=1e-12, atol=1e-15)
     for dense_max_nodes in (256, 1, 30):
         ours = random_walk_pe(e, n, steps, batch=batch, edge_weight=w, dense_max_nodes=dense_max_nodes)
@@ -97,16 +100,17 @@ def test_sparse_path_bits_do_not_depend_on_blocks_or_dense_continuation(walk_ref
     hub = torch.cat([torch.stack([torch.zeros(40, dtype=torch.long), torch.arange(1, 41)]),
                      torch.stack([torch.arange(1, 40), torch.arange(2, 41)])], 1)
     for e, directed in ((torch.cat([hub, hub.flip(0)], 1), False), (hub, True)):
-        g = rw.check_walk_graph(e, 41, None, torch.rand(e.shape[1], dtype=torch.float64) + 0.5)
-        walks = rw.sparse_transitions(g, torch.tensor([True]))
+        g = check_graph(e, 41, None, torch.rand(e.shape[1], dtype=torch.float64) + 0.5)
+        walks = walks_module.sparse_transitions(g, torch.tensor([True]))
         assert walks.symmetric != directed or not directed
         results = []
         for fill in (0.0, 0.05, math.inf):
-            monkeypatch.setattr(rw, "_DENSE_FILL", fill)
+            monkeypatch.setattr(walks_module, "_DENSE_FILL", fill)
             for block, entries in ((None, 1 << 22), (1, 1 << 22), (2, 1 << 22), (41, 1 << 22), (None, 16), (7, 16)):
-                monkeypatch.setattr(rw, "_BLOCK_ENTRIES", entries)  # 16: blocks outgrow it and are split again
-                results.append(rw._sparse_return_probabilities(walks, list(range(1, 12)), block,
-                                                               rw.progress_reporter(None)))
+                # 16: blocks outgrow it and are split again
+                monkeypatch.setattr(walks_module, "_BLOCK_ENTRIES", entries)
+                results.append(walks_module.sparse_return_probabilities(walks, list(range(1, 12)), block,
+                                                                        progress_reporter(None)))
         assert all(np.array_equal(r, results[0]) for r in results)
 
 
@@ -205,7 +209,7 @@ def test_huge_step_count_by_squaring():
     np.testing.assert_allclose(out[:, 0].numpy(), stationary / stationary.sum(), rtol=1e-6)
     for column, s in ((1, 5000), (2, 3)):  # (NumPy's own squaring drifts to 1e-40 by s = 2**62)
         np.testing.assert_allclose(out[:, column].numpy(), np.diag(np.linalg.matrix_power(p, s)), rtol=1e-6)
-    with pytest.raises(ValueError, match=r"steps: 5000 steps on graph 0 .* RW_SPARSE_MAX_STEPS"):
+    with pytest.raises(ValueError, match=r"walk_length: 5000 steps on graph 0 .* RW_SPARSE_MAX_STEPS"):
         random_walk_pe(e, 3, [2, 5000], dense_max_nodes=2)
     # sixty squarings would square a row sum of 1 + 1e-7 into inf (found by the fuzz test): the limit is the
     # stationary distribution of 0 -> 0 (1/8), 0 -> 1 (7/8), 1 -> 0: [8/15, 7/15]
@@ -247,10 +251,12 @@ def test_progress_reports_every_node():
 @pytest.mark.parametrize(
     "kwargs,error,match",
     [
-        ({"steps": 0}, ValueError, "steps must be >= 1"),
-        ({"steps": []}, ValueError, "empty"),
-        ({"steps": [1, -2]}, ValueError, ">= 1"),
-        ({"steps": 2.5}, TypeError, "steps"),
+        ({"walk_length": 0}, ValueError, "walk_length must be >= 1"),
+        ({"walk_length": []}, ValueError, "empty"),
+        ({"walk_length": [1, -2]}, ValueError, ">= 1"),
+        ({"walk_length": 2.5}, TypeError, "walk_length"),
+        ({"walk_length": 2 ** 40}, ValueError, "walk_length=1099511627776 .* does not fit in memory"),
+        ({"walk_length": 5, "steps": 4}, TypeError, "its old name steps=4; pass walk_length only"),
         ({"edge_index": torch.tensor([[0, 3], [1, 0]])}, ValueError,
          r"edge_index\[:, 1\] = \(3, 0\) of graph 0 names node 3; node ids must be in 0..2"),
         ({"edge_index": torch.tensor([[0, 1], [1, -1]])}, ValueError,
@@ -279,7 +285,7 @@ def test_progress_reports_every_node():
     ],
 )
 def test_bad_input(kwargs, error, match):
-    arguments = {"edge_index": torch.tensor([[0, 1], [1, 0]]), "num_nodes": 3, "steps": 4,
+    arguments = {"edge_index": torch.tensor([[0, 1], [1, 0]]), "num_nodes": 3, "walk_length": 4,
                  "batch": torch.tensor([0, 0, 0])}
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
@@ -296,7 +302,7 @@ def test_graph_index_in_errors_is_the_callers():
 
 @pytest.mark.parametrize("longest", [1, 2, 3, 5, 9, 10, 17, 20, 31, 5000])
 def test_baby_step_giant_step_powers(longest):
-    from omnipos.graph.random_walk import return_probabilities
+    from omnipos.graph.walks import return_probabilities
 
     p = torch.rand(3, 7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(longest))
     p /= p.sum(-1, keepdim=True)
@@ -309,7 +315,7 @@ def test_baby_step_giant_step_powers(longest):
 def test_torch_dense_path_padded_chunks(walk_refs, monkeypatch):
     """The dense path other devices take (torch, chunks padded to a size that depends on n only), run on the
     CPU: same numbers as NumPy's, and the same bits alone and batched."""
-    monkeypatch.setattr(rw, "_TORCH_ON_CPU", True)
+    monkeypatch.setattr(walks_module, "_TORCH_ON_CPU", True)
     sizes = [5, 5, 9, 1, 0, 5, 30]
     e, n, batch, w, graphs = walk_refs.batch(21, sizes, directed=True)
     expected = walk_refs.return_probabilities(e, n, w.numpy(), [1, 2, 5, 9])

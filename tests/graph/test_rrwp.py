@@ -161,7 +161,7 @@ def test_torch_dense_path_padded_chunks(walk_refs, monkeypatch):
     """The dense path other devices take (torch, padded chunks, torch merge), run on the CPU."""
     import sys
 
-    monkeypatch.setattr(sys.modules["omnipos.graph.random_walk"], "_TORCH_ON_CPU", True)
+    monkeypatch.setattr(sys.modules["omnipos.graph.walks"], "_TORCH_ON_CPU", True)
     e, n, batch, w, _ = walk_refs.batch(23, [5, 5, 9, 1, 0, 5, 30, 300], directed=True)
     ref_index, ref_values, ref_nodes = walk_refs.rrwp(e, n, w.numpy(), 6)
     pair_index, pair_pe, node_pe = rrwp(e, n, 6, batch=batch, edge_weight=w)

@@ -6,104 +6,41 @@ nodes of graph ``g`` are ``ptr[g] .. ptr[g + 1] - 1``; every edge joins two node
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..core import check_finite, check_integer_tensor, check_positive_int
+from ..core import check_integer_tensor, check_positive_int
 
-T = TypeVar("T")
+__all__ = ["MAX_ELEMENTS", "DENSE_MAX_ELEMENTS", "GraphBatch", "SizeGroup", "check_graph", "check_walk_length",
+           "check_output_size", "check_dense_size", "size_groups"]
 
-#: Largest number of graphs (``max(batch) + 1``) and of output elements an encoding allocates; above this the
-#: call is refused with a ValueError naming the argument instead of reaching the allocator.
+#: Largest number of nodes, of graph ids (``max(batch) + 1``, for outputs with a row per graph) and of output
+#: elements a graph encoding allocates; above this the call is refused with a ValueError naming the argument
+#: instead of reaching the allocator (issue 28: ``num_nodes=2**40`` on a 2-edge graph was a RuntimeError).
 MAX_ELEMENTS = 2 ** 30
-
-# Why CPU work runs on worker threads. torch pins MKL to torch.get_num_threads() threads *in the thread that set
-# it* (the main thread, at import) with MKL's dynamic adjustment off, so every LAPACK/BLAS call there, however
-# tiny, opens an OpenMP team. The graph encodings are many tiny calls (one eigh per 20-node graph): on a 2-core
-# machine shared with other processes that made a 10k-graph batch 8-20x slower than single-threaded (eigh
-# 8.7 s vs 0.39 s of CPU, random walk 3.5 s vs 0.41 s). Run from any other thread, the same calls use one
-# thread each and cost what they cost single-threaded. So the encodings run their CPU work on a private worker
-# thread (and split batches of independent LAPACK calls over several), instead of changing torch's thread
-# count, which is process-global and visible to every other thread.
-_POOLS: dict[str, ThreadPoolExecutor] = {}
-_POOL_PID = [0]
-_POOL_LOCK = threading.Lock()
-_WORKER = threading.local()
-
-
-def _pool(kind: str) -> ThreadPoolExecutor:
-    """The private pool ``"call"`` (bodies of encoding calls) or ``"leaf"`` (independent pieces that never wait
-    on other tasks, so a call waiting on leaves cannot deadlock); recreated after a fork (its threads are gone)."""
-    with _POOL_LOCK:
-        if _POOL_PID[0] != os.getpid():
-            _POOLS.clear()
-            _POOL_PID[0] = os.getpid()
-        pool = _POOLS.get(kind)
-        if pool is None:
-            workers = 32 if kind == "call" else max(1, os.cpu_count() or 1)
-            pool = ThreadPoolExecutor(workers, thread_name_prefix=f"omnipos-graph-{kind}",
-                                      initializer=_mark_worker)
-            _POOLS[kind] = pool
-        return pool
-
-
-def _mark_worker() -> None:
-    _WORKER.active = True
-
-
-def _device_of(like: Any) -> torch.device:
-    if isinstance(like, torch.Tensor):
-        return like.device
-    return torch.device(like if isinstance(like, (str, torch.device)) else "cpu")
-
-
-def run_cpu_work(like: Any, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)``, on an omnipos worker thread when ``like`` (a tensor or device; anything else counts
-    as CPU) is on the CPU and the caller is not one already (see the comment above ``_POOLS``). Exceptions
-    propagate unchanged; nothing process-global is changed."""
-    if _device_of(like).type != "cpu" or getattr(_WORKER, "active", False):
-        return fn(*args, **kwargs)
-    return _pool("call").submit(fn, *args, **kwargs).result()
-
-
-def parallel_map(fn: Callable[[Any], T], items: Sequence[Any], workers: int) -> list[T]:
-    """``[fn(x) for x in items]`` with up to ``workers`` of them at once on leaf worker threads (for calls that
-    release the GIL, e.g. LAPACK); ``fn`` must not itself wait on other pool tasks."""
-    if workers <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
-    return list(_pool("leaf").map(fn, items))
-
-
-def cpu_parallelism() -> int:
-    """How many independent CPU pieces a call may run at once: torch's intra-op thread count (read, never set)."""
-    return max(1, torch.get_num_threads())
-
-
-def check_not_meta(tensor: Any, name: str) -> None:
-    """The encodings need the values of their inputs (eigen-decompositions, sorting checks): refuse meta tensors
-    with a ValueError naming the argument (they carry only shapes)."""
-    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
-        raise ValueError(f"{name} is on the meta device (shape only, no values); graph encodings compute from the "
-                         "values: pass a CPU or CUDA tensor")
+#: Largest dense ``[n, n]`` matrix of one graph (n = 11,585; 1 GiB in float64); beyond it, a graph within
+#: ``dense_max_nodes`` is refused with a ValueError rather than sent to the allocator.
+DENSE_MAX_ELEMENTS = 2 ** 27
 
 
 @dataclass(frozen=True)
 class GraphBatch:
-    """Checked graph input. ``edge_weight`` is float64 (ones when none was given)."""
+    """Checked graph input, its graphs numbered ``0..B-1`` in order of the caller's graph ids (ids may skip
+    numbers: graphs without nodes have no rows here and cost nothing). ``edge_weight`` is float64 (ones when none
+    was given). ``graph_ids [B]``: the caller's id of each graph; ``num_graph_ids``: ``max(batch) + 1`` (1 without
+    a batch), the rows of an output with one row per graph id (:meth:`rows_per_id`)."""
 
     edge_index: torch.Tensor  # [2, E] int64
     edge_weight: torch.Tensor  # [E] float64
     num_nodes: int
-    batch: torch.Tensor  # [N] int64, non-decreasing
+    batch: torch.Tensor  # [N] int64, non-decreasing, 0..B-1
     counts: torch.Tensor  # [B] nodes per graph
     ptr: torch.Tensor  # [B + 1] first node of each graph
+    graph_ids: torch.Tensor  # [B] the caller's graph id of each graph
+    num_graph_ids: int
 
     @property
     def num_graphs(self) -> int:
@@ -113,40 +50,103 @@ class GraphBatch:
     def device(self) -> torch.device:
         return self.edge_index.device
 
+    def rows_per_id(self, values: torch.Tensor, fill: float | bool = 0) -> torch.Tensor:
+        """Per-graph ``values [B, ...]`` -> ``[num_graph_ids, ...]`` (row ``graph_ids[b]`` is ``values[b]``;
+        the ids no node has get ``fill``)."""
+        if self.num_graph_ids == values.shape[0]:  # (ids 0..B-1, none skipped)
+            return values
+        out = values.new_full((self.num_graph_ids, *values.shape[1:]), fill)
+        out[self.graph_ids] = values
+        return out
 
-def _as_tensor(value: Any, name: str, device: torch.device | None = None) -> torch.Tensor:
+
+def _as_tensor(value: Any, name: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
     try:
-        return torch.as_tensor(np.asarray(value), device=device)
+        array = np.asarray(value)
+        if array.dtype == object or array.dtype.kind in "USV":
+            raise TypeError(f"dtype {array.dtype}")
+        return torch.as_tensor(array)
     except (TypeError, ValueError, RuntimeError) as exc:
-        raise TypeError(f"{name} must be a tensor or array of numbers: {exc}") from None
+        raise TypeError(f"{name} must be a tensor or array of numbers ({exc})") from None
 
 
-def check_edge_index(edge_index: Any, num_nodes: int) -> torch.Tensor:
-    """``[2, E]`` integer node pairs, each in ``0 .. num_nodes - 1`` -> int64 tensor on its device."""
+def _in_graph(batch: torch.Tensor | None, node: int) -> str:
+    return "" if batch is None else f" of graph {int(batch[node])}"
+
+
+def check_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_weight: Any = None) -> GraphBatch:
+    """The one door of every graph encoding: validate a (batch of) graph(s) and precompute the per-graph node
+    ranges. Every error names the argument and, where there is one, the edge, node and graph (by the caller's
+    id) at fault. Refused: meta tensors (the encodings read values), non-integer ids, ids outside
+    ``0..num_nodes-1``, a mis-sized, unsorted or negative ``batch``, edges across graphs, NaN / infinite /
+    negative weights, and ``num_nodes`` above ``MAX_ELEMENTS`` (before anything of that size is allocated)."""
+    num_nodes = check_positive_int(num_nodes, "num_nodes", minimum=0)
+    if num_nodes > MAX_ELEMENTS:
+        raise ValueError(f"num_nodes={num_nodes} (values per node, a [num_nodes] batch vector) does not fit in "
+                         f"memory: at most {MAX_ELEMENTS:,} nodes per call")
+    for value, name in ((edge_index, "edge_index"), (batch, "batch"), (edge_weight, "edge_weight")):
+        if isinstance(value, torch.Tensor) and value.device.type == "meta":
+            raise ValueError(f"{name} is on the meta device (a meta tensor: a shape without values); the graph "
+                             "encodings compute from the values: pass a CPU or CUDA tensor")
     edge_index = _as_tensor(edge_index, "edge_index")
-    check_integer_tensor(edge_index, "edge_index", "integer node indices")
+    check_integer_tensor(edge_index, "edge_index", "integer node ids")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
     edge_index = edge_index.long()
-    if edge_index.numel():
-        low, high = int(edge_index.min()), int(edge_index.max())
-        if low < 0:
-            row, e = (edge_index < 0).nonzero()[0].tolist()
-            raise ValueError(f"edge_index must hold node indices >= 0, found {low} (edge_index[{row}, {e}])")
-        if high >= num_nodes:
-            row, e = (edge_index >= num_nodes).nonzero()[0].tolist()
-            raise ValueError(f"edge_index refers to node {high} (edge_index[{row}, {e}]), but num_nodes={num_nodes} "
-                             f"(valid: 0..{num_nodes - 1})")
-    return edge_index
+    device = edge_index.device
+    if batch is not None:
+        batch = _as_tensor(batch, "batch")
+        check_integer_tensor(batch, "batch", "integer graph ids")
+        if batch.shape != (num_nodes,):
+            raise ValueError(f"batch must hold one graph id per node, shape [num_nodes] = [{num_nodes}], got "
+                             f"{tuple(batch.shape)}")
+        if batch.device != device:
+            raise ValueError(f"batch is on {batch.device} but edge_index is on {device}")
+        batch = batch.long()
+        if num_nodes and bool((batch[0] < 0) | (batch[1:] < batch[:-1]).any()):
+            negative = (batch < 0).nonzero()
+            if negative.numel():
+                i = int(negative[0])
+                raise ValueError(f"batch[{i}] = {int(batch[i])}: graph ids must be >= 0")
+            i = int((batch[1:] < batch[:-1]).nonzero()[0]) + 1
+            raise ValueError(f"batch must be non-decreasing (PyG's layout: the nodes of each graph together): node "
+                             f"{i} has graph id {int(batch[i])} after graph id {int(batch[i - 1])}")
+    if edge_index.shape[1]:
+        low, high = torch.aminmax(edge_index)
+        if int(low) < 0 or int(high) >= num_nodes:
+            e = int(((edge_index < 0) | (edge_index >= num_nodes)).any(0).nonzero()[0])
+            u, v = edge_index[:, e].tolist()
+            wrong, other = (u, v) if not 0 <= u < num_nodes else (v, u)
+            graph = _in_graph(batch, other) if 0 <= other < num_nodes else ""
+            raise ValueError(f"edge_index[:, {e}] = ({u}, {v}){graph} names node {wrong}; node ids must be in "
+                             f"0..{num_nodes - 1} (num_nodes={num_nodes})")
+        if batch is not None:
+            source, target = batch[edge_index[0]], batch[edge_index[1]]
+            if not torch.equal(source, target):
+                e = int((source != target).nonzero()[0])
+                raise ValueError(f"edge_index[:, {e}] = ({int(edge_index[0, e])}, {int(edge_index[1, e])}) joins "
+                                 f"graph {int(source[e])} to graph {int(target[e])}: batch is inconsistent with "
+                                 "edge_index (every edge must stay inside one graph)")
+    edge_weight = _check_edge_weight(edge_weight, edge_index, batch)
+    if batch is None or not num_nodes:
+        graph_ids = torch.zeros(1, dtype=torch.long, device=device)
+        batch = graph_ids.expand(num_nodes)  # (a view: one graph costs no [num_nodes] vector)
+        counts = torch.tensor([num_nodes], device=device)
+    else:
+        graph_ids, batch, counts = torch.unique_consecutive(batch, return_inverse=True, return_counts=True)
+    ptr = torch.zeros(counts.numel() + 1, dtype=torch.long, device=device)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return GraphBatch(edge_index, edge_weight, num_nodes, batch, counts, ptr, graph_ids, int(graph_ids[-1]) + 1)
 
 
-def check_edge_weight(edge_weight: Any, num_edges: int, device: torch.device) -> torch.Tensor:
-    """``[E]`` finite, non-negative real weights -> float64 on ``device`` (ones when ``None``)."""
+def _check_edge_weight(edge_weight: Any, edge_index: torch.Tensor, batch: torch.Tensor | None) -> torch.Tensor:
+    """``[E]`` (or ``[E, 1]``) finite, non-negative real weights -> float64 ``[E]`` (ones when ``None``)."""
+    num_edges, device = edge_index.shape[1], edge_index.device
     if edge_weight is None:
         return torch.ones(num_edges, dtype=torch.float64, device=device)
-    edge_weight = _as_tensor(edge_weight, "edge_weight", device)
+    edge_weight = _as_tensor(edge_weight, "edge_weight")
     if edge_weight.dtype == torch.bool or edge_weight.is_complex():
         raise TypeError(f"edge_weight must be real numbers, got dtype {edge_weight.dtype}")
     if edge_weight.ndim == 2 and edge_weight.shape[1] == 1:
@@ -155,72 +155,57 @@ def check_edge_weight(edge_weight: Any, num_edges: int, device: torch.device) ->
         raise ValueError(f"edge_weight must have shape [E] = [{num_edges}], got {tuple(edge_weight.shape)}")
     if edge_weight.device != device:
         raise ValueError(f"edge_weight is on {edge_weight.device} but edge_index is on {device}")
-    check_finite(edge_weight, "edge_weight")
-    if num_edges and float(edge_weight.min()) < 0:
-        e = int((edge_weight < 0).nonzero()[0])
-        raise ValueError(f"edge_weight must be >= 0, found {float(edge_weight[e])} at edge {e}")
-    return edge_weight.to(torch.float64)
+    edge_weight = edge_weight.to(torch.float64)
+    if edge_weight.numel() and not bool((torch.isfinite(edge_weight) & (edge_weight >= 0)).all()):
+        e = int((~torch.isfinite(edge_weight) | (edge_weight < 0)).nonzero()[0])
+        value = float(edge_weight[e])
+        u, v = edge_index[:, e].tolist()
+        must = "finite" if not np.isfinite(value) else ">= 0"
+        raise ValueError(f"edge_weight[{e}] = {value} (edge {u} -> {v}{_in_graph(batch, u)}) must be {must}")
+    return edge_weight
 
 
-def check_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_weight: Any = None) -> GraphBatch:
-    """Validate a (batch of) graph(s) and precompute the per-graph node ranges."""
-    num_nodes = check_positive_int(num_nodes, "num_nodes", minimum=0)
-    for value, name in ((edge_index, "edge_index"), (batch, "batch"), (edge_weight, "edge_weight")):
-        check_not_meta(value, name)
-    edge_index = check_edge_index(edge_index, num_nodes)
-    device = edge_index.device
-    edge_weight = check_edge_weight(edge_weight, edge_index.shape[1], device)
-    if batch is None:
-        batch = torch.zeros(num_nodes, dtype=torch.long, device=device)
-        counts = torch.tensor([num_nodes], device=device)
-    else:
-        batch = _as_tensor(batch, "batch", device)
-        check_integer_tensor(batch, "batch", "integer graph ids")
-        if batch.ndim != 1 or batch.shape[0] != num_nodes:
-            raise ValueError(f"batch must have shape [num_nodes] = [{num_nodes}], got {tuple(batch.shape)}")
-        if batch.device != device:
-            raise ValueError(f"batch is on {batch.device} but edge_index is on {device}")
-        batch = batch.long()
-        if num_nodes:
-            if int(batch.min()) < 0:
-                raise ValueError(f"batch must hold graph ids >= 0, found {int(batch.min())}")
-            if bool((batch[1:] < batch[:-1]).any()):
-                bad = int((batch[1:] < batch[:-1]).nonzero()[0]) + 1
-                raise ValueError(f"batch must be non-decreasing (PyG's layout: the nodes of each graph contiguous); "
-                                 f"node {bad} has graph id {int(batch[bad])} after {int(batch[bad - 1])}")
-            if int(batch[-1]) >= MAX_ELEMENTS:
-                raise ValueError(f"batch holds graph id {int(batch[-1])}: at most {MAX_ELEMENTS} graphs per call "
-                                 "(ids count graphs, empty ones included)")
-            counts = torch.bincount(batch)
-        else:
-            counts = torch.zeros(1, dtype=torch.long, device=device)
-        if edge_index.numel():
-            src_graph, dst_graph = batch[edge_index[0]], batch[edge_index[1]]
-            crossing = (src_graph != dst_graph).nonzero()
-            if crossing.numel():
-                e = int(crossing[0])
-                raise ValueError(
-                    f"edge {e} ({int(edge_index[0, e])} -> {int(edge_index[1, e])}) joins graph "
-                    f"{int(src_graph[e])} to graph {int(dst_graph[e])}; batch is inconsistent with edge_index"
-                )
-    ptr = torch.zeros(counts.numel() + 1, dtype=torch.long, device=device)
-    ptr[1:] = counts.cumsum(0)
-    return GraphBatch(edge_index, edge_weight, num_nodes, batch, counts, ptr)
-
-
-def check_steps(steps: Any) -> list[int]:
-    """``steps``: an int S (meaning 1..S) or a non-empty sequence of positive ints (kept in the given order)."""
-    if isinstance(steps, (int, np.integer)) and not isinstance(steps, bool):
-        return list(range(1, check_positive_int(steps, "steps") + 1))
-    if isinstance(steps, torch.Tensor):
-        steps = steps.tolist()
+def check_walk_length(walk_length: Any, name: str = "walk_length") -> list[int]:
+    """``walk_length``: an int S (steps 1..S) or a non-empty sequence of positive ints (kept in the given order).
+    An int above ``MAX_ELEMENTS`` (that many output columns) is refused before its list is built."""
+    if isinstance(walk_length, (int, np.integer)) and not isinstance(walk_length, bool):
+        longest = check_positive_int(walk_length, name)
+        if longest > MAX_ELEMENTS:
+            raise ValueError(f"{name}={longest} ({longest} output columns per node) does not fit in memory: at "
+                             f"most {MAX_ELEMENTS:,}; give a list of the step counts to keep")
+        return list(range(1, longest + 1))
+    if isinstance(walk_length, torch.Tensor):
+        walk_length = walk_length.tolist()
     try:
-        values = list(steps)
+        values = list(walk_length)
     except TypeError:
-        raise TypeError(f"steps must be an int or a sequence of ints, got {type(steps).__name__}") from None
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(walk_length).__name__}") from None
     if not values:
-        raise ValueError("steps must not be empty")
-    return [check_positive_int(s, "steps[]") for s in values]
+        raise ValueError(f"{name} must not be empty")
+    return [check_positive_int(s, f"{name}[]") for s in values]
+
+
+def check_output_size(g: GraphBatch, name: str, value: Any, per_node: int, per_graph: int = 0) -> None:
+    """Refuse (naming ``name=value``) outputs ``[N, per_node]`` and ``[num_graph_ids, per_graph]`` of more than
+    ``MAX_ELEMENTS`` elements before allocating them."""
+    if per_graph and g.num_graph_ids > MAX_ELEMENTS:
+        raise ValueError(f"batch holds graph id {g.num_graph_ids - 1}: the per-graph outputs would have a row per "
+                         f"id (empty graphs included); at most {MAX_ELEMENTS} graphs per call")
+    elements = g.num_nodes * per_node + g.num_graph_ids * per_graph
+    if elements > MAX_ELEMENTS:
+        raise ValueError(f"{name}={value} asks for {elements:,} output elements for {g.num_nodes:,} nodes in "
+                         f"{g.num_graph_ids:,} graphs; at most {MAX_ELEMENTS:,} per call (columns beyond a graph's "
+                         "node count are zero padding)")
+
+
+def check_dense_size(group: SizeGroup, g: GraphBatch, dense_max_nodes: int, what: str = "solve") -> None:
+    """Refuse (naming ``dense_max_nodes`` and the graph) a dense ``[n, n]`` ``what`` beyond
+    ``DENSE_MAX_ELEMENTS`` elements, before allocating it."""
+    n = group.n
+    if n * n > DENSE_MAX_ELEMENTS:
+        raise ValueError(f"graph {int(g.graph_ids[group.graphs[0]])} has {n:,} nodes: its dense [n, n] {what} "
+                         f"would need {n * n * 16 / 2 ** 30:.1f} GiB (at most {DENSE_MAX_ELEMENTS:,} elements); "
+                         f"lower dense_max_nodes={dense_max_nodes} so that it takes the sparse path")
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._input import SizeGroup, parallel_map
+from ._input import SizeGroup
+from ._workers import parallel_map
 from .sign import CANONICAL_TOL, canonical_basis, eigenvalue_clusters
 
 __all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "LANCZOS_MIN_NODES", "batched_eigh", "solve_dense_groups",

@@ -37,7 +37,7 @@ Solvers (``solver=``, ``dense_max_nodes=``): graphs of at most ``dense_max_nodes
 and each group is solved with batched ``torch.linalg.eigh`` in float64 on the input's device (the dense
 ``[G, n, n]`` Laplacians are scattered from the edge list with tensor ops, in chunks of bounded memory); accurate
 to float64 rounding. On the CPU the LAPACK calls run on omnipos's worker threads, one thread each (see
-``omnipos.graph._input`` for why), never changing torch's thread count. Larger graphs go to
+``omnipos.graph._workers`` for why), never changing torch's thread count. Larger graphs go to
 :func:`omnipos.graph.eigensolvers.graph_eigenpairs` (never a dense ``n x n``, never an LU beyond
 :data:`~omnipos.graph.eigensolvers.FILL_BUDGET` entries): connected components, each small one dense, each large
 one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with
@@ -53,6 +53,7 @@ normalised Laplacians do not change when all weights are scaled, so they are div
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -60,14 +61,15 @@ import torch
 
 from ..core import check_choice, check_positive_int
 from ._input import (
-    MAX_ELEMENTS,
+    DENSE_MAX_ELEMENTS,
     GraphBatch,
     SizeGroup,
+    check_dense_size,
     check_graph,
-    cpu_parallelism,
-    run_cpu_work,
+    check_output_size,
     size_groups,
 )
+from ._workers import cpu_parallelism, run_cpu_work
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
 from .sign import SIGNS, random_sign, round_noise
 
@@ -77,9 +79,6 @@ __all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian
 NORMALIZATIONS = ("sym", "rw", None)
 #: Graphs with more nodes than this take the sparse path by default.
 DENSE_MAX_NODES = 512
-#: Largest dense ``[n, n]`` matrix a solve may allocate (n = 11,585; 1 GiB in float64); beyond it, a graph
-#: within ``dense_max_nodes`` is refused with a ValueError rather than sent to the allocator.
-DENSE_MAX_ELEMENTS = 2 ** 27
 # Elements of the dense [G, n, n] Laplacians solved at once (float64 Laplacians + eigenvectors: ~0.5 GB).
 _CHUNK_ELEMENTS = 32_000_000
 
@@ -223,26 +222,6 @@ def laplacian_pe(
     return pe
 
 
-def check_output_size(g: GraphBatch, k: int, per_node: int = 1) -> None:
-    """Refuse (naming ``k``) an output of more than ``MAX_ELEMENTS`` elements before allocating it:
-    ``pe [N, per_node * k]`` and ``eigenvalues [B, k]``."""
-    elements = (g.num_nodes * per_node + g.num_graphs) * k
-    if elements > MAX_ELEMENTS:
-        raise ValueError(f"k={k} asks for {elements:,} output elements for {g.num_nodes:,} nodes in "
-                         f"{g.num_graphs:,} graphs; at most {MAX_ELEMENTS:,} per call (columns beyond a graph's "
-                         "node count are zero padding)")
-
-
-def check_dense_size(group: SizeGroup, dense_max_nodes: int) -> None:
-    """Refuse (naming ``dense_max_nodes`` and the graph) a dense ``[n, n]`` solve beyond
-    ``DENSE_MAX_ELEMENTS`` elements, before allocating it."""
-    n = group.n
-    if n * n > DENSE_MAX_ELEMENTS:
-        raise ValueError(f"graph {int(group.graphs[0])} has {n:,} nodes: its dense [n, n] solve would need "
-                         f"{n * n * 16 / 2 ** 30:.1f} GiB (at most {DENSE_MAX_ELEMENTS:,} elements); lower "
-                         f"dense_max_nodes={dense_max_nodes} so that it takes the sparse path")
-
-
 def scaled_weights(g: GraphBatch) -> tuple[GraphBatch, float]:
     """``g`` with its weights divided by the largest one (so degrees cannot overflow), and that divisor."""
     if not g.edge_weight.numel():
@@ -250,7 +229,7 @@ def scaled_weights(g: GraphBatch) -> tuple[GraphBatch, float]:
     largest = float(g.edge_weight.max())
     if largest <= 0 or largest == 1.0:
         return g, 1.0
-    return GraphBatch(g.edge_index, g.edge_weight / largest, g.num_nodes, g.batch, g.counts, g.ptr), largest
+    return dataclasses.replace(g, edge_weight=g.edge_weight / largest), largest
 
 
 def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weight: Any,
@@ -265,7 +244,7 @@ def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weig
         position = torch.empty_like(order)
         position[order] = torch.arange(order.numel(), device=order.device)
         g = check_graph(position[g.edge_index], g.num_nodes, labels[order], g.edge_weight)
-    check_output_size(g, k)
+    check_output_size(g, "k", k, k, k)
     g, weight_scale = scaled_weights(g)
     pe, values, mask = _encode(g, k, normalization, drop_trivial, sign, dense_max_nodes, solver, generator)
     if normalization is None and weight_scale != 1.0:
@@ -275,8 +254,8 @@ def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weig
                              "weights down or use normalization='sym'")
         values = values.float()
     if position is not None:
-        pe = pe[position]
-    return pe, values, mask
+        return pe[position], values, mask
+    return pe, g.rows_per_id(values), g.rows_per_id(mask, False)
 
 
 def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool, sign: str,
@@ -294,7 +273,7 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
         if n <= start:
             continue
         if n <= dense_max_nodes:
-            check_dense_size(group, dense_max_nodes)
+            check_dense_size(group, g, dense_max_nodes)
             dense.append(group)
             continue
         for slot in range(group.graphs.numel()):

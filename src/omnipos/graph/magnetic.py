@@ -39,18 +39,14 @@ from ..core import check_positive_int
 from ._input import (
     GraphBatch,
     SizeGroup,
+    check_dense_size,
     check_graph,
-    cpu_parallelism,
-    run_cpu_work,
+    check_output_size,
     size_groups,
 )
+from ._workers import cpu_parallelism, run_cpu_work
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
-from .laplacian import (
-    DENSE_MAX_NODES,
-    check_dense_size,
-    check_output_size,
-    scaled_weights,
-)
+from .laplacian import DENSE_MAX_NODES, scaled_weights
 from .sign import round_noise
 
 __all__ = ["magnetic_laplacian", "sparse_magnetic_laplacian", "magnetic_laplacian_pe", "check_q"]
@@ -156,7 +152,7 @@ def magnetic_laplacian_pe(
 def _magnetic_pe(edge_index: Any, num_nodes: Any, k: int, q: float, batch: Any, edge_weight: Any,
                  dense_max_nodes: int, solver: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = check_graph(edge_index, num_nodes, batch, edge_weight)
-    check_output_size(g, k, per_node=2)
+    check_output_size(g, "k", k, 2 * k, k)
     if q:  # the phase reads the weights themselves: no rescaling (it would change the phases)
         largest = float(g.edge_weight.max()) if g.edge_weight.numel() else 0.0
         if largest > 1e150:
@@ -164,7 +160,8 @@ def _magnetic_pe(edge_index: Any, num_nodes: Any, k: int, q: float, batch: Any, 
                              "weights up to 1e150 are supported")
     else:
         g, _ = scaled_weights(g)
-    return _encode(g, k, q, dense_max_nodes, solver)
+    pe, values, mask = _encode(g, k, q, dense_max_nodes, solver)
+    return pe, g.rows_per_id(values), g.rows_per_id(mask, False)
 
 
 def _encode(g: GraphBatch, k: int, q: float, dense_max_nodes: int,
@@ -179,7 +176,7 @@ def _encode(g: GraphBatch, k: int, q: float, dense_max_nodes: int,
         if group.n == 0:
             continue
         if group.n <= dense_max_nodes:
-            check_dense_size(group, dense_max_nodes)
+            check_dense_size(group, g, dense_max_nodes)
             dense.append(group)
             continue
         for slot in range(group.graphs.numel()):

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import require
+from ..core import renamed_argument, require
 from .laplacian import laplacian_pe
 from .random_walk import random_walk_pe
 
@@ -59,8 +59,10 @@ def networkx_laplacian_pe(graph: Any, k: int, *, weight: str | None = None, **kw
     return laplacian_pe(edge_index, len(nodes), k, edge_weight=edge_weight, **kwargs)
 
 
-def networkx_random_walk_pe(graph: Any, steps: Any = 16, *, weight: str | None = None, **kwargs: Any) -> torch.Tensor:
-    """:func:`~omnipos.graph.random_walk_pe` of a networkx graph: ``[N, len(steps)]`` in ``list(graph.nodes)``
-    order."""
+def networkx_random_walk_pe(graph: Any, walk_length: Any = 16, *, weight: str | None = None,
+                            steps: Any = None, **kwargs: Any) -> torch.Tensor:
+    """:func:`~omnipos.graph.random_walk_pe` of a networkx graph: ``[N, len(walk_length)]`` in
+    ``list(graph.nodes)`` order (``steps=``, the old name of ``walk_length``, still works)."""
     edge_index, edge_weight, nodes = networkx_to_edge_index(graph, weight)
-    return random_walk_pe(edge_index, len(nodes), steps, edge_weight=edge_weight, **kwargs)
+    walk_length = renamed_argument(walk_length, steps, "walk_length", "steps", default=16)
+    return random_walk_pe(edge_index, len(nodes), walk_length, edge_weight=edge_weight, **kwargs)

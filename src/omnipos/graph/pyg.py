@@ -35,7 +35,7 @@ require("torch_geometric", "graph", "the PyG transforms")
 from torch_geometric.data import Batch, Data  # noqa: E402 - after the check that names the extra
 from torch_geometric.transforms import BaseTransform, Compose  # noqa: E402
 
-from ._input import check_steps
+from ._input import check_walk_length
 from .eigenvalues import eigenvalue_encoding
 from .laplacian import DENSE_MAX_NODES, check_normalization, laplacian_pe
 from .random_walk import random_walk_pe
@@ -169,6 +169,7 @@ class AddLaplacianPE(_PETransform):
         mask_attr (str, optional): also store the ``[N, k]`` boolean mask of real (not padded) columns.
             (default: ``None``)
         dense_max_nodes (int): graphs with more nodes use the sparse solver. (default: 512)
+        solver (str): the sparse path's solver, see :func:`omnipos.graph.laplacian_pe`. (default: ``"auto"``)
         generator (torch.Generator, optional): random source for ``sign="random"``.
     """
 
@@ -176,7 +177,10 @@ class AddLaplacianPE(_PETransform):
                  normalization: str | None = "sym", drop_trivial: bool = True, sign: str = "canonical",
                  per_component: bool = False, eigenvalue_attr: str | None = None,
                  eigenvalue_dim: int | None = None, eigenvalue_layout: str = "graph", mask_attr: str | None = None,
-                 dense_max_nodes: int = DENSE_MAX_NODES, generator: torch.Generator | None = None) -> None:
+                 dense_max_nodes: int = DENSE_MAX_NODES, solver: str = "auto",
+                 generator: torch.Generator | None = None) -> None:
+        from .eigensolvers import check_solver
+
         self.k = check_positive_int(k, "k")
         self.attr_name = attr_name
         self.normalization = check_normalization(normalization)
@@ -199,6 +203,7 @@ class AddLaplacianPE(_PETransform):
         self.eigenvalue_dim = eigenvalue_dim
         self.mask_attr = mask_attr
         self.dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
+        self.solver = check_solver(solver)
         self.generator = generator
 
     def encode_structure(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None,
@@ -215,7 +220,7 @@ class AddLaplacianPE(_PETransform):
             edge_index, num_nodes, self.k, batch=batch, edge_weight=edge_weight,
             normalization=self.normalization, drop_trivial=self.drop_trivial,
             sign=self.sign, return_eigenvalues=True, per_component=self.per_component,
-            dense_max_nodes=self.dense_max_nodes, generator=self.generator)
+            dense_max_nodes=self.dense_max_nodes, solver=self.solver, generator=self.generator)
         out: Encoded = {_x_key(self.attr_name, "pe"): (pe, "node")}
         if self.per_component:  # (eigenvalue and mask attributes are refused then: their rows are components)
             return out
@@ -254,7 +259,7 @@ class AddRandomWalkPE(_PETransform):
 
     def __init__(self, walk_length: int | Sequence[int], attr_name: str | None = "random_walk_pe", *,
                  compute_dtype: torch.dtype = torch.float64) -> None:
-        self.steps = check_steps(walk_length)
+        self.steps = check_walk_length(walk_length)
         self.walk_length = walk_length
         self.attr_name = attr_name
         if compute_dtype not in (torch.float32, torch.float64):

@@ -15,16 +15,16 @@ Solvers, chosen per graph by its node count (so a graph gets the same path, and 
 batch):
 
 - dense (``n <= dense_max_nodes``): graphs are grouped by node count; each group's ``[C, n, n]`` transition
-  matrices are multiplied in batched ``matmul``s, about ``2 sqrt(max(steps))`` of them (baby-step giant-step, see
-  :func:`return_probabilities`; steps above 4096 by repeated squaring, so ``steps=[2**62]`` takes ~120 products,
+  matrices are multiplied in batched ``matmul``s, about ``2 sqrt(max(walk_length))`` of them (baby-step giant-step, see
+  :func:`return_probabilities`; steps above 4096 by repeated squaring, so ``walk_length=[2**62]`` takes ~120 products,
   not 2**62). float64 unless ``compute_dtype`` says otherwise. On the CPU this runs in NumPy, one BLAS call per
   matrix (no OpenMP threads); on other devices the chunk size ``C`` depends on ``n`` only and the last chunk of a
   group is padded with empty graphs. Either way each matrix's products do not depend on the other graphs of the
   batch: a graph gets the same bits alone and batched.
 - sparse (bigger graphs; SciPy on the CPU, results moved back to the input's device): never a dense power.
   ``(P^s)_ii = sum_l (P^a)_il (P^b)_li`` with ``a = ceil(s/2)``, ``b = floor(s/2)``: the rows of ``P^a`` and the
-  columns of ``P^b`` of a block of nodes are propagated by sparse products (``ceil(max(steps) / 2)`` of them, not
-  ``max(steps)`` as PyG's powers), and each diagonal is a row-wise dot product. On an undirected graph one
+  columns of ``P^b`` of a block of nodes are propagated by sparse products (``ceil(max(walk_length) / 2)`` of them, not
+  ``max(walk_length)`` as PyG's powers), and each diagonal is a row-wise dot product. On an undirected graph one
   propagation serves both, through the symmetric ``S = D^-1/2 A D^-1/2`` (``(S^s)_ii = (P^s)_ii``). Memory is
   bounded by working on blocks of rows sized so that their ``P^a`` rows fit in ~4M entries (a block that could
   outgrow that at its next product is split first); rows whose walks have spread over a good part of their graph
@@ -32,521 +32,71 @@ batch):
   order, so the bits do not depend on the blocking either. Graphs of 16,384 nodes or more are walked one at a
   time with their nodes in reverse Cuthill-McKee order (a function of the graph alone), which keeps each
   node's neighbourhood in nearby memory.
-  Time ``O(sum_i sum_{t <= max(steps)/2} |ball_t(i)| * degree)``: a 20,000-node grid with 16 steps takes ~0.2 s
+  Time ``O(sum_i sum_{t <= max(walk_length)/2} |ball_t(i)| * degree)``: a 20,000-node grid with 16 steps takes ~0.2 s
   (PyG's ``AddRandomWalkPE`` ~1 s), a million-node grid ~8 s in ~600 MB; a Barabasi-Albert graph needs
   ``O(n * E * steps / 2)`` because its walks reach every node within a few steps (20,000 nodes: ~25 s; PyG runs
-  out of memory). ``max(steps)`` is capped at ``RW_SPARSE_MAX_STEPS`` there.
+  out of memory). ``max(walk_length)`` is capped at ``RW_SPARSE_MAX_STEPS`` there.
 
 Accuracy: float64 throughout (the output is float32); the two paths agree to ~1e-15 before the cast.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..core import check_integer_tensor, check_positive_int, progress_reporter
-from ._input import GraphBatch, SizeGroup, check_steps, size_groups
+from ..core import check_positive_int, progress_reporter, renamed_argument
+from ._input import (
+    MAX_ELEMENTS,
+    check_dense_size,
+    check_graph,
+    check_output_size,
+    check_walk_length,
+    size_groups,
+)
+from .walks import (
+    dense_transitions,
+    return_probabilities,
+    sparse_return_probabilities,
+    sparse_transitions,
+    transition_weights,
+)
 
-__all__ = [
-    "random_walk_pe",
-    "transition_matrix",
-    "return_probabilities",
-    "check_walk_graph",
-    "transition_weights",
-    "dense_transitions",
-    "sparse_transitions",
-    "SparseTransitions",
-    "RW_DENSE_MAX_NODES",
-    "RW_SPARSE_MAX_STEPS",
-    "numpy_path",
-]
+__all__ = ["random_walk_pe", "transition_matrix", "RW_DENSE_MAX_NODES", "RW_SPARSE_MAX_STEPS"]
 
 #: Graphs with more nodes than this use the sparse path. Measured on 2 cores, 8k nodes in graphs of n nodes, 16
 #: steps: at n = 256 the dense path takes ~0.17 s whatever the shape, the sparse one 0.02 s (local graphs) to 1.6 s
 #: (Barabasi-Albert); at n = 128, 0.08-0.10 s vs 0.02-0.24 s.
 RW_DENSE_MAX_NODES = 256
-#: The sparse path propagates ``ceil(max(steps) / 2)`` times: longer walks are refused there.
+#: The sparse path propagates ``ceil(max(walk_length) / 2)`` times: longer walks are refused there.
 RW_SPARSE_MAX_STEPS = 1024
-# Steps up to this are computed by baby-step giant-step, longer ones by repeated squaring.
-_SQUARING_ABOVE = 4096
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
-_TORCH_ON_CPU = False
-# Entries (sparse non-zeros or dense numbers) per propagated block of rows on the sparse path.
-_BLOCK_ENTRIES = 1 << 22
 # Graphs of at least this many nodes are renumbered for locality and walked one at a time (see sparse_transitions).
 _RELABEL_MIN_NODES = 16384
-# A block of sparse rows is continued densely once this share of its graphs' columns is filled.
-_DENSE_FILL = 0.05
-
-
-# ---------------------------------------------------------------------------------------------------- input
-
-
-def _as_tensor(value: Any, name: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        tensor = value
-    else:
-        try:
-            array = np.asarray(value)
-            if array.dtype == object or array.dtype.kind in "USV":
-                raise TypeError(f"dtype {array.dtype}")
-            tensor = torch.as_tensor(array)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise TypeError(f"{name} must be a tensor or array of numbers ({exc})") from None
-    if tensor.device.type == "meta":
-        raise ValueError(f"{name} is a meta tensor (a shape without values): the random-walk encodings read "
-                         "its values; give a CPU or CUDA tensor")
-    return tensor
-
-
-def _in_graph(batch: torch.Tensor | None, node: int) -> str:
-    return "" if batch is None else f" of graph {int(batch[node])}"
-
-
-def check_walk_graph(edge_index: Any, num_nodes: Any, batch: Any = None, edge_weight: Any = None) -> GraphBatch:
-    """Validate a (batch of) graph(s) for the random-walk encodings; every error names the argument and, where
-    there is one, the edge, node and graph at fault. Graph ids may skip numbers (empty graphs): they are
-    renumbered ``0, 1, ...`` in order, which is all the node- and pair-level outputs need (so a huge id costs
-    nothing). Meta tensors are refused: the encodings depend on the values."""
-    num_nodes = check_positive_int(num_nodes, "num_nodes", minimum=0)
-    edge_index = _as_tensor(edge_index, "edge_index")
-    check_integer_tensor(edge_index, "edge_index", "integer node ids")
-    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
-        raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-    edge_index = edge_index.long()
-    device = edge_index.device
-    if batch is not None:
-        batch = _as_tensor(batch, "batch")
-        check_integer_tensor(batch, "batch", "integer graph ids")
-        if batch.shape != (num_nodes,):
-            raise ValueError(f"batch must hold one graph id per node, shape [num_nodes] = [{num_nodes}], got "
-                             f"{tuple(batch.shape)}")
-        if batch.device != device:
-            raise ValueError(f"batch is on {batch.device} but edge_index is on {device}")
-        batch = batch.long()
-        if num_nodes > 1 and bool((batch[0] < 0) | (batch[1:] < batch[:-1]).any()):
-            negative = (batch < 0).nonzero()
-            if negative.numel():
-                i = int(negative[0])
-                raise ValueError(f"batch[{i}] = {int(batch[i])}: graph ids must be >= 0")
-            i = int((batch[1:] < batch[:-1]).nonzero()[0]) + 1
-            raise ValueError(f"batch must be non-decreasing (PyG's layout: the nodes of each graph together): node "
-                             f"{i} has graph id {int(batch[i])} after graph id {int(batch[i - 1])}")
-        if num_nodes == 1 and int(batch[0]) < 0:
-            raise ValueError(f"batch[0] = {int(batch[0])}: graph ids must be >= 0")
-    if edge_index.shape[1]:
-        low, high = torch.aminmax(edge_index)
-        if int(low) < 0 or int(high) >= num_nodes:
-            e = int(((edge_index < 0) | (edge_index >= num_nodes)).any(0).nonzero()[0])
-            u, v = edge_index[:, e].tolist()
-            wrong, other = (u, v) if not 0 <= u < num_nodes else (v, u)
-            graph = _in_graph(batch, other) if 0 <= other < num_nodes else ""
-            raise ValueError(f"edge_index[:, {e}] = ({u}, {v}){graph} names node {wrong}; node ids must be in "
-                             f"0..{num_nodes - 1} (num_nodes={num_nodes})")
-        if batch is not None:
-            source, target = batch[edge_index[0]], batch[edge_index[1]]
-            if not torch.equal(source, target):
-                e = int((source != target).nonzero()[0])
-                raise ValueError(f"edge_index[:, {e}] = ({int(edge_index[0, e])}, {int(edge_index[1, e])}) joins "
-                                 f"graph {int(source[e])} to graph {int(target[e])}: batch is inconsistent with "
-                                 "edge_index (every edge must stay inside one graph)")
-    if edge_weight is None:
-        edge_weight = torch.ones(edge_index.shape[1], dtype=torch.float64, device=device)
-    else:
-        edge_weight = _as_tensor(edge_weight, "edge_weight")
-        if edge_weight.dtype == torch.bool or edge_weight.is_complex():
-            raise TypeError(f"edge_weight must be real numbers, got dtype {edge_weight.dtype}")
-        if edge_weight.ndim == 2 and edge_weight.shape[1] == 1:
-            edge_weight = edge_weight[:, 0]
-        if edge_weight.shape != (edge_index.shape[1],):
-            raise ValueError(f"edge_weight must have shape [E] = [{edge_index.shape[1]}], got "
-                             f"{tuple(edge_weight.shape)}")
-        if edge_weight.device != device:
-            raise ValueError(f"edge_weight is on {edge_weight.device} but edge_index is on {device}")
-        edge_weight = edge_weight.to(torch.float64)
-        if edge_weight.numel() and not bool((torch.isfinite(edge_weight) & (edge_weight >= 0)).all()):
-            e = int((~torch.isfinite(edge_weight) | (edge_weight < 0)).nonzero()[0])
-            value = float(edge_weight[e])
-            u, v = edge_index[:, e].tolist()
-            must = "finite" if not math.isfinite(value) else ">= 0"
-            raise ValueError(f"edge_weight[{e}] = {value} (edge {u} -> {v}{_in_graph(batch, u)}) must be {must}")
-    if batch is None or not num_nodes:
-        batch = torch.zeros(num_nodes, dtype=torch.long, device=device)
-        counts = torch.tensor([num_nodes], device=device)
-    else:
-        _, batch, counts = torch.unique_consecutive(batch, return_inverse=True, return_counts=True)
-    ptr = torch.zeros(counts.numel() + 1, dtype=torch.long, device=device)
-    torch.cumsum(counts, 0, out=ptr[1:])
-    return GraphBatch(edge_index, edge_weight, num_nodes, batch, counts, ptr)
-
-
-def transition_weights(g: GraphBatch, weighted: bool = True) -> GraphBatch:
-    """``g`` with its zero-weight edges dropped and each weight divided by the largest out-weight of its source
-    node (values in ``(0, 1]``, so sums of them neither overflow nor underflow; ``P`` is unchanged). A ratio
-    below float64's smallest number (2**-1074) is a transition probability of 0 and drops out too.
-    ``weighted=False`` (all weights 1, where the division is exact): ``g`` itself."""
-    if not weighted:
-        return g
-    keep = g.edge_weight > 0
-    row, col, weight = g.edge_index[0][keep], g.edge_index[1][keep], g.edge_weight[keep]
-    peak = torch.zeros(g.num_nodes, dtype=torch.float64, device=g.device)
-    peak.scatter_reduce_(0, row, weight, "amax", include_self=False)
-    weight = weight / peak[row]
-    keep = weight > 0
-    return dataclasses.replace(g, edge_index=torch.stack([row[keep], col[keep]]), edge_weight=weight[keep])
-
-
-# ---------------------------------------------------------------------------------------------------- dense
-
-
-def chunk_size(n: int, device: torch.device) -> int:
-    """Graphs per dense chunk of ``n``-node graphs. On the CPU the chunk only bounds memory (~8 MB a matrix): the
-    products run in NumPy, one BLAS call per matrix, so a matrix's result does not depend on its neighbours. On
-    other devices a batched product might pick its kernel by batch size, so the chunk size is a function of
-    ``n`` alone and the last chunk is padded with empty graphs: every product has the same shape in any batch."""
-    return max(1, min(1 << 16 if numpy_path(device) else 256, (1 << 20) // (n * n)))
-
-
-def numpy_path(device: torch.device) -> bool:
-    """Whether dense work on ``device`` runs in NumPy (the CPU) or in torch (``_TORCH_ON_CPU`` lets the tests run
-    the padded torch path on a CPU)."""
-    return device.type == "cpu" and not _TORCH_ON_CPU
-
-
-def dense_transitions(group: SizeGroup) -> Iterator[tuple[torch.Tensor, Any]]:
-    """``(graphs [c], P)`` for successive chunks of a size group built from :func:`transition_weights`: ``P`` is
-    the float64 ``[c, n, n]`` NumPy array on the CPU, else a ``[C, n, n]`` tensor padded with empty graphs."""
-    n, count, device = group.n, group.graphs.numel(), group.graphs.device
-    size = chunk_size(n, device)
-    if count == 1:  # one graph (a transform called graph by graph): nothing to sort
-        slot, row, col, weight = group.slot, group.row, group.col, group.weight
-        bounds = [0, int(slot.numel())]
-    else:
-        order = torch.argsort(group.slot, stable=True)  # stable: duplicate edges add up in the given order
-        slot, row, col, weight = group.slot[order], group.row[order], group.col[order], group.weight[order]
-        bounds = torch.searchsorted(slot, torch.arange(0, count + size, size, device=device)).tolist()
-    for i, start in enumerate(range(0, count, size)):
-        lo, hi = bounds[i], bounds[i + 1]
-        graphs = group.graphs[start:start + size]
-        numpy = numpy_path(device)
-        rows = graphs.numel() if numpy else size
-        adjacency = torch.zeros(rows, n, n, dtype=torch.float64, device=device)
-        adjacency.index_put_((slot[lo:hi] - start, row[lo:hi], col[lo:hi]), weight[lo:hi], accumulate=True)
-        if numpy:
-            adjacency = adjacency.numpy()
-        degree = adjacency.sum(-1, keepdims=True) if numpy else adjacency.sum(-1, keepdim=True)
-        degree[degree == 0] = 1.0
-        yield graphs, adjacency / degree
-
-
-def _stochastic(matrix: Any) -> Any:
-    """Each row divided by its sum (all rows sum to 1 in exact arithmetic, see :func:`_power`)."""
-    sums = matrix.sum(-1, keepdims=True) if isinstance(matrix, np.ndarray) else matrix.sum(-1, keepdim=True)
-    return matrix / sums
-
-
-def _power(transition: Any, s: int) -> Any:
-    """``P^s`` by repeated squaring (``~2 log2(s)`` products). Rounding would make a row sum ``1 +- 1e-16``, and
-    sixty squarings raise that to the power 2**60 (inf or 0 at ``steps=[2**62]``); so ``P`` is first made exactly
-    stochastic by an absorbing extra node that takes the mass of nodes without out-edges (a walk that enters it
-    never returns, so no return probability changes), and every product's rows are scaled back to sum 1."""
-    n = transition.shape[-1]
-    if isinstance(transition, np.ndarray):
-        padded = np.zeros((*transition.shape[:-2], n + 1, n + 1), dtype=transition.dtype)
-        deficit = np.clip(1 - transition.sum(-1), 0, 1)
-    else:
-        padded = transition.new_zeros((*transition.shape[:-2], n + 1, n + 1))
-        deficit = (1 - transition.sum(-1)).clamp(0, 1)
-    padded[..., :n, :n] = transition
-    padded[..., :n, n] = deficit
-    padded[..., n, n] = 1
-    result, base = None, _stochastic(padded)
-    while True:
-        if s & 1:
-            result = base if result is None else _stochastic(result @ base)
-        s >>= 1
-        if not s:
-            return result[..., :n, :n]
-        base = _stochastic(base @ base)
-
-
-def return_probabilities(transition: Any, steps: list[int]) -> Any:
-    """``diag(P^s)`` for each ``s`` in ``steps`` of batched dense ``transition [G, n, n]`` (a tensor or a NumPy
-    array) -> ``[G, n, len(steps)]`` of the same kind.
-
-    Baby-step giant-step: with ``m = ceil(sqrt(max(steps)))``, only ``P^1..P^m`` and ``P^m, P^2m, ...`` are
-    formed (about ``2 sqrt(S)`` matrix products instead of ``S - 1``); ``diag(P^(qm + r))_i`` is then the
-    elementwise ``sum_l (P^qm)_il (P^r)_li``, ``O(n^2)`` per step. Steps above 4096 are computed on their own by
-    repeated squaring (``~2 log2(s)`` products each).
-    """
-    numpy = isinstance(transition, np.ndarray)
-    diagonals: dict[int, Any] = {}
-    for s in {s for s in steps if s > _SQUARING_ABOVE}:
-        diagonals[s] = _power(transition, s).diagonal(0, -2, -1)
-    short = [s for s in steps if s <= _SQUARING_ABOVE]
-    if short:
-        longest = max(short)
-        m = math.isqrt(longest - 1) + 1  # ceil(sqrt(longest))
-        small = [transition]  # small[r - 1] = P^r
-        for _ in range(1, m):
-            small.append(small[-1] @ transition)
-        giants = {1: small[-1]}  # giants[q] = P^(q m)
-        for q in range(2, (longest - 1) // m + 1):
-            giants[q] = giants[q - 1] @ small[-1]
-        transposed: dict[int, Any] = {}
-        for s in short:
-            if s in diagonals:
-                continue
-            q, r = (s - 1) // m, (s - 1) % m + 1
-            if q == 0:
-                diagonals[s] = small[r - 1].diagonal(0, -2, -1)
-            elif numpy:  # row i of P^qm times column i of P^r; einsum's loop is 2.5x (P * P^T).sum(-1)'s speed
-                diagonals[s] = np.einsum("...ij,...ji->...i", giants[q], small[r - 1])
-            else:
-                if r not in transposed:  # contiguous, so the product below streams both operands
-                    transposed[r] = small[r - 1].transpose(-1, -2).contiguous()
-                diagonals[s] = (giants[q] * transposed[r]).sum(-1)
-    stacked = [diagonals[s] for s in steps]
-    return np.stack(stacked, axis=-1) if numpy else torch.stack(stacked, dim=-1)
 
 
 def transition_matrix(edge_index: Any, num_nodes: int, *, batch: Any = None, edge_weight: Any = None) -> torch.Tensor:
     """The dense float64 transition matrices ``P_ij = w_ij / sum_j w_ij`` of a graph ``[N, N]`` (or of each graph
     of a batch of equal-sized graphs, ``[B, n, n]``); rows of nodes without out-edges are 0. For inspection and
     small graphs: :func:`random_walk_pe` never forms the big ones densely."""
-    g = transition_weights(check_walk_graph(edge_index, num_nodes, batch, edge_weight))
+    g = check_graph(edge_index, num_nodes, batch, edge_weight)
     if int(g.counts.min()) != int(g.counts.max()):
         raise ValueError("transition_matrix needs graphs of one size; call it per graph")
-    group = size_groups(g)[0]
+    n = int(g.counts[0])
+    if n * n * g.num_graphs > MAX_ELEMENTS:
+        raise ValueError(f"num_nodes={g.num_nodes} ({g.num_graphs} dense [{n}, {n}] matrices) does not fit in "
+                         f"memory: at most {MAX_ELEMENTS:,} elements; random_walk_pe works without them")
+    group = size_groups(transition_weights(g))[0]
     transition = torch.cat([torch.as_tensor(p[:graphs.numel()]).to(g.device) for graphs, p in dense_transitions(group)])
     return transition[0] if batch is None else transition
-
-
-# ---------------------------------------------------------------------------------------------------- sparse
-
-
-@dataclasses.dataclass(frozen=True)
-class SparseTransitions:
-    """The transition matrix of the graphs on the sparse path as SciPy CSR (sorted indices, duplicates summed),
-    nodes renumbered ``0..n-1`` in order. ``nodes``: their ids in the batch. ``start`` / ``stop``: first and
-    one-past-last (renumbered) node of each node's graph. ``symmetric``: the summed weights are symmetric, and
-    ``matrix`` then holds ``S = D^-1/2 A D^-1/2`` instead of ``P``; ``transpose`` is ``P^T`` otherwise."""
-
-    nodes: torch.Tensor
-    matrix: Any
-    transpose: Any
-    diagonal: np.ndarray  # P_ii
-    start: np.ndarray
-    stop: np.ndarray
-    symmetric: bool
-
-    @property
-    def n(self) -> int:
-        return self.matrix.shape[0]
-
-
-def _csr(row: np.ndarray, col: np.ndarray, value: np.ndarray, n: int) -> Any:
-    """CSR of entries already sorted by (row, col) without duplicates."""
-    import scipy.sparse as sp
-
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=n), out=indptr[1:])
-    matrix = sp.csr_matrix((value, col, indptr), shape=(n, n))
-    matrix.has_sorted_indices = True
-    return matrix
-
-
-def sparse_transitions(g: GraphBatch, big: torch.Tensor, *, symmetric_form: bool = True,
-                       relabel: bool = False) -> SparseTransitions:
-    """The graphs ``big`` (``[B]`` bool) of the checked ``g`` as :class:`SparseTransitions`, computed on the CPU.
-    ``symmetric_form=False`` always keeps ``P`` (RRWP needs ``P`` itself). ``relabel`` (one graph): number the
-    nodes in reverse Cuthill-McKee order, so that a node's neighbourhood lies in nearby rows (the sparse products
-    then stay in cache: 2.5x faster on a million-node random geometric graph); ``nodes`` says where each row
-    came from."""
-    node_mask = big[g.batch]
-    nodes = node_mask.nonzero().squeeze(1)
-    n = int(nodes.numel())
-    width = max(n, 1)
-    renumber = torch.cumsum(node_mask.long(), 0) - 1
-    keep = node_mask[g.edge_index[0]] & (g.edge_weight > 0)
-    row = renumber[g.edge_index[0][keep]].cpu().numpy()
-    col = renumber[g.edge_index[1][keep]].cpu().numpy()
-    weight = g.edge_weight[keep].cpu().numpy()
-    if relabel and n:
-        import scipy.sparse as sp
-        from scipy.sparse.csgraph import reverse_cuthill_mckee
-
-        pattern = sp.csr_matrix((np.ones(row.size, dtype=np.int8), (row, col)), shape=(n, n))
-        order = reverse_cuthill_mckee(pattern, symmetric_mode=False)  # a function of this graph alone
-        position = np.empty(n, dtype=np.int64)
-        position[order] = np.arange(n)
-        row, col = position[row], position[col]
-        nodes = nodes[torch.from_numpy(order.astype(np.int64)).to(nodes.device)]
-    keys, inverse = np.unique(row * width + col, return_inverse=True)
-    row, col = keys // width, keys % width
-    # P from weights divided by their node's largest out-weight (see transition_weights); sums in edge order
-    peak = np.zeros(n)
-    np.maximum.at(peak, row[inverse], weight)
-    value = np.bincount(inverse, weights=weight / peak[row[inverse]], minlength=keys.size)
-    value = value / np.bincount(row, weights=value, minlength=n)[row]
-    positive = value > 0
-    if not positive.all():  # ratios below 2**-1074: probability 0
-        keys, row, col, value = keys[positive], row[positive], col[positive], value[positive]
-    matrix = _csr(row, col, value, n)
-    diagonal = matrix.diagonal()
-    flipped = np.lexsort((row, col))  # the entries of P^T, sorted by (col, row)
-    symmetric = False
-    if symmetric_form and np.array_equal(keys, (col * width + row)[flipped]):
-        with np.errstate(over="ignore"):
-            summed = np.bincount(inverse, weights=weight, minlength=positive.size)[positive]
-        # the original weights, summed, are symmetric (an overflowing sum counts as not: the general
-        # computation is right for any graph)
-        symmetric = bool(np.isfinite(summed).all() and np.array_equal(summed, summed[flipped]))
-    if symmetric:
-        matrix = _csr(row, col, np.sqrt(value) * np.sqrt(value[flipped]), n)
-        transpose = matrix
-    else:
-        transpose = _csr(col[flipped], row[flipped], value[flipped], n)
-    counts = g.counts[big].cpu().numpy()
-    stop = np.repeat(np.cumsum(counts), counts)
-    return SparseTransitions(nodes, matrix, transpose, diagonal, stop - np.repeat(counts, counts), stop, symmetric)
-
-
-class _Rows:
-    """Rows of a power of a sparse matrix, in the local column numbering of their graphs (columns ``c0..c1-1``
-    of the batch are ``0..m-1``): CSR ``[b, m]`` with sorted indices or, once they have spread, dense columns
-    ``[m, b]`` (transposed, so that the next product is SciPy's CSR-times-dense kernel). Both forms add the same
-    products in the same (ascending column) order."""
-
-    __slots__ = ("sparse", "dense")
-
-    def __init__(self, sparse: Any = None, dense: np.ndarray | None = None) -> None:
-        self.sparse, self.dense = sparse, dense
-
-    @property
-    def entries(self) -> int:
-        return self.sparse.nnz if self.dense is None else self.dense.size
-
-    def columns(self) -> np.ndarray:
-        return self.dense if self.dense is not None else np.ascontiguousarray(self.sparse.toarray().T)
-
-    def times(self, matrix: Any, transpose: Any) -> _Rows:
-        """``self @ matrix`` (``transpose`` is ``matrix^T``; both ``[m, m]`` CSR)."""
-        if self.dense is not None:
-            return _Rows(dense=transpose @ self.dense)
-        product = self.sparse @ matrix
-        product.sort_indices()
-        size = product.shape[0] * product.shape[1]
-        if _DENSE_FILL * size < product.nnz and size <= 4 * _BLOCK_ENTRIES:
-            return _Rows(dense=np.ascontiguousarray(product.toarray().T))
-        return _Rows(sparse=product)
-
-    def dot(self, other: _Rows) -> np.ndarray:
-        """Row-wise dot products ``[b]``, summed left to right in ascending column order in both forms."""
-        if self.dense is None and other.dense is None:
-            return self.sparse.multiply(other.sparse) @ np.ones(self.sparse.shape[1])
-        products = self.columns() * other.columns()
-        width = products.shape[1]
-        if width == 1:  # (a single column would be summed pairwise, as a contiguous vector)
-            products = np.concatenate([products, np.zeros_like(products)], axis=1)
-        # NumPy reduces axis 0 of a C-contiguous [m, >= 2] array row after row: sequential, as csr_matvec
-        return np.add.reduce(products, axis=0)[:width] if products.shape[0] else np.zeros(width)
-
-
-def _block_of(matrix: Any, r0: int, r1: int, c0: int, c1: int) -> Any:
-    """Rows ``r0..r1-1`` of a block-diagonal CSR matrix whose entries lie in columns ``c0..c1-1``, with those
-    columns renumbered ``0..c1-c0-1``."""
-    import scipy.sparse as sp
-
-    lo, hi = matrix.indptr[r0], matrix.indptr[r1]
-    block = sp.csr_matrix((matrix.data[lo:hi], matrix.indices[lo:hi] - c0, matrix.indptr[r0:r1 + 1] - lo),
-                          shape=(r1 - r0, c1 - c0))
-    block.has_sorted_indices = True
-    return block
-
-
-class _TooWide(Exception):
-    """A block of rows would outgrow the memory bound at its next product: retry it in smaller blocks."""
-
-
-def _sparse_return_probabilities(t: SparseTransitions, steps: list[int], block: int | None,
-                                 report: Any) -> np.ndarray:
-    """``(P^s)_ii`` of every node of ``t`` for ``s`` in ``steps`` -> ``[n, len(steps)]`` float64."""
-    out = np.zeros((t.n, len(steps)))
-    columns: dict[int, list[int]] = {}
-    for c, s in enumerate(steps):
-        columns.setdefault(s, []).append(c)
-    for c in columns.get(1, ()):
-        out[:, c] = t.diagonal
-    size = block or min(t.n, 256)
-    blocks: dict[tuple[int, int], tuple[Any, Any]] = {}  # the last graphs' [m, m] blocks (a big graph: all blocks)
-    r0 = 0
-    while r0 < t.n:
-        r1 = min(t.n, r0 + size)
-        try:
-            widest = _walk_block(t, r0, r1, max(steps), blocks,
-                                 lambda s, values, r0=r0, r1=r1: _record(out, columns, s, r0, r1, values))
-        except _TooWide:  # (the rows written so far are written again: the result does not depend on blocks)
-            size = max(1, (r1 - r0) // 4)
-            continue
-        report.update(r1 - r0)
-        if block is None:  # the next block holds about _BLOCK_ENTRIES entries if its rows spread like these
-            size = max(1, min(4 * size, _BLOCK_ENTRIES * (r1 - r0) // widest))
-        r0 = r1
-    return out
-
-
-def _record(out: np.ndarray, columns: dict[int, list[int]], s: int, r0: int, r1: int, values: np.ndarray) -> None:
-    for c in columns.get(s, ()):
-        out[r0:r1, c] = values
-
-
-def _walk_block(t: SparseTransitions, r0: int, r1: int, longest: int, blocks: dict, record: Any) -> int:
-    """Propagate rows ``r0..r1-1`` and record their return probabilities; returns the most entries held.
-    Raises :class:`_TooWide` (for blocks of more than one row) when a product could exceed 4x the bound."""
-    c0, c1 = int(t.start[r0]), int(t.stop[r1 - 1])  # the columns of the block's graphs
-    if (c0, c1) not in blocks:
-        blocks.clear()
-        blocks[c0, c1] = _block_of(t.matrix, c0, c1, c0, c1), _block_of(t.transpose, c0, c1, c0, c1)
-    matrix, transpose = blocks[c0, c1]
-    forward = _Rows(sparse=_block_of(t.matrix, r0, r1, c0, c1))  # rows of P^a (or S^a)
-    backward = forward if t.symmetric else _Rows(sparse=_block_of(t.transpose, r0, r1, c0, c1))  # of (P^T)^b
-    row_sizes = (np.diff(matrix.indptr), np.diff(transpose.indptr))
-    widest = max(1, forward.entries, backward.entries)
-
-    def step(rows: _Rows, by: Any, by_transpose: Any, row_size: np.ndarray) -> _Rows:
-        if rows.dense is None:  # an upper bound of the product's entries, before it is formed
-            bound = min(int(row_size[rows.sparse.indices].sum()), rows.sparse.shape[0] * (c1 - c0))
-            if bound > 4 * _BLOCK_ENTRIES and r1 - r0 > 1:
-                raise _TooWide
-        return rows.times(by, by_transpose)
-
-    a = 1
-    while 2 * a <= longest:
-        record(2 * a, forward.dot(backward))  # (P^2a)_ii = rows of P^a . columns of P^a
-        if 2 * a + 1 > longest:
-            break
-        forward = step(forward, matrix, transpose, row_sizes[0])
-        record(2 * a + 1, forward.dot(backward))
-        if t.symmetric:
-            backward = forward
-        elif 2 * a + 2 <= longest:
-            backward = step(backward, transpose, matrix, row_sizes[1])
-        widest = max(widest, forward.entries, backward.entries)
-        a += 1
-    return widest
 
 
 def random_walk_pe(
     edge_index: Any,
     num_nodes: int,
-    steps: int | list[int] = 16,
+    walk_length: int | list[int] | None = 16,
     *,
     batch: Any = None,
     edge_weight: Any = None,
@@ -554,14 +104,16 @@ def random_walk_pe(
     compute_dtype: torch.dtype = torch.float64,
     block: int | None = None,
     progress: Any = None,
+    steps: int | list[int] | None = None,
 ) -> torch.Tensor:
     """Random-walk return probabilities of every node of a graph or of a PyG batch of graphs.
 
     Args:
         edge_index: ``[2, E]`` integer node pairs; ``i -> j`` is a possible step (see the module docstring).
         num_nodes: ``N``, total number of nodes (of all graphs of the batch).
-        steps: ``S`` for steps ``1..S`` (PyG's ``walk_length``), or a list of step counts (any positive ints,
-            output columns in the given order, as GraphGPS's ``kernel.times``).
+        walk_length: ``S`` for steps ``1..S`` (PyG's ``walk_length``), or a list of step counts (any positive
+            ints, output columns in the given order, as GraphGPS's ``kernel.times``). Its old name ``steps=`` still
+            works.
         batch: ``[N]`` non-decreasing graph id per node (PyG's ``batch``); ``None`` = one graph.
         edge_weight: ``[E]`` finite, non-negative weights (default 1); the walk takes ``i -> j`` with probability
             ``w_ij / sum_j w_ij``.
@@ -574,19 +126,21 @@ def random_walk_pe(
         progress: ``True``, a callable ``(done_nodes, total_nodes)`` or ``None`` (see :mod:`omnipos.core.progress`).
 
     Returns:
-        ``[N, len(steps)]`` float32 on the input's device: column ``c`` is ``(P^steps[c])_ii``.
+        ``[N, len(walk_length)]`` float32 on the input's device: column ``c`` is ``(P^walk_length[c])_ii``.
 
     Raises:
-        ValueError / TypeError: bad steps, node ids, weights (NaN, negative), batch (unsorted, wrong length),
-        meta tensors, or more than ``RW_SPARSE_MAX_STEPS`` steps on a graph of the sparse path.
+        ValueError / TypeError: bad walk_length, node ids, weights (NaN, negative), batch (unsorted, wrong length),
+        meta tensors, sizes beyond ``MAX_ELEMENTS``, or more than ``RW_SPARSE_MAX_STEPS`` steps on a graph of the
+        sparse path.
     """
-    steps = check_steps(steps)
+    steps = check_walk_length(renamed_argument(walk_length, steps, "walk_length", "steps", default=16))
     dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
     if block is not None:
         block = check_positive_int(block, "block")
     if compute_dtype not in (torch.float32, torch.float64):
         raise ValueError(f"compute_dtype must be torch.float32 or torch.float64, got {compute_dtype!r}")
-    g = check_walk_graph(edge_index, num_nodes, batch, edge_weight)
+    g = check_graph(edge_index, num_nodes, batch, edge_weight)
+    check_output_size(g, "walk_length", f"{len(steps)} steps", len(steps))
     out = torch.zeros(g.num_nodes, len(steps), dtype=torch.float32, device=g.device)
     big = g.counts > dense_max_nodes
     with progress_reporter(progress, total=g.num_nodes, desc="random_walk_pe", name="progress") as report:
@@ -594,10 +148,10 @@ def random_walk_pe(
             if max(steps) > RW_SPARSE_MAX_STEPS:
                 first = int(big.nonzero()[0])
                 raise ValueError(
-                    f"steps: {max(steps)} steps on graph {first} (nodes {int(g.ptr[first])}.."
-                    f"{int(g.ptr[first + 1]) - 1}, more than dense_max_nodes={dense_max_nodes}) exceed "
-                    f"RW_SPARSE_MAX_STEPS={RW_SPARSE_MAX_STEPS}, the longest walk the sparse path computes; "
-                    "raise dense_max_nodes to use dense repeated squaring")
+                    f"walk_length: {max(steps)} steps on graph {int(g.graph_ids[first])} (nodes "
+                    f"{int(g.ptr[first])}..{int(g.ptr[first + 1]) - 1}, more than dense_max_nodes="
+                    f"{dense_max_nodes}) exceed RW_SPARSE_MAX_STEPS={RW_SPARSE_MAX_STEPS}, the longest walk the "
+                    "sparse path computes; raise dense_max_nodes to use dense repeated squaring")
             huge = big & (g.counts >= _RELABEL_MIN_NODES)
             parts = [big & ~huge] + [g.counts.new_zeros(big.shape).bool().index_fill_(0, i, True)
                                      for i in huge.nonzero()]
@@ -605,11 +159,12 @@ def random_walk_pe(
                 if i == 0 and not bool(part.any()):
                     continue
                 walks = sparse_transitions(g, part, relabel=i > 0)
-                values = _sparse_return_probabilities(walks, steps, block, report)
+                values = sparse_return_probabilities(walks, steps, block, report)
                 out[walks.nodes] = torch.from_numpy(values).to(device=g.device, dtype=torch.float32)
         for group in size_groups(transition_weights(g, edge_weight is not None)):
             if group.n == 0 or group.n > dense_max_nodes:
                 continue
+            check_dense_size(group, g, dense_max_nodes, "transition matrix")
             for graphs, transition in dense_transitions(group):
                 if isinstance(transition, np.ndarray):
                     values = torch.from_numpy(return_probabilities(transition.astype(_NUMPY[compute_dtype]), steps))
