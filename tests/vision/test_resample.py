@@ -1,9 +1,15 @@
-"""resample_pos_embed against timm's resample_abs_pos_embed and HF ViT's interpolate_pos_encoding."""
+"""resample_pos_embed against timm's resample_abs_pos_embed and HF ViT's interpolate_pos_encoding;
+resample_pos_embed_per_image against SigLIP2's resize_positional_embeddings and timm NaFlexViT.
+
+Peer versions verified: timm 1.0.31, transformers 5.24.0 and 4.57.1 (SigLIP2 changed between them: see
+SIGLIP2_INTERPOLATES), torch 2.14.1."""
 
 import pytest
 import torch
+import transformers
 from hypothesis import given
 from hypothesis import strategies as st
+from packaging.version import Version
 from timm.layers import resample_abs_pos_embed
 from transformers import ViTConfig
 from transformers.models.vit.modeling_vit import ViTEmbeddings
@@ -147,23 +153,74 @@ def test_zero_channels_is_refused_by_name():  # issue 14: D=0 leaked a RuntimeEr
 GRIDS = [(8, 20), (16, 16), (8, 20), (3, 5), (24, 24), (1, 1), (3, 5), (20, 8)]
 
 
+#: SigLIP2's resize_positional_embeddings: one F.interpolate per image up to transformers 4.x (verified 4.57.1: our
+#: exact=True is bit for bit), dense float32 separable weights from 5.24 (verified 5.24.0: our default path within
+#: float32 summation order). Intermediate 5.x releases are not verified.
+SIGLIP2_INTERPOLATES = Version(transformers.__version__) < Version("5.24")
+#: width-1 target grids, where F.interpolate's antialias kernels are not the separable operator (see
+#: test_width_one_grids_follow_the_formula_by_default)
+WIDTH_ONE = [(32, 1), (5, 1)]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_per_image_equals_siglip2_resize_positional_embeddings(dtype):
     from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
 
     table = torch.randn(16, 16, 32).to(dtype)  # SigLIP2: position_embedding.weight.reshape(16, 16, D)
-    grids = torch.tensor(GRIDS)
+    grids = torch.tensor(GRIDS + WIDTH_ONE)
     ref = Siglip2VisionEmbeddings.resize_positional_embeddings(table, grids, max_length=600)
     out, mask = resample_pos_embed_per_image(table, grids, max_length=600, padding="first", exact=True)
-    assert out.dtype == dtype and mask.dtype == torch.bool
-    torch.testing.assert_close(out, ref, rtol=0, atol=0)  # exact: F.interpolate per distinct grid, bit for bit
-    assert mask.sum(1).tolist() == [h * w for h, w in GRIDS]
     fast, _ = resample_pos_embed_per_image(table, grids, max_length=600, padding="first")  # separable matrices
-    rtol = 0 if dtype == torch.float32 else 2**-7  # float32 summation order, then at most one bfloat16 step
-    torch.testing.assert_close(fast.float(), ref.float(), rtol=rtol, atol=1e-5)
+    assert out.dtype == fast.dtype == dtype and mask.dtype == torch.bool
+    assert mask.sum(1).tolist() == [h * w for h, w in GRIDS + WIDTH_ONE]
+    # float32 summation order, then at most one bfloat16 rounding step
+    rtol, atol = (0, 1e-5) if dtype == torch.float32 else (2**-7, 1e-5)
+    n = len(GRIDS)
+    if SIGLIP2_INTERPOLATES:  # transformers 4.x: F.interpolate per image, width-1 grids included
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        torch.testing.assert_close(fast[:n].float(), ref[:n].float(), rtol=rtol, atol=atol)
+        assert not torch.allclose(fast[n:].float(), ref[n:].float(), atol=0.1)
+    else:  # transformers 5.24: the separable operator in float32, width-1 grids included
+        torch.testing.assert_close(fast.float(), ref.float(), rtol=rtol, atol=atol)
+        torch.testing.assert_close(out[:n].float(), ref[:n].float(), rtol=rtol, atol=atol)
+        assert not torch.allclose(out[n:].float(), ref[n:].float(), atol=0.1)
     zeros, mask_zeros = resample_pos_embed_per_image(table, grids, max_length=600, exact=True)  # timm's padding
-    torch.testing.assert_close(zeros[mask], ref[mask], rtol=0, atol=0)
+    torch.testing.assert_close(zeros[mask], out[mask], rtol=0, atol=0)
     assert bool((zeros[~mask] == 0).all()) and torch.equal(mask, mask_zeros)
+
+
+def _aa_weights(n_in, n_out, mode):
+    """``[n_out, n_in]`` float64 antialiased 1-D resampling weights from the formula (PIL / PyTorch's AA kernels:
+    the filter stretched by the downscale factor, taps normalised to sum 1), independent of F.interpolate."""
+    scale = n_in / n_out
+    support = max(scale, 1.0)
+    centre = (torch.arange(n_out, dtype=torch.float64) + 0.5) * scale
+    x = ((torch.arange(n_in, dtype=torch.float64) + 0.5)[None, :] - centre[:, None]).abs() / support
+    if mode == "bilinear":
+        w = (1 - x).clamp(min=0)
+    else:  # Keys cubic, a = -0.5 (PyTorch's antialiased bicubic)
+        a = -0.5
+        w = torch.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                        torch.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, torch.zeros_like(x)))
+    return w / w.sum(1, keepdim=True)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_width_one_grids_follow_the_formula_by_default(mode):
+    # issue 24: for (h, 1) targets F.interpolate's antialias kernel is not the separable operator; the default path
+    # is (checked against the formula in float64), exact=True keeps F.interpolate's numbers (the peers' contract)
+    table = torch.randn(16, 12, 8, dtype=torch.float64)
+    grids = [*WIDTH_ONE, (8, 1), (1, 7), (16, 1), (7, 5)]
+    out, _ = resample_pos_embed_per_image(table, grids, max_length=40, mode=mode)
+    exact, _ = resample_pos_embed_per_image(table, grids, max_length=40, mode=mode, exact=True)
+    for i, (h, w) in enumerate(grids):
+        expected = torch.einsum("ha,abd,wb->hwd", _aa_weights(16, h, mode), table, _aa_weights(12, w, mode))
+        torch.testing.assert_close(out[i, : h * w], expected.reshape(h * w, 8), rtol=0, atol=1e-12)
+        interpolated = torch.nn.functional.interpolate(table.permute(2, 0, 1)[None], size=(h, w), mode=mode,
+                                                       antialias=True, align_corners=False)
+        torch.testing.assert_close(exact[i, : h * w], interpolated[0].flatten(1).T, rtol=0, atol=0)
+        quirk = w == 1 and h != 16
+        assert torch.allclose(exact[i, : h * w], out[i, : h * w], atol=1e-12) != quirk, (h, w)
 
 
 @pytest.mark.parametrize("mode, antialias", [("bilinear", True), ("bilinear", False), ("bicubic", True),

@@ -1,5 +1,5 @@
 """RotaryEmbedding2D against timm's RotaryEmbeddingCat (ij / xy, EVA02 reference grid, half layout) and
-RotaryEmbeddingMixed (RoPE-Mixed)."""
+RotaryEmbeddingMixed (RoPE-Mixed). Peer version verified: timm 1.0.31."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""sincos_2d against MAE's numpy reference and timm's build_sincos2d_pos_embed, per convention."""
+"""sincos_2d against MAE's numpy reference and timm's build_sincos2d_pos_embed, per convention.
+Peer versions verified: timm 1.0.31 (MAE's reference is the numpy code copied into this file)."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,7 @@
 """The timm adapter against timm's own dynamic_img_size=True models with identical weights, for every ViT family
 built on timm's VisionTransformer (and its DeiT-distilled subclass), Eva (EVA02, vit_*_rope, RoPE-Mixed, DINOv3,
-PE-core) and NaFlexVit; caching, copies, checkpoints, refusals."""
+PE-core) and NaFlexVit; caching, copies, checkpoints, refusals. Peer versions verified: timm 1.0.31,
+transformers 5.24.0 (HF ViT / DINOv2 checkpoints)."""
 
 import copy
 import io

@@ -194,10 +194,25 @@ def resample_pos_embed_per_image(
     rows are then gathered from them in one indexing operation.
 
     How a grid is resampled: every ``F.interpolate`` mode is separable, so by default the table is multiplied by the
-    two 1-D resampling matrices (``W_h @ table @ W_w^T``, the matrices read off ``F.interpolate`` itself in
-    float64): the same numbers up to float32 summation order (about 1e-6 of the table's scale; nearest modes
+    two 1-D resampling matrices (``W_h @ table @ W_w^T``, each matrix read off ``F.interpolate`` along one axis in
+    float64): the separable operator up to float32 summation order (about 1e-6 of the table's scale; nearest modes
     exactly), several times faster than one ``F.interpolate`` per grid, and shared across grids of equal height.
-    ``exact=True`` calls ``F.interpolate`` per distinct grid as SigLIP2 and timm do, bit for bit.
+    ``exact=True`` calls ``F.interpolate`` per distinct grid, as timm NaFlexViT and SigLIP2 of transformers 4.x do,
+    bit for bit.
+
+    Which one equals SigLIP2 depends on the transformers release (both verified, 4.57.1 and 5.24.0):
+
+    - transformers 4.x resizes with one ``F.interpolate`` per image: ``exact=True`` is bit for bit.
+    - transformers 5.24 rewrote ``resize_positional_embeddings`` as dense float32 separable weights: the default
+      path equals it within float32 summation order (about 5e-7 of the table's scale in float32; at most one
+      rounding step, 2**-7 relative, in bfloat16), ``exact=True`` too except for width-1 grids (below).
+
+    Target grids of width 1 (``(h, 1)`` with ``h`` different from the table's height, up or down): there
+    ``F.interpolate``'s antialiased kernels (PyTorch 2.14 on CPU, bilinear and bicubic; the other modes agree) do
+    not apply the separable operator, and differ from the float64 formula by as much as the table's own scale (1.2
+    to 2.6 on a standard-normal table). The default path gives the formula's numbers (as SigLIP2 of transformers
+    5.24 does); ``exact=True`` reproduces ``F.interpolate``, quirk and all (as timm and SigLIP2 of transformers 4.x
+    do). This is not fixed on the ``exact=True`` side on purpose: its contract is the peers' bits.
 
     Args:
         table: the learned table: ``[h0, w0, D]`` (SigLIP2's ``position_embedding.weight.reshape(h0, w0, D)``),
@@ -211,7 +226,8 @@ def resample_pos_embed_per_image(
             unchanged.
         mode, antialias: ``F.interpolate`` settings (SigLIP2 / NaFlexViT: bilinear with antialias).
         padding: ``"zeros"`` (timm) or ``"first"`` (SigLIP2: the image's first patch row repeated).
-        exact: resample with ``F.interpolate`` (bit-identical to the peers) instead of the separable matrices.
+        exact: resample with ``F.interpolate`` (bit-identical to timm and to SigLIP2 of transformers 4.x) instead of
+            the separable matrices (SigLIP2 of transformers 5.24 within float32 summation order).
 
     Returns:
         ``(out [B, max_length, D], mask [B, max_length] bool)``: image ``b``'s rows are
