@@ -85,6 +85,8 @@ DYNAMIC = {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 8}
 LONGROPE = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 8,
             "short_factor": [1.0, 1.1, 1.2, 1.3, 1.0, 1.5, 2.0, 1.0], "long_factor": [2.0] * 8}
 PROPORTIONAL = {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1000.0}
+LONGROPE_MSCALE = dict(LONGROPE, short_mscale=1.2, long_mscale=1.4)  # Phi-3.5-MoE: a length-dependent factor
+INV_FREQ = [1.0, 0.5, 0.3, 0.1, 0.05, 0.01, 0.002, 0.0]  # the escape hatch: frequencies no formula gives
 
 ROPE_CONFIGS = {
     "default": dict(dim=16),
@@ -93,6 +95,8 @@ ROPE_CONFIGS = {
     "dynamic": dict(dim=16, scaling=DYNAMIC),
     "longrope": dict(dim=16, scaling=LONGROPE),
     "proportional": dict(dim=16, scaling=PROPORTIONAL),
+    "longrope-mscale": dict(dim=16, scaling=LONGROPE_MSCALE),
+    "inv_freq-interleaved": dict(dim=16, layout="interleaved", inv_freq=INV_FREQ),
     "xpos": dict(dim=16, layout="interleaved", xpos=True, xpos_center=20.0),
     "axial2": dict(dim=16, layout="interleaved", n_axes=2, rotary_dim=8),
     "axial3-unequal": dict(dim=20, n_axes=3, axes_dims=(4, 8, 8), layout="interleaved"),

@@ -42,6 +42,7 @@ from .relative import (
     relative_bias_score_mod,
     t5_relative_bucket,
 )
+from .rope_config import deinterleaved_channel_order, rope_arguments_from_config, rope_layers
 from .rope_functional import apply_rotary, rope_cos_sin
 from .rope_kernels import ROPE_LAYOUTS
 from .rope_layout import convert_rope_layout
@@ -77,6 +78,9 @@ __all__ = [
     "apply_rotary",
     "convert_rope_layout",
     "rope_cos_sin",
+    "rope_arguments_from_config",
+    "rope_layers",
+    "deinterleaved_channel_order",
     # relative biases
     "alibi_slopes",
     "alibi_bias",

@@ -24,6 +24,7 @@ __all__ = [
     "ROPE_FREQUENCY_FUNCTIONS",
     "RopeScaling",
     "as_rope_scaling",
+    "canonical_rope_type",
     "resolve_base",
     "select_layer_type",
     "rope_frequencies",
@@ -32,11 +33,16 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------------------------
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional", "ntk_alpha")
 
 # Old spellings of a rope_type: Qwen2-VL's first configs said {"type": "mrope", "mrope_section": [...]}, which
-# transformers reads as "default" (the sections live in mrope_section).
+# transformers reads as "default" (the sections live in mrope_section); transformers 5 keeps that "type" and adds
+# "rope_type": "default" beside it, so the two agree in meaning.
 _ROPE_TYPE_ALIASES = {"mrope": "default"}
+
+# Where max_position_embeddings lives on a model config and not in its rope dict (transformers v5).
+_FROM_CONFIG_HINT = ("; it lives on the model config (config.max_position_embeddings), not in its rope dict: add it "
+                     "to the dict, or build with RotaryEmbedding.from_config(config), which reads it from there")
 
 # Keys that say what a rope dict is (a flat dict has at least one of them; a dict nested by layer type has none).
 _ROPE_KEYS = ("rope_type", "type", "rope_theta")
@@ -80,7 +86,11 @@ class RopeScaling:
         - ``"longrope"``: ``short_factor``, ``long_factor`` (``dim // 2`` numbers each),
           ``original_max_position_embeddings``; ``factor`` or ``max_position_embeddings`` (then
           ``factor = max_position_embeddings / original_max_position_embeddings``, as Phi-3 does);
-          optional ``attention_factor``.
+          optional ``attention_factor``; optional ``short_mscale`` / ``long_mscale`` (Phi-3.5-MoE: they replace
+          the attention factor, ``long_mscale`` past ``original_max_position_embeddings``, else ``short_mscale``).
+        - ``"ntk_alpha"``: ``alpha``; the base becomes ``base * alpha ** (dim / (dim - 2))`` at every length
+          (Hunyuan's configs write it as ``"dynamic"`` with ``alpha``, which is read as this type, as transformers
+          does).
     """
 
     rope_type: str = "default"
@@ -99,6 +109,9 @@ class RopeScaling:
     high_freq_factor: float | None = None
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    short_mscale: float | None = None
+    long_mscale: float | None = None
+    alpha: float | None = None
     mrope_section: tuple[int, ...] | None = None
     mrope_interleaved: bool | None = None
 
@@ -127,7 +140,8 @@ class RopeScaling:
             value = getattr(self, name)
             if value is not None:
                 check_positive_int(value, f"scaling['{name}']")
-        for name in ("factor", "attention_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
+        for name in ("factor", "attention_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor",
+                     "short_mscale", "long_mscale", "alpha"):
             value = getattr(self, name)
             if value is not None:
                 _number(value, f"scaling['{name}']")
@@ -153,8 +167,10 @@ class RopeScaling:
         if kind == "dynamic" and self.max_position_embeddings is None and self.original_max_position_embeddings is None:
             raise ValueError(
                 "scaling for rope_type='dynamic' needs the key 'max_position_embeddings' (the trained length; "
-                "'original_max_position_embeddings' is accepted too)"
+                "'original_max_position_embeddings' is accepted too)" + _FROM_CONFIG_HINT
             )
+        if kind == "ntk_alpha":
+            need("alpha")
         if kind in ("yarn", "llama3", "longrope"):
             need("original_max_position_embeddings")
         if kind == "longrope" and self.original_max_position_embeddings < 2:
@@ -164,17 +180,20 @@ class RopeScaling:
             )
         if kind == "llama3":
             need("low_freq_factor", "high_freq_factor")
-            if not self.high_freq_factor > self.low_freq_factor:
+            if self.high_freq_factor < self.low_freq_factor:  # equal: an empty ramp (Llama 4), as transformers runs
                 raise ValueError(
-                    f"scaling['high_freq_factor'] must be > scaling['low_freq_factor'], got "
+                    f"scaling['high_freq_factor'] must be >= scaling['low_freq_factor'], got "
                     f"{self.high_freq_factor} and {self.low_freq_factor}"
                 )
+        if kind == "longrope" and (self.short_mscale is None) != (self.long_mscale is None):
+            raise ValueError("scaling for rope_type='longrope' needs both 'short_mscale' and 'long_mscale' or neither "
+                             f"(got short_mscale={self.short_mscale}, long_mscale={self.long_mscale})")
         if kind == "longrope":
             need("short_factor", "long_factor")
         if kind in ("yarn", "longrope") and self.factor is None and self.max_position_embeddings is None:
             raise ValueError(
                 f"scaling for rope_type={kind!r} needs the key 'factor' (or 'max_position_embeddings', from which "
-                "factor = max_position_embeddings / original_max_position_embeddings)"
+                "factor = max_position_embeddings / original_max_position_embeddings)" + _FROM_CONFIG_HINT
             )
 
     @classmethod
@@ -184,14 +203,16 @@ class RopeScaling:
         ``layer_type`` picks one entry of a dict nested by layer type (transformers v5:
         ``{"full_attention": {...}, "sliding_attention": {...}}``); a nested dict without it is a ValueError.
         """
-        values = dict(select_layer_type(scaling, layer_type))
-        kind = values.pop("rope_type", None)
-        legacy = values.pop("type", None)
+        values = dict(select_layer_type(scaling, layer_type))  # a copy: the caller's dict is never edited
+        kind = canonical_rope_type(values.pop("rope_type", None))
+        legacy = canonical_rope_type(values.pop("type", None))
         if kind is None:
             kind = legacy if legacy is not None else "default"
         elif legacy is not None and legacy != kind:
-            raise ValueError(f"scaling has rope_type={kind!r} but type={legacy!r}; give one")
-        kind = _ROPE_TYPE_ALIASES.get(kind, kind) if isinstance(kind, str) else kind
+            raise ValueError(f"scaling has rope_type={kind!r} but type={legacy!r}, which mean different things; "
+                             "give one")
+        if kind == "dynamic" and values.get("alpha"):  # Hunyuan: a fixed alpha makes "dynamic" static
+            kind = "ntk_alpha"
         unknown = sorted(set(values) - _FIELDS)
         if unknown:
             raise ValueError(
@@ -212,6 +233,11 @@ class RopeScaling:
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RopeScaling)) - {"rope_type"}
+
+
+def canonical_rope_type(kind: Any) -> Any:
+    """A rope type under its current name (``"mrope"`` -> ``"default"``); anything else as given."""
+    return _ROPE_TYPE_ALIASES.get(kind, kind) if isinstance(kind, str) else kind
 
 
 def select_layer_type(scaling: Mapping[str, Any], layer_type: str | None) -> Mapping[str, Any]:
@@ -364,10 +390,11 @@ def _llama3_rope(dim: int, base: float, s: RopeScaling, seq_len: SeqLen, device:
     factor, low, high = float(s.factor), float(s.low_freq_factor), float(s.high_freq_factor)
     trained = s.original_max_position_embeddings
     wavelength = 2 * math.pi / inv_freq
-    smooth = (trained / wavelength - low) / (high - low)
+    # low == high (Llama 4): the ramp is empty, nothing is smoothed (the where below never picks `smoothed`)
+    smooth = (trained / wavelength - low) / (high - low) if high > low else torch.zeros_like(inv_freq)
     smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
     out = torch.where(wavelength > trained / low, inv_freq / factor, inv_freq)
-    medium = (wavelength >= trained / high) & (wavelength <= trained / low)
+    medium = (wavelength >= trained / high) & (wavelength <= trained / low) & (high > low)
     return torch.where(medium, smoothed, out), 1.0
 
 
@@ -383,11 +410,17 @@ def _longrope_rope(dim: int, base: float, s: RopeScaling, seq_len: SeqLen, devic
     bands = frequency_bands(dim, base=base, device=device)
     short = bands / torch.tensor(s.short_factor, dtype=torch.float64, device=bands.device)
     long = bands / torch.tensor(s.long_factor, dtype=torch.float64, device=bands.device)
+    short_factor = long_factor = float(attention_factor)
+    if s.short_mscale is not None:  # Phi-3.5-MoE: the mscales replace the attention factor
+        short_factor, long_factor = float(s.short_mscale), float(s.long_mscale)
     if seq_len is None:
-        return short, float(attention_factor)
+        return short, short_factor
     if isinstance(seq_len, torch.Tensor):  # traceable: no host sync on the choice
-        return torch.where((seq_len > trained).to(bands.device).unsqueeze(-1), long, short), float(attention_factor)
-    return (long if seq_len > trained else short), float(attention_factor)
+        is_long = (seq_len > trained).to(bands.device)
+        factor = short_factor if short_factor == long_factor else torch.where(
+            is_long, torch.tensor(long_factor, dtype=torch.float64, device=bands.device), short_factor)
+        return torch.where(is_long.unsqueeze(-1), long, short), factor
+    return (long, long_factor) if seq_len > trained else (short, short_factor)
 
 
 def _proportional_rope(dim: int, base: float, s: RopeScaling, seq_len: SeqLen,
@@ -402,6 +435,13 @@ def _proportional_rope(dim: int, base: float, s: RopeScaling, seq_len: SeqLen,
     return inv_freq / (float(s.factor) if s.factor is not None else 1.0), 1.0
 
 
+def _ntk_alpha_rope(dim: int, base: float, s: RopeScaling, seq_len: SeqLen, device: Any) -> tuple[torch.Tensor, float]:
+    """Hunyuan's NTK with a fixed ``alpha``: ``base' = base * alpha ** (dim / (dim - 2))`` at every length."""
+    if dim <= 2:
+        raise ValueError(f"rope_type='ntk_alpha' needs dim > 2 (its exponent divides by dim - 2), got {dim}")
+    return frequency_bands(dim, base=base * float(s.alpha) ** (dim / (dim - 2)), device=device), 1.0
+
+
 #: ``rope_type`` -> ``f(dim, base, scaling, seq_len, device) -> (inv_freq float64 [dim // 2], attention_factor)``.
 ROPE_FREQUENCY_FUNCTIONS: dict[str, Callable[..., tuple[torch.Tensor, float]]] = {
     "default": _default_rope,
@@ -411,6 +451,7 @@ ROPE_FREQUENCY_FUNCTIONS: dict[str, Callable[..., tuple[torch.Tensor, float]]] =
     "llama3": _llama3_rope,
     "longrope": _longrope_rope,
     "proportional": _proportional_rope,
+    "ntk_alpha": _ntk_alpha_rope,
 }
 
 
@@ -448,7 +489,8 @@ def rope_frequencies(
 
     Returns:
         ``(inv_freq, attention_factor)``: float64 ``Tensor[dim // 2]`` and the float multiplying cos and sin
-        (1.0 except for yarn and longrope).
+        (1.0 except for yarn and longrope; a 0-d float64 tensor for a tensor ``seq_len`` when longrope's
+        ``short_mscale`` and ``long_mscale`` differ).
 
     Raises:
         ValueError / TypeError: odd ``dim``, bad ``base``, unknown ``rope_type``, unknown or missing keys, a nested

@@ -49,6 +49,7 @@ from .rope_axes import (
     check_mrope_section,
     mrope_slot_axes,
 )
+from .rope_config import rope_arguments_from_config
 from .rope_kernels import ROPE_LAYOUTS, rotate_pairs, work_dtype
 from .rope_scaling import RopeScaling, as_rope_scaling, resolve_base, rope_frequencies
 
@@ -127,6 +128,13 @@ class RotaryEmbedding(ConstantBuffers):
         mrope_interleaved: Qwen3-VL's interleaved sections (slot ``j`` takes h for ``j % 3 == 1``, w for
             ``j % 3 == 2``, below ``3 * s_h`` / ``3 * s_w``; t otherwise) instead of contiguous ones (Qwen2/2.5-VL).
             Default: the scaling dict's value, else False.
+        inv_freq: the escape hatch for frequencies no formula covers: ``Tensor[rotary_dim // 2]`` (or a list),
+            finite and >= 0, one per frequency slot (for axial RoPE the per-axis ladders one after another). It
+            replaces the ladder ``base ** (-2i / rotary_dim)``; layouts, partial rotary, positions, M-RoPE / axial
+            slots and the kernels are unchanged. Kept in float64. Refused with ``base=`` or a scaling other than
+            ``"default"`` (which of the two would set the frequencies?).
+
+    Build from a model's config with :meth:`from_config` (``RotaryEmbedding.from_config(config)``).
 
     Positions: integer or real-valued, any batch shape: ``[seq]``, ``[batch, seq]`` (left-aligned with x's leading
     axes, e.g. HF ``position_ids`` for x ``[batch, heads, seq, dim]``), per-document positions of a packed batch
@@ -159,6 +167,7 @@ class RotaryEmbedding(ConstantBuffers):
         axes_dims: Sequence[int] | None = None,
         mrope_section: Sequence[int] | None = None,
         mrope_interleaved: bool | None = None,
+        inv_freq: torch.Tensor | Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         self.dim = check_even_dim(dim, "dim")
@@ -166,6 +175,7 @@ class RotaryEmbedding(ConstantBuffers):
         self.scaling = as_rope_scaling(scaling, base=base, layer_type=layer_type)
         self.base = resolve_base(base, self.scaling)
         self.rotary_dim = self._resolve_rotary_dim(rotary_dim)
+        self._given_inv_freq = None if inv_freq is None else self._check_inv_freq(inv_freq, base)
         self.xpos = bool(xpos)
         self.xpos_scale_base = float(xpos_scale_base)
         if not (math.isfinite(self.xpos_scale_base) and self.xpos_scale_base > 0):
@@ -210,6 +220,46 @@ class RotaryEmbedding(ConstantBuffers):
         # float64, kept float64 by module.half() and rebuilt after meta-device init (ConstantBuffers)
         self.register_constants()
 
+    @classmethod
+    def from_config(cls, config: Any, *, layer_type: str | None = None,
+                    layout: str | None = None) -> RotaryEmbedding:
+        """The rotary embedding a model config describes (transformers v4 ``rope_scaling`` or v5
+        ``rope_parameters``, a VLM's top-level config or ``text_config``, or the ``config.json`` dict).
+
+        Head dim, partial rotary factor, theta, scaling, ``max_position_embeddings`` (dynamic, longrope / yarn
+        without ``factor``), ``original_max_position_embeddings``, M-RoPE section and interleaving all come from the
+        config, as transformers' rope code reads them; see :func:`~omnipos.core.rope_arguments_from_config`.
+        ``layer_type`` picks the entry of per-layer-type parameters (``"full_attention"``,
+        ``"sliding_attention"``). ``layout`` defaults to the family's (``"interleaved"`` for GLM, Cohere and
+        DeepSeek-V3 with ``rope_interleave``, whose output transformers returns de-interleaved: see
+        :func:`~omnipos.core.deinterleaved_channel_order`); whether a layer uses RoPE at all:
+        :func:`~omnipos.core.rope_layers`.
+        """
+        arguments = rope_arguments_from_config(config, layer_type=layer_type)
+        if layout is not None:
+            arguments["layout"] = layout
+        return cls(**arguments)
+
+    def _check_inv_freq(self, inv_freq: Any, base: Any) -> torch.Tensor:
+        if base is not None:
+            raise ValueError("base and inv_freq both set the frequencies; give one of them")
+        if self.scaling.rope_type != "default":
+            raise ValueError(f"inv_freq replaces the frequencies that scaling rope_type={self.scaling.rope_type!r} "
+                             "would compute; give one of them (apply your scaling to inv_freq)")
+        if isinstance(inv_freq, (str, bytes)) or not isinstance(inv_freq, (torch.Tensor, Sequence)) and \
+                not hasattr(inv_freq, "__array__"):
+            raise TypeError(f"inv_freq must be a 1-D tensor or list of numbers, got {type(inv_freq).__name__}")
+        if isinstance(inv_freq, torch.Tensor) and (inv_freq.is_meta or inv_freq.is_complex() or inv_freq.dtype
+                                                   == torch.bool):
+            raise TypeError(f"inv_freq must be a real tensor with values, got {inv_freq.dtype} on {inv_freq.device}")
+        values = torch.as_tensor(inv_freq, dtype=torch.float64, device="cpu").detach().clone()
+        if values.ndim != 1 or values.numel() != self.rotary_dim // 2:
+            raise ValueError(f"inv_freq must be 1-D with rotary_dim // 2 = {self.rotary_dim // 2} frequencies (one "
+                             f"per slot), got shape {tuple(values.shape)}")
+        if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+            raise ValueError(f"inv_freq must be finite and >= 0, got {values.tolist()}")
+        return values
+
     def _resolve_rotary_dim(self, rotary_dim: int | None) -> int:
         factor = self.scaling.partial_rotary_factor
         derived = None
@@ -249,14 +299,18 @@ class RotaryEmbedding(ConstantBuffers):
         return None
 
     def compute_constants(self, device: torch.device | None) -> dict[str, torch.Tensor]:
-        constants = {"inv_freq": self._ladder(device=device)}
+        given = self._given_inv_freq
+        # the given frequencies are kept on the CPU; built here with the factories' default device (meta included)
+        constants = {"inv_freq": self._ladder(device=device) if given is None else
+                     torch.tensor(given.tolist(), dtype=torch.float64, device=device)}
         axes = self._slot_axes()
         if axes is not None:  # which coordinate turns each slot
             constants["slot_axis"] = torch.tensor(axes, dtype=torch.long, device=device)
         return constants
 
     def extra_repr(self) -> str:
-        parts = [f"dim={self.dim}", f"base={self.base:g}", f"layout={self.layout!r}"]
+        frequencies = f"base={self.base:g}" if self._given_inv_freq is None else "inv_freq=given"
+        parts = [f"dim={self.dim}", frequencies, f"layout={self.layout!r}"]
         if self.rotary_dim != self.dim:
             parts.append(f"rotary_dim={self.rotary_dim}")
         if self.scaling.rope_type != "default":
@@ -316,11 +370,29 @@ class RotaryEmbedding(ConstantBuffers):
             return positions.unsqueeze(-1) * inv_freq
         return positions.index_select(-1, self.slot_axis.to(positions.device)) * inv_freq
 
+    def attention_factor_at(self, positions: torch.Tensor) -> float | torch.Tensor:
+        """The factor multiplying cos and sin for these (validated) positions: ``attention_factor``, except for
+        longrope with ``short_mscale`` != ``long_mscale`` (Phi-3.5-MoE), where it is ``long_mscale`` once
+        ``max(positions) + 1`` passes ``original_max_position_embeddings`` (a 0-d tensor: no host sync)."""
+        s = self.scaling
+        if s.rope_type != "longrope" or s.short_mscale is None or s.short_mscale == s.long_mscale:
+            return self.attention_factor
+        positions = torch.as_tensor(positions)
+        if not positions.numel():
+            return self.attention_factor
+        is_long = positions.max().to(torch.float64) + 1 > s.original_max_position_embeddings
+        return torch.where(is_long, torch.tensor(float(s.long_mscale), dtype=torch.float64, device=is_long.device),
+                           float(s.short_mscale))
+
     def _half_cos_sin(self, positions: torch.Tensor, work: torch.dtype,
                       device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = cos_sin_of_angles(self.angles(positions, device=device), work)
-        if self.attention_factor != 1.0:
-            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        factor = self.attention_factor_at(positions)
+        if isinstance(factor, torch.Tensor):
+            factor = factor.to(device=cos.device, dtype=cos.dtype)
+            return cos * factor, sin * factor
+        if factor != 1.0:
+            cos, sin = cos * factor, sin * factor
         return cos, sin
 
     def cos_sin(self, positions: Any, *, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -451,5 +523,5 @@ class RotaryEmbedding(ConstantBuffers):
         return rope_triton.maybe_rotate(q, k, positions, self.frequencies(positions).to(q.device),
                                         seq_axis=seq_axis, rotary_dim=self.rotary_dim,
                                         interleaved=self.layout == "interleaved",
-                                        attention_factor=self.attention_factor,
+                                        attention_factor=float(self.attention_factor_at(positions)),
                                         slot_axis=None if slot_axis is None else slot_axis.to(q.device))
