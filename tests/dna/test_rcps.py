@@ -276,3 +276,19 @@ def test_bad_inputs():
         head.tie_weights(nn.Embedding(16, 2))
     with pytest.raises(ValueError, match="one id per logit"):
         reverse_complement_logits(torch.randn(1, 2, 3), torch.arange(4))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cuda_equals_cpu_and_stays_equivariant(variant):
+    torch.manual_seed(3)
+    tokens, mask = encode(["ACGTNRYacgtn", "GATTACA", "kmbdh"])
+    model = Model(32, "iupac", 8, variant).double()
+    cpu = model(tokens, mask)
+    model = model.cuda()
+    tokens, mask = tokens.cuda(), mask.cuda()
+    gpu = model(tokens, mask)
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-10, atol=1e-10)
+    expected = reverse_complement_logits(gpu, model.head.complement, mask)
+    assert torch.equal(model(reverse_complement(tokens, mask), mask), expected)

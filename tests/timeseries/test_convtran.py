@@ -179,3 +179,18 @@ def test_bad_inputs():
         erpe_attention(torch.randn(1, 2, 4, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 4, 4), module)
     with pytest.raises(ValueError, match=r"q must be a tensor \[B, H, L, D\]"):
         erpe_attention(torch.randn(2, 4, 4), torch.randn(2, 4, 4), torch.randn(2, 4, 4), module)
+
+
+@pytest.mark.gpu
+def test_cuda_equals_cpu():
+    torch.testing.assert_close(tape(30, 64, device="cuda").cpu(), tape(30, 64), rtol=0, atol=1e-6)
+    module = TAPE(16, 20)
+    x = torch.randn(2, 20, 16)
+    torch.testing.assert_close(module.cuda()(x.cuda()).cpu(), module.cpu()(x), rtol=0, atol=1e-6)
+    erpe = ERPE(8, 2)
+    torch.nn.init.normal_(erpe.table)
+    q, k, v = torch.randn(3, 2, 2, 8, 4)
+    cpu = erpe_attention(q, k, v, erpe)
+    gpu = erpe_attention(q.cuda(), k.cuda(), v.cuda(), erpe.cuda())
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-5, atol=1e-5)
