@@ -100,7 +100,7 @@ def test_model_is_exactly_equivariant_on_random_vocabularies_and_padded_batches(
     vocab_size, table = vocab
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = Model(vocab_size, table, 2 * half, variant).double()
+    model = Model(vocab_size, table, 2 * half + (variant == "average"), variant).double()  # "average": any dim
     tokens, mask = padded_batch(g, vocab_size, lengths)
     logits = model(tokens, mask)
     expected = reverse_complement_logits(logits, model.head.complement, mask)
@@ -238,6 +238,8 @@ def test_bad_inputs():
         complement_map(3.0, 4)
     with pytest.raises(TypeError, match="int token ids"):
         complement_map([1.0, 0.0], 2)
+    with pytest.raises(TypeError, match="keys must be int"):
+        complement_map({"A": 1, "T": 0}, 2)
     with pytest.raises(ValueError, match="vocab_size is 16"):
         RCPSEmbedding(16, 4, list(range(32)))
     with pytest.raises(ValueError, match="dim must be even"):

@@ -88,6 +88,8 @@ def complement_map(complement: Any, vocab_size: int) -> torch.Tensor:
         # is no involution: here it is its own complement, as the pad is
         values[vocab_size - 1] = vocab_size - 1
     elif isinstance(complement, Mapping):
+        if not all(isinstance(k, int) and not isinstance(k, bool) for k in complement):
+            raise TypeError("complement's keys must be int token ids")
         keys = sorted(complement)
         if keys != list(range(vocab_size)):
             raise ValueError(f"complement's keys must be exactly the token ids 0..{vocab_size - 1} (vocab_size), got "
