@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import convtran
 
+from omnipos.core import relative_bias_score_mod
 from omnipos.timeseries import ERPE, TAPE, erpe_attention, erpe_bias, erpe_score_mod, tape
 
 
@@ -120,6 +121,10 @@ def test_erpe_score_mod_equals_dense_bias():
     qi, ki = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
     got = score_mod(torch.zeros(5, 5), torch.tensor(0), torch.tensor(1), qi, ki)
     torch.testing.assert_close(got, module.bias(5)[1], rtol=0, atol=0)
+    # the core's dense score_mod over the materialised bias agrees (it builds [H, L, L]; this one indexes the table)
+    dense = relative_bias_score_mod(module.bias(5).detach())
+    torch.testing.assert_close(dense(torch.zeros(5, 5), torch.tensor(0), torch.tensor(1), qi, ki), got.detach(),
+                               rtol=0, atol=0)
 
 
 def test_erpe_is_zero_at_init_as_convtran():
