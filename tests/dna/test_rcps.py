@@ -100,7 +100,7 @@ def test_model_is_exactly_equivariant_on_random_vocabularies_and_padded_batches(
     vocab_size, table = vocab
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = Model(vocab_size, table, 2 * half, variant).double()
+    model = Model(vocab_size, table, 2 * half + (variant == "average"), variant).double()  # "average": any dim
     tokens, mask = padded_batch(g, vocab_size, lengths)
     logits = model(tokens, mask)
     expected = reverse_complement_logits(logits, model.head.complement, mask)
@@ -238,6 +238,8 @@ def test_bad_inputs():
         complement_map(3.0, 4)
     with pytest.raises(TypeError, match="int token ids"):
         complement_map([1.0, 0.0], 2)
+    with pytest.raises(TypeError, match="keys must be int"):
+        complement_map({"A": 1, "T": 0}, 2)
     with pytest.raises(ValueError, match="vocab_size is 16"):
         RCPSEmbedding(16, 4, list(range(32)))
     with pytest.raises(ValueError, match="dim must be even"):
@@ -276,3 +278,19 @@ def test_bad_inputs():
         head.tie_weights(nn.Embedding(16, 2))
     with pytest.raises(ValueError, match="one id per logit"):
         reverse_complement_logits(torch.randn(1, 2, 3), torch.arange(4))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cuda_equals_cpu_and_stays_equivariant(variant):
+    torch.manual_seed(3)
+    tokens, mask = encode(["ACGTNRYacgtn", "GATTACA", "kmbdh"])
+    model = Model(32, "iupac", 8, variant).double()
+    cpu = model(tokens, mask)
+    model = model.cuda()
+    tokens, mask = tokens.cuda(), mask.cuda()
+    gpu = model(tokens, mask)
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-10, atol=1e-10)
+    expected = reverse_complement_logits(gpu, model.head.complement, mask)
+    assert torch.equal(model(reverse_complement(tokens, mask), mask), expected)

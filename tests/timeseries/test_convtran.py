@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import convtran
 
+from omnipos.core import relative_bias_score_mod
 from omnipos.timeseries import ERPE, TAPE, erpe_attention, erpe_bias, erpe_score_mod, tape
 
 
@@ -120,6 +121,10 @@ def test_erpe_score_mod_equals_dense_bias():
     qi, ki = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
     got = score_mod(torch.zeros(5, 5), torch.tensor(0), torch.tensor(1), qi, ki)
     torch.testing.assert_close(got, module.bias(5)[1], rtol=0, atol=0)
+    # the core's dense score_mod over the materialised bias agrees (it builds [H, L, L]; this one indexes the table)
+    dense = relative_bias_score_mod(module.bias(5).detach())
+    torch.testing.assert_close(dense(torch.zeros(5, 5), torch.tensor(0), torch.tensor(1), qi, ki), got.detach(),
+                               rtol=0, atol=0)
 
 
 def test_erpe_is_zero_at_init_as_convtran():
@@ -179,3 +184,18 @@ def test_bad_inputs():
         erpe_attention(torch.randn(1, 2, 4, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 4, 4), module)
     with pytest.raises(ValueError, match=r"q must be a tensor \[B, H, L, D\]"):
         erpe_attention(torch.randn(2, 4, 4), torch.randn(2, 4, 4), torch.randn(2, 4, 4), module)
+
+
+@pytest.mark.gpu
+def test_cuda_equals_cpu():
+    torch.testing.assert_close(tape(30, 64, device="cuda").cpu(), tape(30, 64), rtol=0, atol=1e-6)
+    module = TAPE(16, 20)
+    x = torch.randn(2, 20, 16)
+    torch.testing.assert_close(module.cuda()(x.cuda()).cpu(), module.cpu()(x), rtol=0, atol=1e-6)
+    erpe = ERPE(8, 2)
+    torch.nn.init.normal_(erpe.table)
+    q, k, v = torch.randn(3, 2, 2, 8, 4)
+    cpu = erpe_attention(q, k, v, erpe)
+    gpu = erpe_attention(q.cuda(), k.cuda(), v.cuda(), erpe.cuda())
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-5, atol=1e-5)

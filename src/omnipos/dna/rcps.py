@@ -88,6 +88,8 @@ def complement_map(complement: Any, vocab_size: int) -> torch.Tensor:
         # is no involution: here it is its own complement, as the pad is
         values[vocab_size - 1] = vocab_size - 1
     elif isinstance(complement, Mapping):
+        if not all(isinstance(k, int) and not isinstance(k, bool) for k in complement):
+            raise TypeError("complement's keys must be int token ids")
         keys = sorted(complement)
         if keys != list(range(vocab_size)):
             raise ValueError(f"complement's keys must be exactly the token ids 0..{vocab_size - 1} (vocab_size), got "
@@ -131,11 +133,15 @@ def _flip_length(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return x.flip(1) if mask is None else flip_within_lengths(x, mask)
 
 
+def _rc_hidden(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return h.flip((1, -1)) if mask is None else flip_within_lengths(h, mask).flip(-1)  # one copy without a mask
+
+
 def reverse_complement_hidden(h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """The reverse complement of an RCPS hidden state ``h [B, L, C]``: reversed along channels and along length
     (within each row's length when ``mask [B, L]`` is given; pads stay at the end). Involutive."""
     _check_hidden(h, "h")
-    return _flip_length(h, mask).flip(-1)
+    return _rc_hidden(h, mask)
 
 
 def reverse_complement_logits(logits: torch.Tensor, complement: torch.Tensor,
@@ -278,7 +284,7 @@ class RCPS(nn.Module):
         return out
 
     def _rc(self, h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return _flip_length(h, mask).flip(-1)
+        return _rc_hidden(h, mask)
 
     def _both_strands(self, x: torch.Tensor, mask: torch.Tensor | None, kwargs: dict[str, Any]) -> torch.Tensor:
         if self.variant == "split":
@@ -400,7 +406,7 @@ class RCPSLMHead(_Complemented):
         complement = self.complement.to(h.device)
 
         def reverse_strand_logits(u: torch.Tensor) -> torch.Tensor:
-            rc_u = _flip_length(u, mask).flip(-1)
+            rc_u = _rc_hidden(u, mask)
             return _flip_length(F.linear(rc_u, self.weight), mask).index_select(-1, complement)
 
         if self.variant == "split":

@@ -57,7 +57,8 @@ def erpe_bias(table: torch.Tensor, length: int) -> torch.Tensor:
     if length > max_len:
         raise ValueError(f"length={length} is beyond max_len={max_len}: the table has offsets up to "
                          f"+-{max_len - 1} only")
-    return table[_relative_rows(length, max_len, table.device)].permute(2, 0, 1)
+    rows = _relative_rows(length, max_len, table.device).reshape(-1)
+    return table.index_select(0, rows).reshape(length, length, -1).permute(2, 0, 1)
 
 
 def erpe_score_mod(erpe: ERPE | torch.Tensor) -> ScoreMod:
