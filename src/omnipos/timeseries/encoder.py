@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -244,15 +245,15 @@ class TimelineEncoder(ConstantBuffers):
         rows_c = None if clocks is None else clocks.reshape(-1)
         # each row's clock modulo each period, once per row: [rows, P]
         rows_cm = None if clocks is None else torch.remainder(rows_c.unsqueeze(-1), self.periods)
-        out = torch.empty(*rows_t.shape, self.dim, dtype=out_dtype, device=times.device)
-        # On CPU, blocks of rows small enough to stay in cache while they are zeroed, encoded and filled in: the
-        # work is memory-bound (float64 phase buffers, the padded output). Elsewhere one block (no syncs).
+        out, zeroed = _padded_output((*rows_t.shape, self.dim), out_dtype, times.device)
+        # On CPU, blocks of rows small enough to stay in cache while they are encoded and filled in: the work is
+        # memory-bound (float64 phase buffers, the padded output). Elsewhere one block (no syncs).
         step = max(1, self.chunk // length) if times.device.type == "cpu" else rows_t.shape[0]
         for start in range(0, rows_t.shape[0], step):
             block = slice(start, start + step)
             slots = rows_m[block].reshape(-1).nonzero().squeeze(1)
             target = out[block].view(-1, self.dim)
-            if slots.numel() < target.shape[0]:
+            if not zeroed and slots.numel() < target.shape[0]:
                 target.zero_()
             if slots.numel():
                 t = rows_t[block].reshape(-1)[slots]
@@ -395,6 +396,22 @@ class TimelineEncoder(ConstantBuffers):
         if "absolute" in self.sizes:
             parts += [f"min_period={self.min_period!r}", f"max_period={self.max_period!r}"]
         return ", ".join(parts)
+
+
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
+
+
+def _padded_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, bool]:
+    """``(out, zeroed)``: the padded output buffer, already zero where ``zeroed``.
+
+    On CPU it comes from NumPy's ``zeros``, which asks the allocator for zeroed memory (``calloc``): the system
+    hands out zero pages when they are first written, so pages that hold only padding are never touched, where
+    ``torch.zeros`` writes every byte once (a padded batch is often half padding). Elsewhere (and for dtypes NumPy
+    lacks) an empty buffer, zeroed block by block by the caller."""
+    numpy_dtype = _NUMPY_DTYPES.get(dtype)
+    if device.type == "cpu" and numpy_dtype is not None:
+        return torch.from_numpy(np.zeros(shape, dtype=numpy_dtype)), True
+    return torch.empty(shape, dtype=dtype, device=device), False
 
 
 def _accumulate(out: torch.Tensor | None, piece: torch.Tensor) -> torch.Tensor:

@@ -156,9 +156,8 @@ class EventBatch:
                 padding would not fit in memory (use ``max_len`` or :meth:`batches`).
         """
         table = EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
-                                  drop_missing=drop_missing, vocab=vocab, unknown_code=unknown_code,
-                                  static=static, static_only=static_only, max_len=max_len, truncation=truncation,
-                                  naive_as=naive_as)
+                                 drop_missing=drop_missing, vocab=vocab, unknown_code=unknown_code, static=static,
+                                 static_only=static_only, max_len=max_len, truncation=truncation, naive_as=naive_as)
         return table.pad(np.arange(table.rows))
 
     @classmethod
