@@ -70,7 +70,8 @@ def test_a_dead_worker_fails_its_unit_and_the_others_finish(tmp_path, graphs, sa
     assert "unit 4, graphs[40:50]: its worker process died 2 times (killed by SIGSEGV: a crash in native " \
            "code)" in message
     assert marker.exists()  # unit 3's worker died once and the retry finished it
-    assert sorted(s for s, _ in info.value.result.failures) == ["graphs[0:10]", "graphs[20:30]", "graphs[40:50]"]
+    # in unit order, whatever order the units finished in
+    assert [s for s, _ in info.value.result.failures] == ["graphs[0:10]", "graphs[20:30]", "graphs[40:50]"]
     assert sorted(Manifest._load(tmp_path / "out").units) == [1, 3, 5]
     armed.unlink()  # the cause is fixed
     resumed = precompute_graphs(graphs, tmp_path / "out", deadly, shard_size=10, progress=False)
