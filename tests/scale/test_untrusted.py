@@ -2,11 +2,21 @@
 other people's files are refused or left alone, never read or deleted."""
 
 import json
+from pathlib import PurePosixPath
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omnipos.scale import load_reads, precompute_reads
-from omnipos.scale.manifest import MANIFEST_NAME, ForeignNameError, Manifest, write_atomic
+from omnipos.scale.manifest import (
+    MANIFEST_NAME,
+    ForeignNameError,
+    Manifest,
+    is_own_temporary,
+    is_shard_name,
+    write_atomic,
+)
 
 JOB = {"kind": "reads", "inputs": {"files": ["a"]}, "shard_size": 10, "options": {}}
 
@@ -150,3 +160,14 @@ def test_only_the_jobs_own_temporaries_are_deleted(tmp_path):
     Manifest.open(tmp_path, JOB, ["v1"], resume=True, overwrite=False)
     left = sorted(p.name for p in tmp_path.iterdir() if p.name not in (MANIFEST_NAME, ".omnipos.lock"))
     assert left == sorted(theirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40), st.from_regex(r"\.?\.?(reads|graphs)-[0-9/.]{5,8}-[0-9a-z/.]{5,8}\.[a-z./]{1,8}"
+                                                    r"(\.tmp-[0-9]+-[0-9a-f]{8})?", fullmatch=True)))
+def test_an_accepted_name_is_a_plain_file_in_the_folder(name):
+    """Whatever the text, a name the job would read, write or delete never leaves the folder."""
+    for accepted in (is_shard_name(name, "reads"), is_shard_name(name, "graphs", 3), is_own_temporary(name, "reads")):
+        if accepted:
+            assert "/" not in name and "\\" not in name and "\x00" not in name and name not in (".", "..")
+            assert PurePosixPath(name).name == name and not PurePosixPath(name).is_absolute()

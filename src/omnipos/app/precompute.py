@@ -22,11 +22,12 @@ _UNITS = {"graphs": " graphs", "reads": " reads", "meds": " subjects"}
 def _common(parser: argparse.ArgumentParser, shard_size: int, what: str) -> None:
     add_output_argument(parser, "output folder (shards and manifest.jsonl)")
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
-                        help="local: this process (default); ray: Ray Data, local or a cluster")
+                        help="local: worker processes on this machine (default); ray: Ray tasks, local or a cluster")
     parser.add_argument("--address", default=None,
                         help="a running Ray cluster: 'auto', 'host:port' or 'ray://host:port' (needs --engine ray)")
     parser.add_argument("--num-cpus", type=int, default=None,
-                        help="Ray: CPUs of the local Ray started here, or the most shards at once on a cluster")
+                        help="local: worker processes (default: the machine's cores); Ray: CPUs of the local Ray "
+                             "started here, or the most units at once on a cluster")
     parser.add_argument("--num-gpus", type=float, default=0, help="GPUs per shard (graphs only; default 0)")
     parser.add_argument("--shard-size", type=int, default=shard_size, help=f"{what} per shard (default {shard_size:,})")
     parser.add_argument("--no-resume", action="store_true", help="redo every shard, even those already finished")
@@ -38,7 +39,7 @@ def add_precompute_parser(commands: Any) -> None:
     """Add ``precompute`` and its three kinds to the ``omnipos`` subcommands."""
     precompute = commands.add_parser(
         "precompute", help="dataset-scale precompute: graph encodings, reads, MEDS timelines, in shards",
-        description="Run omnipos over a whole dataset, shard by shard, in this process or on Ray Data; an "
+        description="Run omnipos over a whole dataset, shard by shard, on worker processes or on Ray; an "
                     "interrupted job resumes where it stopped.")
     kinds = precompute.add_subparsers(dest="kind", metavar="KIND")
     kinds.required = True

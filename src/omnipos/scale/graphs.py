@@ -71,13 +71,15 @@ def precompute_graphs(
             every node sees (a shared filesystem).
         transform: an omnipos graph transform (``omnipos.graph.AddLaplacianPE``, ``AddRandomWalkPE``, a PyG
             ``Compose`` of them, or any PyG ``BaseTransform``), applied through :func:`omnipos.graph.precompute`.
-        engine, address, num_cpus, num_gpus: where the shards run, see :func:`omnipos.scale.make_engine`;
-            ``num_gpus > 0`` computes on CUDA.
+        engine, address, num_cpus, num_gpus: where the units run, see :func:`omnipos.scale.make_engine`
+            (default: worker processes, one per core); ``num_gpus > 0`` computes on CUDA.
         shard_size: graphs per output shard (and per unit of work for in-memory input); must be >= 1.
         batch_size: graphs per batched solve inside a shard (does not change the output).
         resume: skip the units a previous run of the same job finished (if their input is unchanged: a file's
-            size and mtime, a slice's content hash); ``False`` redoes everything.
-        overwrite: replace the output of a different job found in ``out_dir`` (otherwise a ValueError).
+            size and mtime, a slice's content hash); ``False`` redoes everything. A transform that cannot be
+            pickled (a lambda, a closure) cannot be told from a changed one, so it is refused with ``resume=True``.
+        overwrite: replace the output of a different job (or an unreadable manifest) found in ``out_dir``
+            (otherwise a ValueError). A folder another run holds is refused either way.
         progress: ``True`` (a line on stderr), ``False``, or a ``(done, total)`` callable.
 
     Returns:
@@ -85,8 +87,9 @@ def precompute_graphs(
         :class:`ShardedGraphDataset`.
 
     Raises:
-        ValueError: bad arguments; ``out_dir`` holding another job; :class:`omnipos.scale.PrecomputeError` (a
-            ValueError) after the other shards finished when some input files were unreadable.
+        ValueError: bad arguments; a transform that cannot be pickled (see ``resume``); ``out_dir`` holding
+            another job, or held by another run; :class:`omnipos.scale.PrecomputeError` (a ValueError) after the
+            other units finished when some failed (an unreadable input file, a worker that died on every retry).
     """
     engine_ = make_engine(engine, address, num_cpus, num_gpus)
     shard_size = check_positive_int(shard_size, "shard_size")

@@ -115,7 +115,7 @@ def run_job(
             manifest.set_meta(meta)
         result = PrecomputeResult(kind, manifest.out_dir, units=len(units))
         by_index = {u.index: u for u in units}
-        failed_lines: list[str] = []
+        failed: list[tuple[Unit, str]] = []  # in the order units finish; reported in unit order
         pending = [u.index for u in units if u.index not in manifest.units]
         result.units_resumed = len(units) - len(pending)
         known = [u.items for u in units]
@@ -129,10 +129,7 @@ def run_job(
 
             def on_result(record: dict[str, Any]) -> None:
                 if "error" in record:
-                    unit = by_index[int(record["unit"])]
-                    result.failures.append((unit.source, record["error"]))
-                    cause = record["error"].removeprefix(f"{unit.source}: ")  # a file's errors name it already
-                    failed_lines.append(f"unit {unit.index}, {unit.source}: {cause}")
+                    failed.append((by_index[int(record["unit"])], record["error"]))
                     return
                 manifest.record(record)
                 result.items_computed += record["items"]
@@ -141,11 +138,16 @@ def run_job(
 
             with engine.session() as run:
                 run(pending, work, payload, on_result)
-        if not result.failures:
+        if not failed:
             manifest.finish()
     result.items = sum(r["items"] for r in manifest.units.values())
     result.shards = len(manifest.shards())
     result.seconds = time.perf_counter() - started
+    failed.sort(key=lambda pair: pair[0].index)
+    result.failures = [(unit.source, error) for unit, error in failed]
+    # a file's errors name it already
+    failed_lines = [f"unit {unit.index}, {unit.source}: {error.removeprefix(f'{unit.source}: ')}"
+                    for unit, error in failed]
     if result.failures:
         raise PrecomputeError(f"{len(result.failures)} of {len(units)} units failed (the other "
                               f"{len(units) - len(result.failures)} finished and are recorded; run the same call "

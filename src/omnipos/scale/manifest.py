@@ -256,7 +256,9 @@ class Manifest:
         still ``identities[unit]`` and whose shard files are all present, with their recorded sizes, are kept) or
         started over (``resume=False``). A manifest of a different job (another kind, transform or options,
         other input files, another shard size) is refused unless ``overwrite=True``; then its shard files are
-        deleted first.
+        deleted first. An unreadable or malformed manifest is a ValueError naming its line, or is replaced under
+        ``overwrite=True`` (deleting nothing it lists); one naming a file the job would not write is a
+        :class:`ForeignNameError` either way. The caller holds the folder (:func:`omnipos.scale.lock.hold_folder`).
         """
         units = len(identities)
         out_dir = Path(out_dir)

@@ -44,13 +44,19 @@ def _context() -> Any:
     return context
 
 
-def _serve(connection: Any, work: Callable[[int, Any], dict], filters: list[Any]) -> None:
-    """A worker's loop: ``(unit, payload)`` in, ``work(unit, payload)`` out, until ``None`` or the pipe closes."""
+def _serve(connection: Any, pickled_work: bytes, filters: list[Any]) -> None:
+    """A worker's loop: ``(unit, payload)`` in, ``work(unit, payload)`` out, until ``None`` or the pipe closes.
+    A unit function it cannot load is reported (``{"fatal": ...}``) instead of a traceback and a dead worker."""
     import torch
 
     warnings.filters[:] = filters  # the driver's warning filters
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
     torch.set_num_threads(1)  # one core per worker, as a Ray task of num_cpus=1 (no oversubscription)
+    try:
+        work = pickle.loads(pickled_work)
+    except Exception as exc:  # noqa: BLE001 - e.g. a class defined in a notebook, which a worker cannot import
+        connection.send({"fatal": f"{type(exc).__name__}: {exc}"})
+        return
     while True:
         try:
             task = connection.recv()
@@ -63,15 +69,16 @@ def _serve(connection: Any, work: Callable[[int, Any], dict], filters: list[Any]
 
 class _Worker:
     def __init__(self, context: Any, work: Callable[[int, Any], dict]) -> None:
-        self.connection, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, work, list(warnings.filters)), daemon=True,
-                                       name="omnipos-scale-worker")
         try:
-            self.process.start()
-        except (pickle.PicklingError, AttributeError, TypeError) as exc:
-            self.connection.close()
+            pickled_work = pickle.dumps(work, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - pickle raises PicklingError, AttributeError, TypeError alike
             raise ValueError(f"the unit function cannot be sent to worker processes (it must be picklable): "
                              f"{type(exc).__name__}: {exc}") from None
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, pickled_work, list(warnings.filters)),
+                                       daemon=True, name="omnipos-scale-worker")
+        try:
+            self.process.start()
         finally:
             child.close()
         self.unit: int | None = None
@@ -135,6 +142,10 @@ def run_on_workers(units: Sequence[int], work: Callable[[int, Any], dict],
                     except (EOFError, OSError):
                         record = None  # the worker died: its end of the pipe closed
                 unit, worker.unit = worker.unit, None
+                if record is not None and "fatal" in record:
+                    raise ValueError(f"the worker processes cannot load the unit function ({record['fatal']}); "
+                                     "a transform defined in a notebook or in a script run without an import path "
+                                     "must move to an importable module")
                 if record is not None:
                     on_result(record)
                     continue
