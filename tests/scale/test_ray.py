@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch_geometric.transforms import BaseTransform, Compose
+from support.worker_probes import DieOnce
+from torch_geometric.transforms import Compose
 
 import omnipos
 import omnipos.scale.engine as engine_module
@@ -34,6 +35,7 @@ from omnipos.timeseries import EventBatch
 
 ray = pytest.importorskip("ray")
 SRC = str(Path(omnipos.__file__).resolve().parents[1])
+TESTS = str(Path(__file__).resolve().parents[1])  # where `support` (the worker probes) is imported from
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +43,7 @@ def ray_session():
     saved = {name: os.environ.get(name) for name in ("RAY_TMPDIR", "PYTHONPATH")}
     temp = tempfile.mkdtemp(prefix="omr", dir="/tmp")  # short: Ray's socket paths must stay < 108 bytes
     os.environ["RAY_TMPDIR"] = temp
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, saved["PYTHONPATH"]) if p)  # for the workers
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, TESTS, saved["PYTHONPATH"]) if p)  # for the workers
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test transforms below, for the workers
     try:
@@ -55,21 +57,6 @@ def ray_session():
             else:
                 os.environ[name] = value
         shutil.rmtree(temp, ignore_errors=True)
-
-
-class DieOnce(BaseTransform):
-    """Kills its own worker process (``os._exit``) when it meets graph ``victim``: once (the ``marker`` file says
-    it already did), or every time while the file ``armed`` exists. Otherwise the identity."""
-
-    def __init__(self, marker: str, victim: float, armed: str = "") -> None:
-        self.marker, self.victim, self.armed = marker, victim, armed
-
-    def forward(self, data):
-        if bool((data.y == self.victim).any()) and (
-                not os.path.exists(self.marker) or self.armed and os.path.exists(self.armed)):
-            Path(self.marker).touch()
-            os._exit(17)
-        return data
 
 
 def test_cli_runs_on_a_cluster_by_address(tmp_path, fastx):

@@ -2,12 +2,11 @@
 (The same on Ray: test_ray.py.)"""
 
 import os
-import signal
 import sys
 import types
-from pathlib import Path
 
 import pytest
+from support.worker_probes import Deadly, echo_unit
 from torch_geometric.transforms import BaseTransform, Compose
 
 import omnipos.scale.engine as engine_module
@@ -15,30 +14,6 @@ from omnipos.graph import AddLaplacianPE, AddRandomWalkPE, precompute
 from omnipos.scale import PrecomputeError, load_graphs, load_reads, precompute_graphs, precompute_reads
 from omnipos.scale.manifest import Manifest
 from omnipos.scale.workers import death_cause, run_on_workers
-
-
-class Deadly(BaseTransform):
-    """Kills its worker when it meets a graph whose label is a key of ``deaths``: ``"exit"`` (``os._exit``),
-    ``"kill"`` (SIGKILL, as the out-of-memory killer does) or ``"segv"`` (SIGSEGV, a native crash); always while
-    the file ``armed`` exists, or (``"once"``) only the first time (``marker`` records it). Otherwise the
-    identity."""
-
-    def __init__(self, deaths: dict, armed: str, marker: str) -> None:
-        self.deaths, self.armed, self.marker = deaths, armed, marker
-
-    def forward(self, data):
-        how = self.deaths.get(float(data.y[0]))
-        if how is None or not os.path.exists(self.armed):
-            return data
-        if how == "once":
-            if os.path.exists(self.marker):
-                return data
-            Path(self.marker).touch()
-            how = "exit"
-        if how == "exit":
-            os._exit(17)
-        os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSEGV)
-        return data
 
 
 def test_workers_give_the_output_of_one_worker(tmp_path, fastx):
@@ -86,13 +61,9 @@ def test_death_causes_in_words():
     assert death_cause(None) == "it stopped answering"
 
 
-def _echo(unit, payload):
-    return {"unit": unit, "payload": payload, "pid": os.getpid()}
-
-
 def test_run_on_workers_sends_each_unit_its_payload_once():
     got = []
-    run_on_workers(list(range(7)), _echo, lambda u: u * 10, got.append, workers=3, retries=0)
+    run_on_workers(list(range(7)), echo_unit, lambda u: u * 10, got.append, workers=3, retries=0)
     assert sorted((r["unit"], r["payload"]) for r in got) == [(u, u * 10) for u in range(7)]
     assert 1 <= len({r["pid"] for r in got}) <= 3 and os.getpid() not in {r["pid"] for r in got}
 
