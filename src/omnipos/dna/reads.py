@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_positive_int, lengths_to_mask
+from ..core import check_positive_int
 from .alphabet import (
     PAD,
     InvalidLetterError,
@@ -300,11 +300,11 @@ def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) 
         width = int(sizes.max()) if sizes.size else 0
         check_batch_bytes(sizes.size, width, options.token_dtype.itemsize + 1 + (phred is not None),
                           f"{record_label(path, int(records[first]), names[first])} ({width:,} letters)")
-        mask = lengths_to_mask(torch.from_numpy(sizes), width)
-        tokens = pad_rows(codes[begin:end], sizes, width, PAD, options.token_dtype)
-        qualities = None if phred is None else pad_rows(phred[begin:end], sizes, width, 0)
+        mask = np.arange(width) < sizes[:, None]
+        tokens = pad_rows(codes[begin:end], mask, PAD, options.token_dtype)
+        qualities = None if phred is None else pad_rows(phred[begin:end], mask, 0)
         batches.append(ReadBatch(
-            names[first:last], tokens, mask, torch.from_numpy(sizes), qualities,
+            names[first:last], tokens, torch.from_numpy(mask), torch.from_numpy(sizes), qualities,
             torch.from_numpy(records[first:last]), torch.from_numpy(offsets[first:last]),
             None if rna is None else torch.from_numpy(rna[first:last]), quality.offset,
             options.quality_encoding if raw.qualities is not None else None))
