@@ -6,6 +6,10 @@ writes them to an output folder with a manifest (item counts, checksums) so that
 where it stopped. ``engine="local"`` runs the shards in this process (no Ray needed); ``engine="ray"`` runs the
 same shard function on Ray Data (extra ``[scale]``): a local Ray started on demand, or the cluster at
 ``address=``. The output is the same bit for bit whatever the engine, the worker count or the shard size.
+
+A finished job is read back whole (``load_graphs`` / ``load_reads`` / ``load_meds``) or lazily, one item at a time
+with a collate that pads one batch (:class:`ShardedGraphDataset`, :class:`ShardedReadsDataset`,
+:class:`ShardedMedsDataset`: memory of one shard and one batch, whatever the job's longest item).
 """
 
 from .engine import CONNECT_TIMEOUT_S, ENGINES, MAX_RETRIES, Engine, make_engine
