@@ -16,7 +16,14 @@ top of its work. Peak memory is the peak sum of PSS (proportional set size: shar
 process tree: driver, Ray's GCS/raylet/workers and the object store's shared memory. The closing projection uses
 the measured per-shard times and bytes, see ``project``.
 
-    python benchmarks/bench_scale.py [--quick] [--graphs N] [--reads N] [--num-cpus 2]
+Lazy datasets (``--lazy``, a second table): peak memory of reading a finished job back, all at once
+(``load_graphs`` / ``load_reads`` / ``load_meds``) against iterating its lazy dataset through a ``DataLoader``
+(``ShardedGraphDataset`` / ``ShardedReadsDataset`` / ``ShardedMedsDataset``, batches of ``--lazy-batch``), each
+in a fresh child process: peak RSS (``ru_maxrss``) above the child's own after its imports. The jobs hold what
+issue 23 measured: reads, 40,000 of 151 bp and ten of 507 bp; MEDS, 20,000 subjects of ~50 events and one of
+8,000; graphs, the molecules above.
+
+    python benchmarks/bench_scale.py [--quick] [--graphs N] [--reads N] [--num-cpus 2] [--lazy]
 """
 
 from __future__ import annotations
@@ -206,6 +213,119 @@ def run_case(args: argparse.Namespace) -> dict:
     return result
 
 
+# -- lazy datasets: memory of reading a job back --------------------------------------------------------------------
+LAZY_KINDS = ("graphs", "reads", "meds")
+
+
+def lazy_sizes(args: argparse.Namespace) -> dict:
+    """The lazy-dataset jobs' sizes (issue 23's shapes; --quick scales them down 10x)."""
+    scale = 10 if args.quick else 1
+    return {"short_reads": 40_000 // scale, "long_reads": 10, "subjects": 20_000 // scale, "events": 50,
+            "long_subject": 8_000, "graphs": min(args.graphs, 20_000)}
+
+
+def lazy_prepare(args: argparse.Namespace) -> dict:
+    """Write the three jobs the lazy cases read back (in a child process of its own)."""
+    import pandas as pd
+
+    from omnipos.scale import precompute_graphs, precompute_meds, precompute_reads
+
+    work, sizes = Path(args.work), lazy_sizes(args)
+    rng = np.random.default_rng(5)
+    lengths = np.concatenate([np.full(sizes["short_reads"], 151), np.full(sizes["long_reads"], 507)])
+    rng.shuffle(lengths)
+    bases = np.frombuffer(b"ACGT", np.uint8)[rng.integers(0, 4, int(lengths.sum()))].tobytes()
+    ends = np.cumsum(lengths).tolist()
+    fastq = work / "lazy_reads.fq"
+    fastq.write_bytes(b"".join(b"@r%d\n%s\n+\n%s\n" % (i, bases[e - n:e], b"I" * n)
+                               for i, (n, e) in enumerate(zip(lengths.tolist(), ends))))
+    precompute_reads(fastq, work / "lazy-reads", dim=16, shard_size=10_000, progress=False)
+    counts = rng.poisson(sizes["events"], sizes["subjects"]).clip(1)
+    counts[sizes["subjects"] // 2] = sizes["long_subject"]
+    subject = np.repeat(np.arange(sizes["subjects"]), counts)
+    frame = pd.DataFrame({"subject_id": subject, "code": rng.choice([f"LAB//{i}" for i in range(300)], subject.size),
+                          "time": pd.Timestamp("2020-01-01") + pd.to_timedelta(rng.integers(0, 10**8, subject.size),
+                                                                               unit="s"),
+                          "numeric_value": rng.normal(size=subject.size).astype(np.float32)})
+    (work / "lazy_meds" / "data").mkdir(parents=True)
+    for part in range(4):
+        frame[frame["subject_id"] % 4 == part].to_parquet(work / "lazy_meds" / "data" / f"{part}.parquet")
+    precompute_meds(work / "lazy_meds", work / "lazy-meds", shard_size=2_000, progress=False)
+    from torch_geometric.transforms import Compose
+
+    from omnipos.graph import AddLaplacianPE, AddRandomWalkPE
+
+    precompute_graphs(molecules(sizes["graphs"]), work / "lazy-graphs", Compose([AddLaplacianPE(8),
+                                                                                  AddRandomWalkPE(16)]),
+                      shard_size=max(sizes["graphs"] // 10, 1), progress=False)
+    return {"case": "lazy-prepare", **sizes}
+
+
+def lazy_case(args: argparse.Namespace) -> dict:
+    """``lazy-<kind>-load`` or ``lazy-<kind>-iterate``: read a job back, peak RSS above the imports."""
+    import resource
+
+    import torch
+
+    from omnipos import scale
+
+    _, kind, how = args.case.split("-")
+    out = Path(args.work) / f"lazy-{kind}"
+    if kind == "graphs":
+        import torch_geometric.loader  # noqa: F401 - imports are the baseline, not the work measured
+    else:
+        import pandas  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    torch.set_num_threads(1)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.perf_counter()
+    if how == "load":
+        loaded = {"graphs": scale.load_graphs, "reads": scale.load_reads, "meds": scale.load_meds}[kind](out)
+        items = len(loaded) if kind == "graphs" else len(loaded["names"]) if kind == "reads" else len(loaded.subjects)
+        widest = "" if kind == "graphs" else tuple(loaded["tokens"].shape if kind == "reads" else loaded.times.shape)
+    else:
+        if kind == "graphs":
+            from torch_geometric.loader import DataLoader
+
+            dataset = scale.ShardedGraphDataset(out)
+            loader = DataLoader(dataset, batch_size=args.lazy_batch)
+        else:
+            dataset = scale.ShardedReadsDataset(out) if kind == "reads" else scale.ShardedMedsDataset(out)
+            loader = torch.utils.data.DataLoader(dataset, batch_size=args.lazy_batch, collate_fn=dataset.collate)
+        items, widest = 0, 0
+        for batch in loader:
+            if kind == "graphs":
+                items += batch.num_graphs
+            elif kind == "reads":
+                items, widest = items + len(batch["names"]), max(widest, batch["tokens"].shape[1])
+            else:
+                items, widest = items + len(batch.subjects), max(widest, batch.times.shape[1])
+        widest = f"widest batch {widest}" if kind != "graphs" else ""
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    return {"case": args.case, "items": items, "seconds": seconds, "peak_mib": peak / 2**20, "shape": str(widest)}
+
+
+def run_lazy(args: argparse.Namespace, work: str) -> list[dict]:
+    """The lazy-dataset cases, each in its own child process."""
+    rows = [run_child(args, "lazy-prepare", work)]
+    for kind in LAZY_KINDS:
+        for how in ("load", "iterate"):
+            rows.append(run_child(args, f"lazy-{kind}-{how}", work))
+            print(f"lazy-{kind}-{how}: peak {rows[-1]['peak_mib']:,.0f} MiB", flush=True)
+    return rows[1:]
+
+
+def run_child(args: argparse.Namespace, case: str, work: str) -> dict:
+    passed = [a for a in sys.argv[1:]]
+    run = subprocess.run([sys.executable, __file__, *passed, "--case", case, "--work", work],
+                         capture_output=True, text=True, check=False)
+    if run.returncode:
+        print(run.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"case {case} failed")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 # -- the projection -----------------------------------------------------------------------------------------------
 def project(rows: dict, args: argparse.Namespace) -> list[str]:
     """A cluster of ``--nodes`` x ``--cpus-per-node`` from the measured numbers.
@@ -272,6 +392,10 @@ def main() -> None:
     parser.add_argument("--cpus-per-node", type=int, default=16, help="projection: CPUs per node")
     parser.add_argument("--nic-gb-s", type=float, default=1.25, help="projection: driver NIC, GB/s (10 GbE)")
     parser.add_argument("--fs-gb-s", type=float, default=1.0, help="projection: shared filesystem writes, GB/s")
+    parser.add_argument("--lazy", action="store_true",
+                        help="also measure reading jobs back: load_* vs iterating the lazy datasets (peak memory)")
+    parser.add_argument("--lazy-only", action="store_true", help="only the lazy-dataset cases")
+    parser.add_argument("--lazy-batch", type=int, default=256, help="batch size of the lazy datasets' DataLoader")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/scale.json)")
@@ -280,7 +404,13 @@ def main() -> None:
     args.reads = args.reads or (200_000 if args.quick else 2_000_000)
     args.graph_shard_size = args.graph_shard_size or max(args.graphs // 10, 1)
     if args.case:
-        print(json.dumps(run_case(args)))
+        if args.case == "lazy-prepare":
+            print(json.dumps(lazy_prepare(args)))
+        else:
+            print(json.dumps(lazy_case(args) if args.case.startswith("lazy-") else run_case(args)))
+        return
+    if args.lazy_only:
+        lazy_main(args)
         return
 
     sys.path.insert(0, str(HERE))
@@ -317,6 +447,30 @@ def main() -> None:
     print("\nProjection:")
     for line in project(rows, args):
         print(line)
+    if args.lazy:
+        lazy_main(args)
+
+
+def lazy_main(args: argparse.Namespace) -> None:
+    """The second table: peak memory of load_* against iterating each lazy dataset."""
+    sys.path.insert(0, str(HERE))
+    from _harness import Bench
+
+    sizes = lazy_sizes(args)
+    with tempfile.TemporaryDirectory(prefix="bench_scale_lazy_") as work:
+        rows = run_lazy(args, work)
+    bench = Bench("scale_lazy", device="cpu", notes=(
+        f"reading a finished job back: reads {sizes['short_reads']:,} x 151 bp + {sizes['long_reads']} x 507 bp; "
+        f"MEDS {sizes['subjects']:,} subjects of ~{sizes['events']} events + one of {sizes['long_subject']:,}; "
+        f"{sizes['graphs']:,} graphs; DataLoader batches of {args.lazy_batch}; peak RSS above the child's imports"))
+    by_case = {row["case"]: row for row in rows}
+    for kind in LAZY_KINDS:
+        load, lazy = by_case[f"lazy-{kind}-load"], by_case[f"lazy-{kind}-iterate"]
+        bench.row(job=kind, items=load["items"], load_peak_mib=load["peak_mib"], load_shape=load["shape"],
+                  iterate_peak_mib=lazy["peak_mib"], iterate_shape=lazy["shape"],
+                  memory_ratio=load["peak_mib"] / max(lazy["peak_mib"], 1e-9), load_s=load["seconds"],
+                  iterate_s=lazy["seconds"])
+    bench.finish(args.out.with_name("scale_lazy.json") if args.out else None)
 
 
 if __name__ == "__main__":

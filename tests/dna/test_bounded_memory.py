@@ -67,7 +67,7 @@ def test_max_tokens_cuts_batches_without_changing_the_reads(tmp_path, parser):
         assert torch.cat([b.lengths for b in batches]).tolist() == lengths
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 5_000), min_size=1, max_size=60), st.integers(1, 20_000))
 def test_token_groups_cover_the_rows_in_order_within_the_budget(lengths, budget):
     sizes = np.array(lengths, dtype=np.int64)

@@ -44,6 +44,7 @@ from ..core import (
     sinusoid_of_turns,
 )
 from .limits import check_batch_bytes
+from .rows import take_rows
 
 __all__ = ["centered_positions", "rc_symmetric_encoding", "RCSymmetricEncoding"]
 
@@ -134,11 +135,11 @@ def _from_lengths(lengths: torch.Tensor, dim: int, base: float, strand_aware: bo
     distinct, which = torch.unique(lengths, return_inverse=True)
     p = torch.arange(width, device=lengths.device)
     index = torch.where(p < distinct.unsqueeze(1), 2 * p - distinct.unsqueeze(1) + width, 2 * width - 1)
-    blocks = table.index_select(0, index.reshape(-1)).reshape(distinct.numel(), width * dim)
+    blocks = take_rows(table, index.reshape(-1)).reshape(distinct.numel(), width * dim)
     if distinct.numel() == 1:  # all reads one length (typical of short reads): one block copied B times
         out = torch.empty(batch, width * dim, dtype=dtype, device=lengths.device)
         return out.copy_(blocks.expand(batch, width * dim)).reshape(batch, width, dim)
-    return blocks.index_select(0, which).reshape(batch, width, dim)
+    return take_rows(blocks, which).reshape(batch, width, dim)
 
 
 def rc_symmetric_encoding(

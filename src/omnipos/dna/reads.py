@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_positive_int, lengths_to_mask
+from ..core import check_positive_int
 from .alphabet import (
     PAD,
     InvalidLetterError,
@@ -164,6 +164,7 @@ class _Options:
 
     batch_size: int
     max_tokens: int
+    bucket_size: int | None
     ambiguity: str
     lowercase: str
     rna: str
@@ -291,20 +292,32 @@ def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) 
         rna = None if rna is None else rna[index]
     if offsets is None:
         offsets = np.zeros(lengths.size, dtype=np.int64)
+    if options.bucket_size is None:
+        groups = token_groups(lengths, options.max_tokens)
+    else:  # rows sorted by length, then batch_size rows at a time, each within the token budget
+        order = np.argsort(lengths, kind="stable")
+        sorted_lengths = lengths[order]
+        codes = _gather(codes, lengths, (order, np.zeros_like(order), sorted_lengths))
+        phred = None if phred is None else _gather(phred, lengths, (order, np.zeros_like(order), sorted_lengths))
+        names, records, offsets = [names[i] for i in order.tolist()], records[order], offsets[order]
+        rna = None if rna is None else rna[order]
+        lengths = sorted_lengths
+        groups = [(start + a, start + b) for start in range(0, max(lengths.size, 1), options.batch_size)
+                  for a, b in token_groups(lengths[start:start + options.batch_size], options.max_tokens)]
     row_starts = np.cumsum(lengths) - lengths
     batches = []
-    for first, last in token_groups(lengths, options.max_tokens):
+    for first, last in groups:
         sizes = lengths[first:last]
         begin = int(row_starts[first]) if first < lengths.size else 0
         end = begin + int(sizes.sum())
         width = int(sizes.max()) if sizes.size else 0
         check_batch_bytes(sizes.size, width, options.token_dtype.itemsize + 1 + (phred is not None),
                           f"{record_label(path, int(records[first]), names[first])} ({width:,} letters)")
-        mask = lengths_to_mask(torch.from_numpy(sizes), width)
-        tokens = pad_rows(codes[begin:end], sizes, width, PAD, options.token_dtype)
-        qualities = None if phred is None else pad_rows(phred[begin:end], sizes, width, 0)
+        mask = np.arange(width) < sizes[:, None]
+        tokens = pad_rows(codes[begin:end], mask, PAD, options.token_dtype)
+        qualities = None if phred is None else pad_rows(phred[begin:end], mask, 0)
         batches.append(ReadBatch(
-            names[first:last], tokens, mask, torch.from_numpy(sizes), qualities,
+            names[first:last], tokens, torch.from_numpy(mask), torch.from_numpy(sizes), qualities,
             torch.from_numpy(records[first:last]), torch.from_numpy(offsets[first:last]),
             None if rna is None else torch.from_numpy(rna[first:last]), quality.offset,
             options.quality_encoding if raw.qualities is not None else None))
@@ -348,13 +361,16 @@ def _resolve_parser(parser: str) -> str:
     return "dnaio"
 
 
-def read_options(options: ReadOptions, *, batch_size: int = 1024, max_tokens: int = MAX_TOKENS) -> _Options:
+def read_options(options: ReadOptions, *, batch_size: int = 1024, max_tokens: int = MAX_TOKENS,
+                 bucket_size: int | None = None) -> _Options:
     """The validated options of one :func:`read_fastx` call: ``options`` (already checked when made) and the
     batching, each refused by name before any file is opened."""
     batch_size = check_positive_int(batch_size, "batch_size")
     max_tokens = check_positive_int(max_tokens, "max_tokens")
-    return _Options(batch_size, max_tokens, options.ambiguity, options.lowercase, options.rna, options.offset,
-                    options.quality_encoding, options.max_len, options.truncation, options.token_dtype)
+    if bucket_size is not None:
+        bucket_size = check_positive_int(bucket_size, "bucket_size")
+    return _Options(batch_size, max_tokens, bucket_size, options.ambiguity, options.lowercase, options.rna,
+                    options.offset, options.quality_encoding, options.max_len, options.truncation, options.token_dtype)
 
 
 def read_fastx(
@@ -363,6 +379,7 @@ def read_fastx(
     *,
     batch_size: int = 1024,
     max_tokens: int = MAX_TOKENS,
+    bucket_size: int | None = None,
     **read_keywords: Any,
 ) -> Iterator[ReadBatch]:
     """Read a FASTA or FASTQ file (plain or gzip) in batches of encoded reads.
@@ -379,6 +396,11 @@ def read_fastx(
             records parsed at a time are cut, in file order, into batches within it, and a read that pads more
             than its neighbours' bases gets a batch of its own (:func:`token_groups`), so one long read costs
             memory in proportion to its own length. A read longer than ``max_tokens`` is a batch of one.
+        bucket_size: None (default): batches follow the file. An int: records are parsed ``bucket_size`` at a
+            time, sorted by length (stably) and cut into batches of at most ``batch_size`` reads, so that reads of
+            similar length share a batch and padding nearly vanishes (one-hot, RC and positional work follow the
+            bases, not the longest read); batches then hold reads out of file order: ``batch.records`` (and
+            ``offsets``) say where each row came from. All records of a bucket are in memory at once.
 
     Yields:
         :class:`ReadBatch` objects; ``qualities`` is None for FASTA.
@@ -392,7 +414,7 @@ def read_fastx(
     """
     path = Path(path)
     read = ReadOptions.of(options, "read_fastx", **read_keywords)
-    settings = read_options(read, batch_size=batch_size, max_tokens=max_tokens)
+    settings = read_options(read, batch_size=batch_size, max_tokens=max_tokens, bucket_size=bucket_size)
     engine = _resolve_parser(read.parser)
     check_input_file(path)
     return _read(path, settings, engine)
@@ -446,13 +468,14 @@ def _read(path: Path, options: _Options, engine: str) -> Iterator[ReadBatch]:
     fmt = detect_format(path)
     if fmt is None:
         return
+    chunk = options.bucket_size or options.batch_size  # records parsed (and validated) at a time
     quality = _initial_quality(fmt, options)
     done = 0
     if engine == "dnaio":
         from .dnaio import DnaioStopped, dnaio_records
 
         try:
-            for batch, done in _assembled(path, fmt, dnaio_records(path, fmt, options.batch_size), options,
+            for batch, done in _assembled(path, fmt, dnaio_records(path, fmt, chunk), options,
                                           quality):
                 yield batch
             return
@@ -460,7 +483,7 @@ def _read(path: Path, options: _Options, engine: str) -> Iterator[ReadBatch]:
             pass  # the reference parser re-reads from the first record not yet handed over, and has the last word
         if done == 0:  # nothing handed over: the reference decides everything afresh ("auto" included)
             quality = _initial_quality(fmt, options)
-    source = python_records(path, fmt, options.batch_size, skip=done, four_line_prefix=engine == "dnaio")
+    source = python_records(path, fmt, chunk, skip=done, four_line_prefix=engine == "dnaio")
     for batch, _ in _assembled(path, fmt, source, options, quality):
         yield batch
 

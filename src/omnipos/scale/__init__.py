@@ -8,6 +8,10 @@ its cores; no Ray needed); ``engine="ray"`` runs the same unit function as Ray t
 Ray started on demand, or the cluster at ``address=``. The output is the same bit for bit whatever the engine,
 the worker count or the shard size. A run holds its folder (a second run there is refused), reads back nothing
 it did not write, and reports a unit whose worker died as a failed unit of :class:`PrecomputeError`.
+
+A finished job is read back whole (``load_graphs`` / ``load_reads`` / ``load_meds``) or lazily, one item at a time
+with a collate that pads one batch (:class:`ShardedGraphDataset`, :class:`ShardedReadsDataset`,
+:class:`ShardedMedsDataset`: memory of one shard and one batch, whatever the job's longest item).
 """
 
 from .engine import CONNECT_TIMEOUT_S, ENGINES, MAX_RETRIES, Engine, make_engine

@@ -12,12 +12,9 @@ torch_geometric (extra ``[graph]``) is imported here only, when a graph job runs
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import io
-import operator
 import os
-from collections import OrderedDict
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -29,7 +26,8 @@ from omnipos.core import check_positive_int
 
 from .engine import make_engine
 from .job import PrecomputeResult, Unit, file_units, run_job
-from .manifest import Manifest, read_verified, sha256_bytes
+from .manifest import sha256_bytes
+from .sharded import ShardedDataset
 from .shards import ShardWriter
 
 __all__ = ["precompute_graphs", "load_graphs", "ShardedGraphDataset"]
@@ -272,7 +270,7 @@ def _encode_shard(graphs: list[Any], transform: Any, batch_size: int, device: st
     return buffer.getvalue(), len(out)
 
 
-class ShardedGraphDataset(torch.utils.data.Dataset):
+class ShardedGraphDataset(ShardedDataset):
     """A lazy dataset over the shards :func:`precompute_graphs` wrote: ``dataset[i]`` is graph ``i`` (in input
     order), read from its shard on first use; the ``cache_shards`` most recently used shards stay in memory.
 
@@ -287,62 +285,27 @@ class ShardedGraphDataset(torch.utils.data.Dataset):
         cache_shards: shards kept in memory.
     """
 
+    kind = KIND
+    what = "graphs"
+
     def __init__(self, out_dir: str | os.PathLike, transform: Any = None, *, verify: bool = True,
                  cache_shards: int = 2) -> None:
         _require_pyg()
-        self.out_dir = Path(out_dir)
-        self.manifest = Manifest.read(self.out_dir, KIND)
-        self.shards = self.manifest.shards()
-        self.offsets = [0]
-        for shard in self.shards:
-            self.offsets.append(self.offsets[-1] + shard["items"])
+        super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
         self.transform = transform
-        self.verify = bool(verify)
-        self.cache_shards = check_positive_int(cache_shards, "cache_shards")
-        self._cache: OrderedDict[int, tuple[Any, Any, Any]] = OrderedDict()
 
-    def __len__(self) -> int:
-        return self.offsets[-1]
-
-    def shard(self, index: int) -> tuple[Any, dict[str, Any], type]:
-        """Shard ``index`` as PyG's ``(data, slices, cls)``, from the cache or the file."""
-        if index in self._cache:
-            self._cache.move_to_end(index)
-            return self._cache[index]
-        payload = read_verified(self.out_dir, self.shards[index], self.verify)
+    def _parse(self, payload: bytes, index: int) -> tuple[Any, dict[str, Any], type]:
+        """Shard ``index`` as PyG's ``(data, slices, cls)``."""
         stored, slices, cls = _torch_load(io.BytesIO(payload), self.out_dir / self.shards[index]["name"])
-        entry = (cls.from_dict(stored), slices, cls)
-        self._cache[index] = entry
-        while len(self._cache) > self.cache_shards:
-            self._cache.popitem(last=False)
-        return entry
+        return cls.from_dict(stored), slices, cls
 
-    def __getitem__(self, index: int) -> Any:
+    def _item(self, parsed: tuple[Any, dict[str, Any], type], row: int, start: int | None,
+              size: int | None) -> Any:
         from torch_geometric.data.separate import separate
 
-        try:
-            if isinstance(index, bool):
-                raise TypeError
-            index = operator.index(index)
-        except TypeError:
-            raise TypeError(f"index must be an int, got {type(index).__name__}") from None
-        count = len(self)
-        if not -count <= index < count:
-            raise IndexError(f"index {index} is out of range for {count} graphs")
-        index %= count
-        shard = bisect.bisect_right(self.offsets, index) - 1
-        data, slices, cls = self.shard(shard)
-        graph = separate(cls=cls, batch=data, idx=index - self.offsets[shard], slice_dict=slices, decrement=False)
+        data, slices, cls = parsed
+        graph = separate(cls=cls, batch=data, idx=row, slice_dict=slices, decrement=False)
         return graph if self.transform is None else self.transform(graph)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_cache"] = OrderedDict()  # DataLoader workers start with an empty cache
-        return state
-
-    def __repr__(self) -> str:
-        return (f"{self.__class__.__name__}({len(self)} graphs in {len(self.shards)} shards, "
-                f"out_dir={str(self.out_dir)!r})")
 
 
 def _torch_load(source: Any, path: Path) -> Any:

@@ -313,16 +313,15 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
     all_lengths = torch.from_numpy(row_lengths)
     mask = lengths_to_mask(all_lengths)
     dtype = getattr(torch, dtypes.pop()) if dtypes else torch.int64
-    width = mask.shape[1]
     config = dict(manifest.meta["config"])
     config["quality_offset"] = int(offsets_used.pop()) if len(offsets_used) == 1 else (
         sorted(int(o) for o in offsets_used) or None)
     result: dict[str, Any] = {
         "names": names,
-        "tokens": pad_rows(flat, row_lengths, width, PAD, dtype),
+        "tokens": pad_rows(flat, mask.numpy(), PAD, dtype),
         "mask": mask,
         "lengths": all_lengths,
-        "qualities": pad_rows(flat_q, row_lengths, width, 0) if flat_q is not None else None,
+        "qualities": pad_rows(flat_q, mask.numpy(), 0) if flat_q is not None else None,
         "config": config,
     }
     for key, values in columns.items():
