@@ -300,10 +300,11 @@ def mrope_position_ids(
     count = batch * length
     flat = types.reshape(-1).to(torch.int64)
     real = None if valid is None else valid.reshape(-1)
-    kind = flat if real is None else torch.where(real, flat, 3)  # 3: padding
-    boundary = torch.ones(count, dtype=torch.bool, device=device)
+    boundary = torch.ones(count, dtype=torch.bool, device=device)  # where a run begins
     if count:
-        torch.ne(kind[1:], kind[:-1], out=boundary[1:])
+        torch.ne(flat[1:], flat[:-1], out=boundary[1:])
+        if real is not None:
+            boundary[1:] |= real[1:] != real[:-1]
         boundary[::length] = True
     cu = None
     if cu_seqlens is not None:
@@ -319,7 +320,9 @@ def mrope_position_ids(
 
     run_first = boundary.nonzero().squeeze(1)
     run_length = torch.diff(run_first, append=run_first.new_full((1,), count))
-    run_kind = kind[run_first]
+    run_kind = flat[run_first]
+    if real is not None:
+        run_kind = torch.where(real[run_first], run_kind, 3)  # 3: padding
 
     # items in flat order: text and padding runs, and the image / video blocks (a run may hold several blocks)
     other = (run_kind == 0) | (run_kind == 3)
@@ -378,10 +381,11 @@ def mrope_position_ids(
 
     # per token: a cumulative sum of steps (1 where the id counts up, else 0) with each segment's jump from the
     # previous segment's last id at its first token: two passes per axis, no per-token gather
-    steps = torch.empty(count, 3, dtype=torch.int64, device=device)
-    text_token = kind == 0
-    steps[:, :2] = text_token.unsqueeze(-1)
-    steps[:, 2] = 1 if real is None else real
+    text_token = flat == 0
+    if real is not None:
+        text_token &= real
+    counted = torch.ones(count, dtype=torch.bool, device=device) if real is None else real
+    steps = torch.stack([text_token, text_token, counted], dim=-1).to(torch.int64)
     jumps = torch.stack(first_values, dim=-1)
     jumps[1:] -= jumps[:-1] + torch.stack(counts_up, dim=-1)[:-1] * (width[:-1, None] - 1)
     steps[segment_first] = jumps
