@@ -1,8 +1,9 @@
 """Vision-language positions: omnipos.vision vs transformers, same process, same data, outputs checked equal.
 
 1. ``mrope_position_ids`` (vectorised) vs transformers' ``Qwen2VLModel.get_rope_index`` (a Python loop over rows and
-   over each row's runs of tokens), left-padded batches of rows with 5 vision inputs each (images and short videos,
-   where transformers 5.x and the released rule agree). Targets: >= 5x at 64 rows, >= 20x at 512 rows (CPU).
+   over each row's runs of tokens), left-padded batches of rows with 5 vision inputs each (images and short videos),
+   ``convention="transformers-5"`` (the installed transformers' rule). Targets: >= 5x at 64 rows, >= 20x at 512
+   rows (CPU).
 2. ``resample_pos_embed_per_image`` (one resample per distinct grid, one gather) vs SigLIP2's
    ``Siglip2VisionEmbeddings.resize_positional_embeddings`` (one resample per image): 64 images of 16 distinct grids
    (SigLIP2's own grids at max_num_patches=256), by default (separable matrices) and with ``exact=True``
@@ -125,7 +126,7 @@ def main() -> None:
         repeats = 3 if args.quick or rows > 64 else args.repeats
 
         def ours(types=types, images=images, videos=videos, mask=mask):
-            return mrope_position_ids(types, images, videos, attention_mask=mask, pad_position=0)
+            return mrope_position_ids(types, images, videos, attention_mask=mask, convention="transformers-5")
 
         def peer(types=types, images=images, videos=videos, mask=mask):
             return model.get_rope_index(torch.zeros_like(types), mm_token_type_ids=types, image_grid_thw=images,

@@ -68,3 +68,16 @@ with torch.no_grad():
         difference = (full[:, -1:] - out).abs().max().item()
         print(f"decode step {step}: ids {step_ids.squeeze(1).tolist()}, cached vs full recompute: {difference:.1e}")
         assert difference < 1e-5
+
+# The rule is named (convention=), and a model decodes with the one it was trained with. transformers 4.5x's deltas
+# count padded slots, so its cache position does too (the slot index, 12 here): the next ids are the released rule's.
+# transformers 5.x starts the text after a block at start + max(H, W) / m, so after this video (whose time ids run to
+# start + 2) the prompt's ids, and the next ones, come out smaller.
+next_ids = {}
+for convention in ("qwen", "transformers-4", "transformers-5"):
+    _, conv_deltas = mrope_position_ids(types, image_grid_thw, video_grid_thw, attention_mask=mask,
+                                        second_per_grid_ts=[2.0], tokens_per_second=1, convention=convention)
+    position = mask.shape[1] if convention == "transformers-4" else mask.sum(-1, keepdim=True)
+    next_ids[convention] = mrope_decode_position_ids(conv_deltas, position, convention=convention)[:, 0, 0].tolist()
+    print(f"{convention}: the first generated token of each row gets id {next_ids[convention]}")
+assert next_ids["qwen"] == next_ids["transformers-4"]

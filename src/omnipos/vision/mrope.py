@@ -152,77 +152,53 @@ def _check_packed_rows(cu_seqlens: Any, batch: int, length: int, device: torch.d
     return cu
 
 
-def _place_blocks(positions: torch.Tensor, new_run: torch.Tensor, grids: torch.Tensor,
-                  intervals: torch.Tensor | None, kind: int, name: str, merge: int,
-                  where: Any, spatial_advance: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The tokens of one modality, at flat ``positions [n]`` (in order), cut into the blocks of ``grids``.
-
-    Returns ``(offsets [n, 3], last [num_blocks], advance [num_blocks])``: each token's (t, h, w) in its block; the
-    flat position of each block's last token, and the block's advance: its largest offset + 1, or with
-    ``spatial_advance`` (transformers 5.x) ``max(H, W) / m``."""
+def _find_blocks(run_first: torch.Tensor, run_length: torch.Tensor, grids: torch.Tensor, kind: int, name: str,
+                 merge: int, where: Any) -> torch.Tensor:
+    """The flat position of the first token of each block of ``grids [N, 3]``, given the runs of this modality's
+    tokens (``run_first``, ``run_length``, in order); checks that the runs hold exactly the blocks' tokens and that
+    every run begins a block (else the run before it was cut short)."""
     what = TOKEN_TYPES[kind]
-    device = positions.device
-    total = positions.numel()
-    merged_h, merged_w = grids[:, 1] // merge, grids[:, 2] // merge
-    counts = grids[:, 0] * merged_h * merged_w
+    device = run_first.device
+    counts = grids[:, 0] * (grids[:, 1] // merge) * (grids[:, 2] // merge)
     ends = counts.cumsum(0)
     starts = ends - counts
     expected = int(ends[-1]) if ends.numel() else 0
+    run_start = run_length.cumsum(0) - run_length  # k of the k-th token of this kind, where each run begins
+    total = int(run_length.sum()) if run_length.numel() else 0
 
     def block_text(i: int) -> str:
         return (f"{name}[{i}] = {tuple(grids[i].tolist())} needs {int(counts[i])} tokens with "
                 f"spatial_merge_size={merge}")
 
-    # each run of this kind must begin a block: a run beginning inside one means the run before it was cut short
-    run_ordinal = new_run[positions].nonzero().squeeze(1)  # k of the k-th token of this kind, where runs begin
-    if ends.numel():
-        block = torch.searchsorted(ends, run_ordinal, right=True)
-        inside = (block < ends.numel()) & (starts[block.clamp(max=ends.numel() - 1)] != run_ordinal)
+    def last_before(j: int) -> int:  # the flat position of the last token of run j
+        return int(run_first[j] + run_length[j] - 1)
+
+    if ends.numel() and run_start.numel():
+        block = torch.searchsorted(ends, run_start, right=True)
+        inside = (block < ends.numel()) & (starts[block.clamp(max=ends.numel() - 1)] != run_start)
         if bool(inside.any()):
             j = int(inside.nonzero()[0, 0])
             i = int(block[j])
-            raise ValueError(f"{where(int(positions[int(run_ordinal[j]) - 1]))}: its {what} tokens end inside {what} "
-                             f"{i} ({block_text(i)}): fewer {what} tokens than {name} accounts for, or a {what} "
+            raise ValueError(f"{where(last_before(j - 1))}: its {what} tokens end inside {what} {i} "
+                             f"({block_text(i)}): fewer {what} tokens than {name} accounts for, or a {what} "
                              "split by other tokens")
     if total > expected:
-        raise ValueError(f"{where(int(positions[expected]))} has more {what} tokens than {name} accounts for "
-                         f"({grids.shape[0]} {what}s, {expected} tokens in all)")
+        j = int(torch.searchsorted(run_start, torch.tensor(expected, device=device), right=True)) - 1
+        raise ValueError(f"{where(int(run_first[j]) + expected - int(run_start[j]))} has more {what} tokens than "
+                         f"{name} accounts for ({grids.shape[0]} {what}s, {expected} tokens in all)")
     if total < expected:
-        i = int(torch.searchsorted(ends, torch.tensor(total, device=ends.device), right=True))
+        i = int(torch.searchsorted(ends, torch.tensor(total, device=device), right=True))
         if total and int(starts[i]) != total:
-            raise ValueError(f"{where(int(positions[-1]))}: its {what} tokens end inside {what} {i} "
+            raise ValueError(f"{where(last_before(run_first.numel() - 1))}: its {what} tokens end inside {what} {i} "
                              f"({block_text(i)}): fewer {what} tokens than {name} accounts for")
+        last = "" if not total else "; the last ones are in " + where(last_before(run_first.numel() - 1))
         raise ValueError(f"{name} has {grids.shape[0]} {what}s ({expected} tokens) but mm_token_type_ids holds "
                          f"{total} {what} tokens: {what}s {i}.. have none (fewer {what} tokens than {name} accounts "
-                         f"for{'' if not total else '; the last ones are in ' + where(int(positions[-1]))})")
-    if not total:
-        empty = torch.zeros(0, dtype=torch.int64, device=device)
-        return torch.zeros(0, 3, dtype=torch.int64, device=device), empty, empty
-
-    # token by token without a search or a division per token: a block is T * H/m rows of W/m tokens; the few rows
-    # get their (t, h) with small divisions, every token its row by repeat_interleave and its w by subtraction
-    rows_per_block = grids[:, 0] * merged_h
-    row_count = int(rows_per_block.sum())
-    row_block = torch.repeat_interleave(torch.arange(grids.shape[0], device=device), rows_per_block,
-                                        output_size=row_count)
-    row_in_block = torch.arange(row_count, device=device) - torch.repeat_interleave(
-        rows_per_block.cumsum(0) - rows_per_block, rows_per_block, output_size=row_count)
-    t_row, h_row = row_in_block // merged_h[row_block], row_in_block % merged_h[row_block]
-    if intervals is not None:
-        t_row = torch.floor(t_row.to(torch.float64) * intervals[row_block]).to(torch.int64)
-        t_max = torch.floor((grids[:, 0] - 1).to(torch.float64) * intervals).to(torch.int64)
-    else:
-        t_max = grids[:, 0] - 1
-    row_width = merged_w[row_block]
-    token_row = torch.repeat_interleave(torch.arange(row_count, device=device), row_width, output_size=total)
-    row_start = row_width.cumsum(0) - row_width
-    offsets = torch.stack([t_row, h_row, -row_start], dim=-1)[token_row]
-    offsets[:, 2] += torch.arange(total, device=device)  # w = token index - its row's first token index
-    if spatial_advance:
-        advance = torch.maximum(merged_h, merged_w)
-    else:
-        advance = torch.maximum(t_max, torch.maximum(merged_h, merged_w) - 1) + 1
-    return offsets, positions[ends - 1], advance
+                         f"for{last})")
+    if not expected:
+        return torch.zeros(0, dtype=torch.int64, device=device)
+    block_run = torch.searchsorted(run_start, starts, right=True) - 1
+    return run_first[block_run] + starts - run_start[block_run]
 
 
 def mrope_position_ids(
@@ -317,65 +293,115 @@ def mrope_position_ids(
     batch, length = types.shape
     valid = None if attention_mask is None else _check_mask(attention_mask, types.shape, device)
 
-    # everything runs over the flat [B * L] positions (no gather of the real tokens, no per-row loop). A run of one
-    # token type begins where the type changes, after padding, and at each document start (cu_seqlens)
+    # everything runs over the flat [B * L] positions, in three levels so that each token costs a few passes:
+    # runs of one kind (text, image, video, padding), "items" (a text run, a padding run, one image / video block)
+    # and segments (a text run, or one row of a block's merged grid: W/m tokens whose t and h ids are constant and
+    # whose w id counts up). Each token's id on an axis is its segment's value plus (where it counts up) its index
     count = batch * length
-    types = types.to(torch.int64)
-    flat = types.reshape(-1)
-    new_run = torch.ones(batch, length, dtype=torch.bool, device=device)
-    new_run[:, 1:] = types[:, 1:] != types[:, :-1]
-    if valid is not None:
-        new_run[:, 1:] |= ~valid[:, :-1]
-        real = valid.reshape(-1)
-    else:
-        real = torch.ones(count, dtype=torch.bool, device=device)
-    new_run = new_run.reshape(-1)
+    flat = types.reshape(-1).to(torch.int64)
+    real = None if valid is None else valid.reshape(-1)
+    boundary = torch.ones(count, dtype=torch.bool, device=device)  # where a run begins
+    if count:
+        torch.ne(flat[1:], flat[:-1], out=boundary[1:])
+        if real is not None:
+            boundary[1:] |= real[1:] != real[:-1]
+        boundary[::length] = True
+    cu = None
     if cu_seqlens is not None:
         cu = _check_packed_rows(cu_seqlens, batch, length, device)
-        new_run[cu[:-1].clamp(max=max(count - 1, 0))] = True
+        boundary[cu[:-1][cu[:-1] < count]] = True
+        documents = cu.numel() - 1
+    else:
+        documents = batch
 
     def where(pos: int) -> str:
         text = f"row {pos // length}"
-        return text if cu_seqlens is None else text + f" (document {int(torch.searchsorted(cu[1:], pos, right=True))})"
+        return text if cu is None else text + f" (document {int(torch.searchsorted(cu[1:], pos, right=True))})"
 
-    increments = (real & (flat == 0)).to(torch.int64)  # text: +1; a vision block: its advance on its last token
-    placed = []
-    spatial_advance = convention == "transformers-5"
-    for kind, grids, name, interval in ((1, images, "image_grid_thw", image_intervals),
-                                        (2, videos, "video_grid_thw", intervals)):
-        positions = (real & (flat == kind)).nonzero().squeeze(1)
-        offsets, last, advance = _place_blocks(positions, new_run, grids, interval, kind, name, merge, where,
-                                               spatial_advance)
-        increments[last] = advance
-        placed.append((positions, offsets))
+    run_first = boundary.nonzero().squeeze(1)
+    run_length = torch.diff(run_first, append=run_first.new_full((1,), count))
+    run_kind = flat[run_first]
+    if real is not None:
+        run_kind = torch.where(real[run_first], run_kind, 3)  # 3: padding
 
-    # a token starts where the tokens before it in its row (document) have advanced to: an exclusive cumsum
-    if cu_seqlens is None:
-        steps = increments.view(batch, length)
-        start = (steps.cumsum(1) - steps).reshape(-1)
-        advanced, tokens = steps.sum(1), real.view(batch, length).sum(1)
+    # items in flat order: text and padding runs, and the image / video blocks (a run may hold several blocks)
+    other = (run_kind == 0) | (run_kind == 3)
+    item_first, item_kind = [run_first[other]], [run_kind[other]]
+    rows_per_t, row_width, steps = [torch.ones_like(item_first[0])], [run_length[other]], [item_first[0].new_ones(
+        item_first[0].shape)]
+    t_step = [torch.zeros(item_first[0].shape, dtype=torch.float64, device=device)]
+    for k, grids, name, interval in ((1, images, "image_grid_thw", image_intervals),
+                                     (2, videos, "video_grid_thw", intervals)):
+        mine = run_kind == k
+        item_first.append(_find_blocks(run_first[mine], run_length[mine], grids, k, name, merge, where))
+        item_kind.append(torch.full_like(item_first[-1], k))
+        rows_per_t.append(grids[:, 1] // merge)
+        row_width.append(grids[:, 2] // merge)
+        steps.append(grids[:, 0])
+        t_step.append(torch.ones(grids.shape[0], dtype=torch.float64, device=device) if interval is None
+                      else interval)
+    item_first, order = torch.sort(torch.cat(item_first))
+    item_kind, merged_h, merged_w, frames, t_step = (torch.cat(v)[order] for v in (item_kind, rows_per_t, row_width,
+                                                                                   steps, t_step))
+    is_text, is_pad, is_vision = item_kind == 0, item_kind == 3, (item_kind == 1) | (item_kind == 2)
+    exact_t = intervals is None and image_intervals is None  # temporal ids without a float interval: t itself
+
+    # each item's advance and largest offset, then its start: an exclusive cumsum within its row (document)
+    t_last = frames - 1 if exact_t else torch.floor((frames - 1) * t_step).to(torch.int64)
+    spatial = torch.maximum(merged_h, merged_w)
+    if convention == "transformers-5":
+        block_advance = spatial
     else:
-        totals = torch.cat([increments.new_zeros(1), increments.cumsum(0)])
-        lengths = cu.diff()
-        start = totals[:-1] - torch.repeat_interleave(totals[cu[:-1]], lengths, output_size=count)
-        reals = torch.cat([increments.new_zeros(1), real.to(torch.int64).cumsum(0)])
-        advanced, tokens = totals[cu[1:]] - totals[cu[:-1]], reals[cu[1:]] - reals[cu[:-1]]
-    if valid is not None:
-        start = torch.where(real, start, torch.full((), pad_position, dtype=torch.int64, device=device))
-    ids = start.unsqueeze(-1).repeat(1, 3)
-    for positions, offsets in placed:
-        ids.index_put_((positions,), offsets, accumulate=True)
-    if spatial_advance:  # the largest id need not be the last run's end: take it over the real tokens
-        largest = torch.where(real, ids.amax(-1), -1)
-        if cu_seqlens is None:
-            advanced = largest.view(batch, length).amax(1) + 1 if length else advanced
-        else:
-            document = torch.repeat_interleave(torch.arange(cu.numel() - 1, device=device), cu.diff(),
-                                               output_size=count)
-            advanced = torch.full((cu.numel() - 1,), -1, dtype=torch.int64, device=device).scatter_reduce(
-                0, document, largest, "amax") + 1
-    elif old_rule:  # transformers 4.5x subtracts the padded row length (its cache_position counts padding)
-        tokens = cu.diff() if cu_seqlens is not None else torch.full_like(tokens, length)
+        block_advance = torch.maximum(t_last, spatial - 1) + 1
+    advance = torch.where(is_vision, block_advance, torch.where(is_text, merged_w, 0))
+    largest = torch.where(is_vision, torch.maximum(t_last, spatial - 1), merged_w - 1)
+    item_doc = item_first // max(length, 1) if cu is None else torch.searchsorted(cu[1:], item_first, right=True)
+    before = advance.cumsum(0) - advance
+    start = before - before[torch.searchsorted(item_doc, item_doc)]  # minus the cumsum at the document's first item
+
+    # segments: one per text / padding run, one per row of a block's merged grid
+    segments_per_item = frames * merged_h
+    segment_count = int(segments_per_item.sum()) if segments_per_item.numel() else 0
+    segment_item = torch.repeat_interleave(torch.arange(item_first.numel(), device=device), segments_per_item,
+                                           output_size=segment_count)
+    row = torch.arange(segment_count, device=device) - (segments_per_item.cumsum(0) - segments_per_item)[segment_item]
+    rows = merged_h[segment_item]
+    t, h = row // rows, row % rows
+    width = merged_w[segment_item]
+    segment_start = start[segment_item]
+    segment_first = item_first[segment_item] + row * width
+    text, pad = is_text[segment_item], is_pad[segment_item]
+    t_ids = t if exact_t else torch.floor(t * t_step[segment_item]).to(torch.int64)
+    pad_value = torch.full((), pad_position, dtype=torch.int64, device=device)
+    first_values = [torch.where(text, segment_start, segment_start + t_ids),
+                    torch.where(text, segment_start, segment_start + h), segment_start]
+    counts_up = [text, text, ~pad]  # t and h count up along text runs only; w along text and the rows of a block
+    if real is not None:
+        first_values = [torch.where(pad, pad_value, v) for v in first_values]
+
+    # per token: a cumulative sum of steps (1 where the id counts up, else 0) with each segment's jump from the
+    # previous segment's last id at its first token: two passes per axis, no per-token gather
+    text_token = flat == 0
+    if real is not None:
+        text_token &= real
+    counted = torch.ones(count, dtype=torch.bool, device=device) if real is None else real
+    steps = torch.stack([text_token, text_token, counted], dim=-1).to(torch.int64)
+    jumps = torch.stack(first_values, dim=-1)
+    jumps[1:] -= jumps[:-1] + torch.stack(counts_up, dim=-1)[:-1] * (width[:-1, None] - 1)
+    steps[segment_first] = jumps
+    ids = torch.cumsum(steps, 0, out=steps)
+
+    # deltas per row (document): the largest id + 1 (or the advance, the same under the released rule) - its tokens
+    tokens = torch.zeros(documents, dtype=torch.int64, device=device).index_add_(
+        0, item_doc, torch.where(is_pad, 0, torch.where(is_text, merged_w, frames * merged_h * merged_w)))
+    if convention == "transformers-5":
+        top = torch.full((documents,), -1, dtype=torch.int64, device=device).scatter_reduce_(
+            0, item_doc, torch.where(is_pad, -1, start + largest), "amax")
+        advanced = top + 1
+    else:
+        advanced = torch.zeros(documents, dtype=torch.int64, device=device).index_add_(0, item_doc, advance)
+    if convention == "transformers-4":  # transformers 4.5x subtracts the padded row length (its cache_position
+        tokens = cu.diff() if cu is not None else torch.full_like(tokens, length)  # counts padding)
     return ids.view(batch, length, 3), (advanced - tokens).unsqueeze(-1)
 
 
