@@ -277,7 +277,8 @@ def _meds_unit(unit: int, payload: None, writer: ShardWriter, *, files: list[str
         last = min(first + shard_size, len(subjects))
         batches = [_from_frame(path, frame.iloc[np.sort(order[starts[first + a]:starts[first + b]])], options)
                    for a, b in _padded_groups(counts[first:last], MAX_PADDED_EVENTS)]
-        writer.write(_shard_parquet(batches, of_subject), last - first)
+        # subjects written, not read: static_only='drop' leaves out subjects without timed events
+        writer.write(_shard_parquet(batches, of_subject), sum(len(b.subjects) for b in batches))
 
 
 def _from_frame(path: str, frame: Any, options: dict[str, Any]) -> EventBatch:
@@ -384,9 +385,15 @@ def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: 
     static = [_padded(flat, static_lengths, order, fill)
               for flat, fill in ((static_codes.astype(np.int64), 0), (static_values.astype(np.float32), float("nan")))]
     return EventBatch(take(times, 0.0), take(codes.astype(np.int64), 0), take(values, float("nan")), mask, vocab,
-                      ordered, unit=unit, origin=origin, clock=None if bool(clock.isnan().any()) else clock,
+                      ordered, unit=unit, origin=origin, clock=_known_clock(clock, lengths_t > 0),
                       static_codes=static[0][0], static_values=static[1][0], static_mask=static[0][1],
                       window=torch.from_numpy(windows.astype(np.int64))[order])
+
+
+def _known_clock(clock: torch.Tensor, has_events: torch.Tensor) -> torch.Tensor | None:
+    """The rows' clock, or None when a row with events has none (a job stored without clock times). A row without
+    timed events (a static-only subject kept by ``static_only="keep"``) has a NaN clock, which is not missing."""
+    return None if bool(clock[has_events].isnan().any()) else clock
 
 
 def _empty_batch(options: dict[str, Any], vocab: list[str]) -> EventBatch:
@@ -540,6 +547,6 @@ class ShardedMedsDataset(ShardedDataset):
         static_values = pad_ragged([item["static_values"] for item in items], float("nan"))[0]
         clock = torch.tensor([item["clock"] for item in items], dtype=torch.float64)
         return EventBatch(times, codes, values, mask, self.vocab, [item["subject_id"] for item in items],
-                          unit=self.unit, origin=self.origin, clock=None if bool(clock.isnan().any()) else clock,
+                          unit=self.unit, origin=self.origin, clock=_known_clock(clock, mask.any(1)),
                           static_codes=static_codes, static_values=static_values, static_mask=static_mask,
                           window=torch.tensor([item["window"] for item in items], dtype=torch.int64))
