@@ -341,3 +341,83 @@ def test_cuda_matches_cpu_and_stays_on_the_device(walk_refs):
         alone = random_walk_pe(ge.cuda(), gn, 12, edge_weight=gw.cuda())
         assert torch.equal(alone, cuda[start:start + gn])
         start += gn
+
+
+# --- issue 25: an estimator with an error bound for hub-heavy graphs, as an option (probes=) -----------------------
+
+
+def _hub_graph(n: int, seed: int) -> torch.Tensor:
+    """Preferential attachment (3 edges per new node), both directions: walks reach every node in a few steps."""
+    rng = np.random.default_rng(seed)
+    ends, pairs = [0, 1, 2], []
+    for v in range(3, n):
+        targets = {int(ends[i]) for i in rng.integers(0, len(ends), 6)}
+        targets = sorted(targets)[:3]
+        pairs += [(v, t) for t in targets]
+        ends += targets + [v] * len(targets)
+    e = torch.tensor(pairs).T
+    return torch.cat([e, e.flip(0)], 1)
+
+
+def test_probes_estimate_is_unbiased_within_its_standard_error(walk_refs):
+    """Hutchinson's estimate against the float64 matrix powers: steps up to RW_EXACT_STEPS bit-identical to the
+    exact path, the others within a few standard errors (z-scores distributed as the theory says), and the
+    standard error shrinks as 1/sqrt(probes). Directed and weighted too (the estimate uses P as given)."""
+    e = _hub_graph(300, 4)
+    steps = [1, 2, 3, 4, 5, 6, 8, 11, 16, 6]
+    expected = torch.from_numpy(walk_refs.return_probabilities(e, 300, None, steps))
+    exact = random_walk_pe(e, 300, steps, dense_max_nodes=64)
+    errors = {}
+    for probes in (200, 3200):
+        est, err = random_walk_pe(e, 300, steps, dense_max_nodes=64, probes=probes, return_stderr=True,
+                                  generator=torch.Generator().manual_seed(probes))
+        assert torch.equal(est[:, :4], exact[:, :4]) and not err[:, :4].any()
+        z = (est[:, 4:].double() - expected[:, 4:]).abs() / err[:, 4:].double()
+        assert float(z.max()) < 6 and float((z > 3).double().mean()) < 0.02
+        assert torch.equal(est[:, 5], est[:, 9])  # a repeated step is one estimate
+        errors[probes] = float(err[:, 4:].mean())
+    assert 3 < errors[200] / errors[3200] < 5.5  # 1/sqrt(probes): 4
+    directed = e[:, ::2]
+    weight = torch.rand(directed.shape[1], generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5
+    reference = torch.from_numpy(walk_refs.return_probabilities(directed, 300, weight.numpy(), [6, 9]))
+    est, err = random_walk_pe(directed, 300, [6, 9], edge_weight=weight, dense_max_nodes=64, probes=800,
+                              return_stderr=True)
+    assert float(((est.double() - reference).abs() / err.double().clamp_min(1e-12)).max()) < 6
+
+
+def test_probes_leave_dense_graphs_exact_and_repeat_with_the_same_generator():
+    e = _hub_graph(300, 5)
+    small = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]) + 300
+    both, batch = torch.cat([e, small], 1), torch.tensor([0] * 300 + [1] * 3)
+    est, err = random_walk_pe(both, 303, 8, batch=batch, dense_max_nodes=64, probes=16, return_stderr=True)
+    assert torch.equal(est[300:], random_walk_pe(small - 300, 3, 8)) and not err[300:].any()
+    again = random_walk_pe(both, 303, 8, batch=batch, dense_max_nodes=64, probes=16)
+    assert torch.equal(est, again)  # default: a fixed seed
+    one = random_walk_pe(e, 300, 8, dense_max_nodes=64, probes=16, generator=torch.Generator().manual_seed(3))
+    two = random_walk_pe(e, 300, 8, dense_max_nodes=64, probes=16, generator=torch.Generator().manual_seed(3))
+    other = random_walk_pe(e, 300, 8, dense_max_nodes=64, probes=16, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(one, two) and not torch.equal(one, other)
+    seen = []
+    random_walk_pe(e, 300, 8, dense_max_nodes=64, probes=16, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (300 + 300 * 16, 300 + 300 * 16)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"probes": 1}, ValueError, "probes must be >= 2"),
+    ({"probes": 2.5}, TypeError, "probes must be an int"),
+    ({"probes": 8, "generator": 3}, TypeError, "generator must be a torch.Generator"),
+])
+def test_probes_bad_input(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        random_walk_pe(torch.tensor([[0, 1], [1, 0]]), 2, 8, **kwargs)
+
+
+def test_omnipos_add_random_walk_pe_passes_probes():
+    from omnipos.graph import AddRandomWalkPE as OmniposAddRandomWalkPE
+
+    e = _hub_graph(300, 6)  # 300 nodes > RW_DENSE_MAX_NODES: the sparse path, where probes apply
+    data = OmniposAddRandomWalkPE(8, probes=16)(Data(edge_index=e, num_nodes=300))
+    assert torch.equal(data.random_walk_pe, random_walk_pe(e, 300, 8, probes=16))
+    assert not torch.equal(data.random_walk_pe, random_walk_pe(e, 300, 8))
+    with pytest.raises(ValueError, match="probes must be >= 2"):
+        OmniposAddRandomWalkPE(8, probes=1)

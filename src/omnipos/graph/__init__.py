@@ -26,7 +26,7 @@ from .networkx import (
     networkx_random_walk_pe,
     networkx_to_edge_index,
 )
-from .random_walk import RW_DENSE_MAX_NODES, random_walk_pe, transition_matrix
+from .random_walk import RW_DENSE_MAX_NODES, RW_EXACT_STEPS, random_walk_pe, transition_matrix
 from .rrwp import rrwp
 from .sign import canonical_basis, canonical_sign, random_sign_flip
 from .signnet import SignNet
@@ -50,6 +50,7 @@ __all__ = [
     "NORMALIZATIONS",
     "DENSE_MAX_NODES",
     "RW_DENSE_MAX_NODES",
+    "RW_EXACT_STEPS",
     "SOLVERS",
     "AddLaplacianPE",
     "AddMagneticLaplacianPE",

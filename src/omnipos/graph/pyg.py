@@ -255,11 +255,18 @@ class AddRandomWalkPE(_PETransform):
             ``x``. (default: ``"random_walk_pe"``)
         compute_dtype (torch.dtype): precision of the matrix powers, see :func:`omnipos.graph.random_walk_pe`.
             (default: ``torch.float64``)
+        probes (int, optional): estimate the long walks of large graphs with this many random probes instead of
+            computing them exactly (an unbiased estimate with a known standard error, see
+            :func:`omnipos.graph.random_walk_pe`). (default: ``None``: exact)
+        generator (torch.Generator, optional): random source of the probes.
     """
 
     def __init__(self, walk_length: int | Sequence[int], attr_name: str | None = "random_walk_pe", *,
-                 compute_dtype: torch.dtype = torch.float64) -> None:
+                 compute_dtype: torch.dtype = torch.float64, probes: int | None = None,
+                 generator: torch.Generator | None = None) -> None:
         self.steps = check_walk_length(walk_length)
+        self.probes = None if probes is None else check_positive_int(probes, "probes", minimum=2)
+        self.generator = generator
         self.walk_length = walk_length
         self.attr_name = attr_name
         if compute_dtype not in (torch.float32, torch.float64):
@@ -269,7 +276,7 @@ class AddRandomWalkPE(_PETransform):
     def encode_structure(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None,
                          edge_weight: torch.Tensor | None, num_graphs: int = 1) -> Encoded:
         pe = random_walk_pe(edge_index, num_nodes, self.steps, batch=batch, edge_weight=edge_weight,
-                            compute_dtype=self.compute_dtype)
+                            compute_dtype=self.compute_dtype, probes=self.probes, generator=self.generator)
         return {_x_key(self.attr_name, "rw"): (pe, "node")}
 
     def __repr__(self) -> str:

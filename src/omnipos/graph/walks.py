@@ -24,6 +24,7 @@ __all__ = [
     "SparseTransitions",
     "sparse_transitions",
     "sparse_return_probabilities",
+    "estimated_return_probabilities",
 ]
 
 # Steps up to this are computed by baby-step giant-step, longer ones by repeated squaring.
@@ -378,3 +379,33 @@ def _walk_block(t: SparseTransitions, r0: int, r1: int, longest: int, blocks: di
         widest = max(widest, forward.entries, backward.entries)
         a += 1
     return widest
+
+
+def estimated_return_probabilities(matrix: Any, steps: list[int], probes: int, rng: np.random.Generator,
+                                   report: Any, chunk: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Hutchinson's estimate of ``(M^s)_ii`` for ``s`` in ``steps`` (``M``: ``[n, n]`` CSR, ``P`` or the
+    symmetric ``S`` of the same walk): the mean over ``probes`` Rademacher vectors ``z`` of ``z_i (M^s z)_i``,
+    which is unbiased, with variance ``sum_{l != i} (M^s)_il^2`` per probe. Probes are propagated ``chunk`` at a
+    time (memory ``O(n * chunk)``; ``max(steps)`` sparse products per chunk). Returns ``(mean [n, S], standard
+    error [n, S])``, the standard error being the probes' sample standard deviation over ``sqrt(probes)``."""
+    n = matrix.shape[0]
+    columns: dict[int, list[int]] = {}
+    for c, s in enumerate(steps):
+        columns.setdefault(s, []).append(c)
+    sums = np.zeros((n, len(steps)))
+    squares = np.zeros((n, len(steps)))
+    for start in range(0, probes, chunk):
+        b = min(chunk, probes - start)
+        z = rng.integers(0, 2, size=(n, b)).astype(np.float64) * 2 - 1
+        y = z
+        for s in range(1, max(steps) + 1):
+            y = matrix @ y
+            if s in columns:
+                terms = z * y
+                for c in columns[s]:
+                    sums[:, c] += terms.sum(1)
+                    squares[:, c] += (terms * terms).sum(1)
+        report.update(n * b)
+    mean = sums / probes
+    variance = np.maximum(squares / probes - mean * mean, 0.0) * (probes / (probes - 1))
+    return mean, np.sqrt(variance / probes)
