@@ -38,7 +38,15 @@ _MROPE_MODELS: dict[str, tuple[tuple[int, int, int], bool]] = {
 
 # Families that rotate interleaved channel pairs (2i, 2i + 1) of q and k (GPT-J style) although their rotary class
 # returns the half-layout cos/sin: GLM / GLM-4 (``rotate_half`` on x[..., 0::2], x[..., 1::2]), Cohere.
-_INTERLEAVED_MODELS = frozenset({"glm", "glm4", "cohere", "cohere2"})
+_INTERLEAVED_MODELS = frozenset({"glm", "glm4", "cohere", "cohere2", "cohere2_moe", "blt", "blt_global_transformer",
+                                 "blt_local_decoder", "blt_local_encoder", "blt_patcher", "ernie4_5", "ernie4_5_moe",
+                                 "helium", "moonshine", "moonshine_streaming", "openai_privacy_filter", "glm_ocr",
+                                 "glm_ocr_text", "hy_v4_vl", "hy_v4_vl_text", "pe_audio", "pe_audio_encoder",
+                                 "pe_video", "pe_video_encoder", "pe_audio_video", "pe_audio_video_encoder"})
+
+# Keys some families keep in their rope dict that are no RoPE parameter (read by the attention, not the rotary
+# embedding): Ministral 3 / Mistral 4's position-dependent query scaling.
+_ATTENTION_KEYS = ("llama_4_scaling_beta",)
 
 # Families whose full-attention (global) layers use no RoPE: Cohere2, Flint and AFMoE rotate only sliding layers.
 _SLIDING_ROPE_ONLY = frozenset({"cohere2", "flint", "afmoe"})
@@ -66,6 +74,18 @@ def _text_config(config: Any) -> Any:
     if text is not None and _get(config, "num_attention_heads") is None and _get(config, "head_dim") is None:
         return text
     return config
+
+
+def _layer_config(config: Any, layer_type: str | None) -> Any:
+    """Gemma 4 style heterogeneous configs: the per-layer-type config (its own head_dim), as transformers' rope code
+    reads it (``config.per_layer_config[layer_type]``); else ``config``."""
+    if layer_type is None or isinstance(config, Mapping) or not hasattr(type(config), "per_layer_config") and \
+            "per_layer_config" not in getattr(config, "__dict__", {}):
+        return config
+    try:
+        return config.per_layer_config[layer_type]
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError):
+        return config
 
 
 def _head_dim(config: Any) -> int:
@@ -105,6 +125,13 @@ def _rope_dict(config: Any, layer_type: str | None) -> dict[str, Any]:
     return dict(chosen)
 
 
+def _integral(value: Any, name: str) -> Any:
+    """A length written as a float (1200.0 in some config.json files) as the int it is; others unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) -> dict[str, Any]:
     """The :class:`~omnipos.core.RotaryEmbedding` arguments a model config describes: ``dim`` (the head dim),
     ``scaling`` (a :class:`~omnipos.core.RopeScaling` holding theta, partial rotary factor, the scaling, the lengths
@@ -122,7 +149,7 @@ def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) ->
         without RoPE (its entry is None), or a rope dict :class:`~omnipos.core.RopeScaling` refuses.
     """
     text = _text_config(config)
-    head_dim = _head_dim(text)
+    head_dim = _head_dim(_layer_config(text, layer_type))
     params = _rope_dict(text, layer_type)
     kind = canonical_rope_type(params.get("rope_type", params.get("type", "default")))
     if "rope_theta" not in params:
@@ -137,7 +164,9 @@ def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) ->
             partial = _get(text, "rotary_pct")  # GPT-NeoX's v4 name
         if partial is not None and partial != 1.0:
             params["partial_rotary_factor"] = partial
-    max_positions = _get(text, "max_position_embeddings")
+    for key in _ATTENTION_KEYS:
+        params.pop(key, None)
+    max_positions = _integral(_get(text, "max_position_embeddings"), "config.max_position_embeddings")
     if max_positions is not None:
         params.setdefault("max_position_embeddings", max_positions)
     if kind in ("llama3", "yarn", "longrope"):
