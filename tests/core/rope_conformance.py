@@ -35,6 +35,9 @@ SCALINGS = {  # the standard scalings substituted into a family's rope dict (len
                "original_max_position_embeddings": 32},
     "longrope": {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 32},
 }
+# Where transformers' default config cannot run its own rotary class, the released checkpoints' values
+# (GLM-4.1V and GLM-Image rotate half of a 128-channel head: mrope_section [8, 12, 12] fills 32 slots).
+RELEASED_VALUES = {"glm4v_text": {"partial_rotary_factor": 0.5}, "glm_image_text": {"partial_rotary_factor": 0.5}}
 _SKIP_CLASS_WORDS = ("Vision", "Visual", "Audio", "Image", "Patch", "Speech", "Encoder", "Depth")
 
 
@@ -227,6 +230,8 @@ def check_family(model_type: str, module_name: str, *, all_types: bool, position
         if not classes:
             return FamilyResult(model_type, "exception", "no text rotary class in its modeling file")
         _even_head_dim(text)
+        if getattr(text, "model_type", None) in RELEASED_VALUES:
+            text.rope_parameters = {**text.rope_parameters, **RELEASED_VALUES[text.model_type]}
         variants = [("own", config)]
         if all_types and _nested_types(params) == [None]:
             for kind in SCALINGS:

@@ -205,8 +205,6 @@ def test_phimoe_mscales_past_the_original_length():
     cos, _ = ours.cos_sin(PAST, dtype=torch.float64)
     angles = PAST.double()[:, None] * expected
     torch.testing.assert_close(cos[:, :HALF], 1.35 * torch.cos(angles), rtol=0, atol=1e-12)
-    traced = torch.compile(lambda p: ours.cos_sin(p), fullgraph=True, backend="aot_eager")(PAST)
-    torch.testing.assert_close(traced[0], ours.cos_sin(PAST)[0])
 
 
 def test_deepseek_v3_rope_interleave_is_interleaved_rotation_in_deinterleaved_order():

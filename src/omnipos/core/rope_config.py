@@ -28,21 +28,29 @@ from .rope_scaling import RopeScaling, canonical_rope_type, select_layer_type
 __all__ = ["rope_arguments_from_config", "rope_layers", "deinterleaved_channel_order"]
 
 # model_type -> (default mrope_section, interleaved): the families whose rotary class takes M-RoPE ids and falls back
-# to a section of its own when the rope dict has none (transformers 5.24's Qwen2VL/Qwen2_5_VL/Qwen3VL rotary classes).
+# to a section of its own when the rope dict has none (transformers 5.24's Qwen2-VL / Qwen2.5-VL / Qwen3-VL,
+# GLM-4.1V / GLM-Image: contiguous; Cosmos3-Edge / hy_v4_vl: Qwen3-VL's interleaved rule).
 _MROPE_MODELS: dict[str, tuple[tuple[int, int, int], bool]] = {
     "qwen2_vl": ((16, 24, 24), False), "qwen2_vl_text": ((16, 24, 24), False),
     "qwen2_5_vl": ((16, 24, 24), False), "qwen2_5_vl_text": ((16, 24, 24), False),
     "qwen3_vl": ((24, 20, 20), True), "qwen3_vl_text": ((24, 20, 20), True),
     "qwen3_vl_moe": ((24, 20, 20), True), "qwen3_vl_moe_text": ((24, 20, 20), True),
+    "glm4v": ((8, 12, 12), False), "glm4v_text": ((8, 12, 12), False),
+    "glm_image": ((8, 12, 12), False), "glm_image_text": ((8, 12, 12), False),
+    "cosmos3_edge": ((24, 20, 20), True), "cosmos3_edge_text": ((24, 20, 20), True),
+    "hy_v4_vl": ((24, 20, 20), True), "hy_v4_vl_text": ((24, 20, 20), True),
 }
 
-# Families that rotate interleaved channel pairs (2i, 2i + 1) of q and k (GPT-J style) although their rotary class
-# returns the half-layout cos/sin: GLM / GLM-4 (``rotate_half`` on x[..., 0::2], x[..., 1::2]), Cohere.
-_INTERLEAVED_MODELS = frozenset({"glm", "glm4", "cohere", "cohere2", "cohere2_moe", "blt", "blt_global_transformer",
-                                 "blt_local_decoder", "blt_local_encoder", "blt_patcher", "ernie4_5", "ernie4_5_moe",
-                                 "helium", "moonshine", "moonshine_streaming", "openai_privacy_filter", "glm_ocr",
-                                 "glm_ocr_text", "hy_v4_vl", "hy_v4_vl_text", "pe_audio", "pe_audio_encoder",
-                                 "pe_video", "pe_video_encoder", "pe_audio_video", "pe_audio_video_encoder"})
+# Families that rotate interleaved channel pairs (2i, 2i + 1) of q and k (GPT-J style), whatever layout their rotary
+# class returns cos/sin in (found by transformers 5.24's apply_rotary_pos_emb of each family; the conformance test
+# checks every one): GLM / GLM-4 / GLM-4.1V / GLM-OCR, Cohere, BLT, ERNIE 4.5, Helium, Moonshine, PE audio/video, ...
+_INTERLEAVED_MODELS = frozenset({
+    "glm", "glm4", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text", "cohere", "cohere2", "cohere2_moe",
+    "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
+    "ernie4_5", "ernie4_5_moe", "helium", "moonshine", "moonshine_streaming", "openai_privacy_filter",
+    "hy_v4_vl", "hy_v4_vl_text", "pe_audio", "pe_audio_encoder", "pe_video", "pe_video_encoder", "pe_audio_video",
+    "pe_audio_video_encoder",
+})
 
 # Keys some families keep in their rope dict that are no RoPE parameter (read by the attention, not the rotary
 # embedding): Ministral 3 / Mistral 4's position-dependent query scaling.
