@@ -359,3 +359,17 @@ def test_rope_layers_nested_none_and_plain():
         rope_layers({"hidden_size": 8})
     with pytest.raises(TypeError, match="config"):
         rope_arguments_from_config("llama")
+
+
+def test_nanochat_is_rope_at_negated_positions():
+    """NanoChat's rotate_half flips the sign (the conformance exception): the same rotation by minus the angle."""
+    from transformers.models.nanochat import modeling_nanochat
+
+    config = transformers.NanoChatConfig(**SMALL)
+    cos, sin = modeling_nanochat.NanoChatRotaryEmbedding(config)(torch.zeros(1), PAST[None])
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(1, 2, 100, 16, generator=g), torch.randn(1, 2, 100, 16, generator=g)
+    q_hf, k_hf = modeling_nanochat.apply_rotary_pos_emb(q, k, cos, sin)
+    q_ours, k_ours = RotaryEmbedding.from_config(config)(q, k, -PAST[None])
+    torch.testing.assert_close(q_ours, q_hf, rtol=0, atol=1e-5)
+    torch.testing.assert_close(k_ours, k_hf, rtol=0, atol=1e-5)
