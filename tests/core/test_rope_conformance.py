@@ -27,7 +27,7 @@ EXCEPTIONS = {
     "hunyuan_vl_text": "transformers' own rotary class fails on the default config (mrope_section None)",
     "llama4_vision_model": "the vision tower's 2-D RoPE; its class needs fields the default config lacks",
     "musicflamingo": "transformers' own rotary class needs audio_frame_step, absent from the default config",
-    "nanochat": "rotates by minus the angle (its rotate_half flips the sign): omnipos with negated positions",
+    "nanochat": "rotates by minus the angle (its rotate_half flips the sign): omnipos at negated positions (tested)",
 }
 
 
@@ -55,4 +55,4 @@ def test_every_family_every_rope_type_past_the_original_length():
     counted = [r for r in results if r.status != "not counted"]
     reproduced = [r for r in counted if r.status == "reproduced"]
     assert len(counted) > 200  # a transformers with fewer families: the discovery broke
-    assert len(reproduced) >= 0.9 * len(counted), conformance.table(results)
+    assert len(reproduced) >= 0.95 * len(counted), conformance.table(results)  # 256 / 267 with 5.24
