@@ -7,7 +7,6 @@ Verified with transformers 5.24 (the peer's float32 cos/sin: compared with a tol
 
 import copy
 import math
-import warnings
 
 import pytest
 import torch
@@ -41,7 +40,7 @@ from transformers import (  # noqa: E402
 )
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # noqa: E402
 
-warnings.filterwarnings("ignore", module="transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # transformers' notes on unknown rope keys
 
 SMALL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, num_hidden_layers=2, intermediate_size=32,
              vocab_size=32)
