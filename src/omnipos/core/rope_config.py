@@ -28,17 +28,33 @@ from .rope_scaling import RopeScaling, canonical_rope_type, select_layer_type
 __all__ = ["rope_arguments_from_config", "rope_layers", "deinterleaved_channel_order"]
 
 # model_type -> (default mrope_section, interleaved): the families whose rotary class takes M-RoPE ids and falls back
-# to a section of its own when the rope dict has none (transformers 5.24's Qwen2VL/Qwen2_5_VL/Qwen3VL rotary classes).
+# to a section of its own when the rope dict has none (transformers 5.24's Qwen2-VL / Qwen2.5-VL / Qwen3-VL,
+# GLM-4.1V / GLM-Image: contiguous; Cosmos3-Edge / hy_v4_vl: Qwen3-VL's interleaved rule).
 _MROPE_MODELS: dict[str, tuple[tuple[int, int, int], bool]] = {
     "qwen2_vl": ((16, 24, 24), False), "qwen2_vl_text": ((16, 24, 24), False),
     "qwen2_5_vl": ((16, 24, 24), False), "qwen2_5_vl_text": ((16, 24, 24), False),
     "qwen3_vl": ((24, 20, 20), True), "qwen3_vl_text": ((24, 20, 20), True),
     "qwen3_vl_moe": ((24, 20, 20), True), "qwen3_vl_moe_text": ((24, 20, 20), True),
+    "glm4v": ((8, 12, 12), False), "glm4v_text": ((8, 12, 12), False),
+    "glm_image": ((8, 12, 12), False), "glm_image_text": ((8, 12, 12), False),
+    "cosmos3_edge": ((24, 20, 20), True), "cosmos3_edge_text": ((24, 20, 20), True),
+    "hy_v4_vl": ((24, 20, 20), True), "hy_v4_vl_text": ((24, 20, 20), True),
 }
 
-# Families that rotate interleaved channel pairs (2i, 2i + 1) of q and k (GPT-J style) although their rotary class
-# returns the half-layout cos/sin: GLM / GLM-4 (``rotate_half`` on x[..., 0::2], x[..., 1::2]), Cohere.
-_INTERLEAVED_MODELS = frozenset({"glm", "glm4", "cohere", "cohere2"})
+# Families that rotate interleaved channel pairs (2i, 2i + 1) of q and k (GPT-J style), whatever layout their rotary
+# class returns cos/sin in (found by transformers 5.24's apply_rotary_pos_emb of each family; the conformance test
+# checks every one): GLM / GLM-4 / GLM-4.1V / GLM-OCR, Cohere, BLT, ERNIE 4.5, Helium, Moonshine, PE audio/video, ...
+_INTERLEAVED_MODELS = frozenset({
+    "glm", "glm4", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text", "cohere", "cohere2", "cohere2_moe",
+    "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
+    "ernie4_5", "ernie4_5_moe", "helium", "moonshine", "moonshine_streaming", "openai_privacy_filter",
+    "hy_v4_vl", "hy_v4_vl_text", "pe_audio", "pe_audio_encoder", "pe_video", "pe_video_encoder", "pe_audio_video",
+    "pe_audio_video_encoder",
+})
+
+# Keys some families keep in their rope dict that are no RoPE parameter (read by the attention, not the rotary
+# embedding): Ministral 3 / Mistral 4's position-dependent query scaling.
+_ATTENTION_KEYS = ("llama_4_scaling_beta",)
 
 # Families whose full-attention (global) layers use no RoPE: Cohere2, Flint and AFMoE rotate only sliding layers.
 _SLIDING_ROPE_ONLY = frozenset({"cohere2", "flint", "afmoe"})
@@ -66,6 +82,18 @@ def _text_config(config: Any) -> Any:
     if text is not None and _get(config, "num_attention_heads") is None and _get(config, "head_dim") is None:
         return text
     return config
+
+
+def _layer_config(config: Any, layer_type: str | None) -> Any:
+    """Gemma 4 style heterogeneous configs: the per-layer-type config (its own head_dim), as transformers' rope code
+    reads it (``config.per_layer_config[layer_type]``); else ``config``."""
+    if layer_type is None or isinstance(config, Mapping) or not hasattr(type(config), "per_layer_config") and \
+            "per_layer_config" not in getattr(config, "__dict__", {}):
+        return config
+    try:
+        return config.per_layer_config[layer_type]
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError):
+        return config
 
 
 def _head_dim(config: Any) -> int:
@@ -105,6 +133,13 @@ def _rope_dict(config: Any, layer_type: str | None) -> dict[str, Any]:
     return dict(chosen)
 
 
+def _integral(value: Any, name: str) -> Any:
+    """A length written as a float (1200.0 in some config.json files) as the int it is; others unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) -> dict[str, Any]:
     """The :class:`~omnipos.core.RotaryEmbedding` arguments a model config describes: ``dim`` (the head dim),
     ``scaling`` (a :class:`~omnipos.core.RopeScaling` holding theta, partial rotary factor, the scaling, the lengths
@@ -122,7 +157,7 @@ def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) ->
         without RoPE (its entry is None), or a rope dict :class:`~omnipos.core.RopeScaling` refuses.
     """
     text = _text_config(config)
-    head_dim = _head_dim(text)
+    head_dim = _head_dim(_layer_config(text, layer_type))
     params = _rope_dict(text, layer_type)
     kind = canonical_rope_type(params.get("rope_type", params.get("type", "default")))
     if "rope_theta" not in params:
@@ -137,7 +172,9 @@ def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) ->
             partial = _get(text, "rotary_pct")  # GPT-NeoX's v4 name
         if partial is not None and partial != 1.0:
             params["partial_rotary_factor"] = partial
-    max_positions = _get(text, "max_position_embeddings")
+    for key in _ATTENTION_KEYS:
+        params.pop(key, None)
+    max_positions = _integral(_get(text, "max_position_embeddings"), "config.max_position_embeddings")
     if max_positions is not None:
         params.setdefault("max_position_embeddings", max_positions)
     if kind in ("llama3", "yarn", "longrope"):

@@ -82,7 +82,9 @@ class RopeScaling:
           ``original_max_position_embeddings``); the base grows only for sequences longer than that.
         - ``"yarn"``: ``factor``, ``original_max_position_embeddings``; optional ``attention_factor``,
           ``beta_fast`` (32), ``beta_slow`` (1), ``mscale``, ``mscale_all_dim``, ``truncate`` (True).
-        - ``"llama3"``: ``factor``, ``low_freq_factor``, ``high_freq_factor``, ``original_max_position_embeddings``.
+        - ``"llama3"``: ``factor``, ``low_freq_factor``, ``high_freq_factor`` (>= ``low_freq_factor``; equal, as in
+          Llama 4 Scout, is an empty ramp: wavelengths past ``original_max_position_embeddings / low_freq_factor``
+          divided by ``factor``, the others kept, as transformers runs it), ``original_max_position_embeddings``.
         - ``"longrope"``: ``short_factor``, ``long_factor`` (``dim // 2`` numbers each),
           ``original_max_position_embeddings``; ``factor`` or ``max_position_embeddings`` (then
           ``factor = max_position_embeddings / original_max_position_embeddings``, as Phi-3 does);

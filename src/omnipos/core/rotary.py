@@ -230,7 +230,7 @@ class RotaryEmbedding(ConstantBuffers):
         without ``factor``), ``original_max_position_embeddings``, M-RoPE section and interleaving all come from the
         config, as transformers' rope code reads them; see :func:`~omnipos.core.rope_arguments_from_config`.
         ``layer_type`` picks the entry of per-layer-type parameters (``"full_attention"``,
-        ``"sliding_attention"``). ``layout`` defaults to the family's (``"interleaved"`` for GLM, Cohere and
+        ``"sliding_attention"``). ``layout`` defaults to the family's (``"interleaved"`` for GLM, Cohere, ERNIE 4.5 and
         DeepSeek-V3 with ``rope_interleave``, whose output transformers returns de-interleaved: see
         :func:`~omnipos.core.deinterleaved_channel_order`); whether a layer uses RoPE at all:
         :func:`~omnipos.core.rope_layers`.
