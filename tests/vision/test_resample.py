@@ -314,3 +314,39 @@ def test_per_image_bad_inputs():
         resample_pos_embed_per_image(table, [(2, 2)], max_length=16, num_prefix_tokens=1)
     with pytest.raises(TypeError, match="floating"):
         resample_pos_embed_per_image(table.long(), [(2, 2)], max_length=16)
+
+
+# -- gradients (issue 24: the backward must compile at any size) -----------------------------------------------------
+
+@pytest.mark.parametrize("mode, antialias", [("bicubic", True), ("bilinear", True), ("bicubic", False),
+                                             ("nearest", False), ("area", False)])
+@pytest.mark.parametrize("old, new", [((4, 6), (7, 5)), ((5, 5), (3, 2)), ((4, 6), (9, 1)), ((6, 1), (3, 1)),
+                                      ((1, 4), (1, 7))])
+def test_backward_equals_interpolate_autograd(mode, antialias, old, new):
+    # the backward is two matrix products with F.interpolate's separable factors (width-1 targets included, where
+    # those are read off a width-1 image); compared with F.interpolate's own backward in float64
+    table = torch.randn(1, 1 + old[0] * old[1], 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(1, 1 + new[0] * new[1], 6, dtype=torch.float64)
+    out = resample_pos_embed(table, new, old_grid=old, mode=mode, antialias=antialias)
+    (grad,) = torch.autograd.grad((out * weight).sum(), table)
+    image = table[:, 1:].reshape(1, *old, 6).permute(0, 3, 1, 2)
+    kwargs = {"antialias": antialias, "align_corners": False} if mode in ("bicubic", "bilinear") else {}
+    ref_out = torch.nn.functional.interpolate(image, size=new, mode=mode, **kwargs).permute(0, 2, 3, 1)
+    (ref,) = torch.autograd.grad((ref_out.reshape(1, -1, 6) * weight[:, 1:]).sum(), table)
+    ref[:, 0] += weight[0, 0]
+    torch.testing.assert_close(out[:, 1:], ref_out.reshape(1, -1, 6).detach(), rtol=0, atol=0)  # forward: timm's bits
+    torch.testing.assert_close(grad, ref, rtol=0, atol=1e-12)
+    if antialias and new[1] == 1:  # width-1 targets: a dense operator, read off in the input's memory layout
+        assert torch.autograd.gradcheck(
+            lambda t: resample_pos_embed(t, new, old_grid=old, mode=mode, antialias=antialias), (table,))
+
+
+def test_backward_is_twice_differentiable_and_per_image_exact_path_too():
+    table = torch.randn(1, 1 + 12, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: resample_pos_embed(t, (5, 2), old_grid=(3, 4)), (table,))
+    assert torch.autograd.gradgradcheck(lambda t: resample_pos_embed(t, (5, 1), old_grid=(3, 4)), (table,))
+    flat = torch.randn(12, 4, dtype=torch.float64, requires_grad=True)
+    for mode in ("bilinear", "bicubic"):  # the exact path's layout differs from resample_pos_embed's
+        assert torch.autograd.gradcheck(
+            lambda t: resample_pos_embed_per_image(t, [(5, 2), (2, 1), (7, 1)], max_length=14, old_grid=(3, 4),
+                                                   mode=mode, exact=True)[0], (flat,))

@@ -63,6 +63,64 @@ def _axis_weights(n_in: int, n_out: int, mode: str, antialias: bool, dtype: torc
     return _resize(eye[None, None], (n_out, n_in), mode, antialias)[0, 0].to(dtype)
 
 
+def _interpolate_operator(source: tuple[int, int], grid: tuple[int, int], mode: str, antialias: bool,
+                          layout: str, device: torch.device) -> torch.Tensor:
+    """float64 ``[H * W, h * w]`` matrix of ``F.interpolate`` from ``source`` to ``grid``, read off by resizing one
+    basis image per source pixel (as channels) laid out as the real input was: PyTorch's antialiased kernels pick
+    their path from the memory layout, and for width-1 targets the paths give different numbers."""
+    (h, w), (height, width) = source, grid
+    eye = torch.eye(h * w, dtype=torch.float64, device=device).reshape(h, w, h * w)
+    basis = {"contiguous": lambda: eye.permute(2, 0, 1).contiguous()[None],
+             "channels_last": lambda: eye[None].permute(0, 3, 1, 2),  # batch stride h * w * C
+             "unsqueezed": lambda: eye.permute(2, 0, 1)[None]}[layout]()  # (h, w, C) permuted, then [None]
+    return _resize(basis, grid, mode, antialias).reshape(h * w, height * width).transpose(0, 1)
+
+
+def _layout(image: torch.Tensor) -> str:
+    """Which of the layouts :func:`_interpolate_operator` knows ``image [B, C, h, w]`` has."""
+    if image.shape[1] > 1 and image.stride(1) == 1:
+        return "unsqueezed" if image.shape[0] == 1 and image.stride(0) == image.shape[1] else "channels_last"
+    return "contiguous"
+
+
+class _Interpolate(torch.autograd.Function):
+    """``F.interpolate`` forward (the peers' bits) whose backward is matrix products with its own resampling
+    operator: inductor lowers those at any size, where ``F.interpolate``'s antialiased backward
+    (``aten._upsample_bicubic2d_aa_backward``) fails to compile once sizes are dynamic (issue 24).
+
+    The operator is separable (``rows @ image @ cols^T``, the 1-D matrices read off ``F.interpolate`` in float64)
+    except for antialiased width-1 targets, where PyTorch's kernel is not (see :func:`resample_pos_embed_per_image`);
+    there the dense ``[H, h * w]`` operator is read off instead (small: the target has one column)."""
+
+    @staticmethod
+    def forward(image: torch.Tensor, grid: tuple[int, int], mode: str, antialias: bool) -> torch.Tensor:
+        return _resize(image, grid, mode, antialias)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        image, grid, mode, antialias = inputs
+        ctx.source, ctx.grid, ctx.mode, ctx.antialias = tuple(image.shape[-2:]), grid, mode, antialias
+        ctx.layout = _layout(image)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        (h, w), (height, width) = ctx.source, ctx.grid
+        if ctx.antialias and width == 1:
+            operator = _interpolate_operator(ctx.source, ctx.grid, ctx.mode, ctx.antialias, ctx.layout,
+                                             grad.device).to(grad.dtype)
+            return torch.matmul(grad.flatten(-2), operator).unflatten(-1, (h, w)), None, None, None
+        rows = _axis_weights(h, height, ctx.mode, ctx.antialias, grad.dtype, grad.device)
+        cols = _axis_weights(w, width, ctx.mode, ctx.antialias, grad.dtype, grad.device)
+        return torch.matmul(torch.matmul(rows.transpose(0, 1), grad), cols), None, None, None
+
+
+def _resize_differentiable(image: torch.Tensor, grid: tuple[int, int], mode: str, antialias: bool) -> torch.Tensor:
+    """:func:`_resize`, with :class:`_Interpolate`'s compilable backward when autograd records it."""
+    if tuple(image.shape[-2:]) == grid or not (torch.is_grad_enabled() and image.requires_grad):
+        return _resize(image, grid, mode, antialias)
+    return _Interpolate.apply(image, grid, mode, antialias)
+
+
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     """Interpolation runs in float32 (float64 for float64 tables), as timm and SigLIP2 on CPU."""
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -143,7 +201,7 @@ def resample_pos_embed(
     prefix, patches = batched[:, :num_prefix_tokens], batched[:, num_prefix_tokens:]
     dim = patches.shape[-1]
     image = patches.to(_work_dtype(pos_embed.dtype)).reshape(-1, old_h, old_w, dim).permute(0, 3, 1, 2)
-    image = _resize(image, (new_h, new_w), mode, antialias)
+    image = _resize_differentiable(image, (new_h, new_w), mode, antialias)
     patches = image.permute(0, 2, 3, 1).reshape(-1, new_h * new_w, dim).to(pos_embed.dtype)
     out = torch.cat([prefix, patches], dim=1) if num_prefix_tokens else patches
     return out if pos_embed.ndim == 3 else out.squeeze(0)
@@ -280,7 +338,8 @@ def resample_pos_embed_per_image(
     grid_table = patches.to(work).reshape(*source, dim)
     if exact:
         image = grid_table.permute(2, 0, 1).unsqueeze(0)
-        resized = [_resize(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1) for grid in distinct]
+        resized = [_resize_differentiable(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1)
+                   for grid in distinct]
     else:  # W_h @ table @ W_w^T; the height pass is shared by the grids of one height
         heights, widths = dict.fromkeys(g[0] for g in distinct), dict.fromkeys(g[1] for g in distinct)
         rows = {h: _axis_weights(source[0], h, mode, antialias, work, device) for h in heights}

@@ -341,13 +341,16 @@ class PositionAdapter(nn.Module):
             return entry[2]
         value = build()
         self.builds += 1
-        kept = {k: v for k, v in cache.items() if k[3] == version and k != full_key}  # older weights are dropped
+        # each kind (the table, an Eva's RoPE, ...) is built from its own weights: a build drops the entries of its
+        # kind made from older weights and leaves the other kinds alone (they check their own weights when read)
+        others = {k: v for k, v in cache.items() if k[0] != kind}
+        kept = {k: v for k, v in cache.items() if k[0] == kind and k[3] == version and k != full_key}
         snapshots = next((v[1] for v in kept.values()), None)
         if snapshots is None or not all(_same_bits(w, snap) for snap, w in zip(snapshots, weights)):
             kept = {}  # edited through .data: every entry of this version is stale
             snapshots = [w.detach().clone() for w in weights]
         kept[full_key] = ([weakref.ref(w) for w in weights], snapshots, value)
-        self._cache = kept  # one assignment: a concurrent reader sees the old or the new dict, both valid
+        self._cache = {**others, **kept}  # one assignment: a concurrent reader sees the old or the new dict
         return value
 
     def tables(self, pos_embed: torch.Tensor | None, grid: tuple[int, int], *, dtype: torch.dtype,
