@@ -350,3 +350,35 @@ def test_backward_is_twice_differentiable_and_per_image_exact_path_too():
         assert torch.autograd.gradcheck(
             lambda t: resample_pos_embed_per_image(t, [(5, 2), (2, 1), (7, 1)], max_length=14, old_grid=(3, 4),
                                                    mode=mode, exact=True)[0], (flat,))
+
+
+def test_per_image_accepts_timm_pos_embed_as_stored():
+    # issue 28: a timm ViT's pos_embed [1, P + h0 * w0, D] was refused even with old_grid=
+    stored = torch.randn(1, 1 + 12 * 20, 16)  # class row + a 12 x 20 grid
+    grids = [(8, 20), (3, 5)]
+    ref, ref_mask = resample_pos_embed_per_image(stored[0], grids, max_length=200, old_grid=(12, 20),
+                                                 num_prefix_tokens=1, mode="bicubic", exact=True)
+    out, mask = resample_pos_embed_per_image(stored, grids, max_length=200, old_grid=(12, 20), num_prefix_tokens=1,
+                                             mode="bicubic", exact=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    assert torch.equal(mask, ref_mask)
+    for i, grid in enumerate(grids):  # and each image's rows are resample_pos_embed's (timm's numbers)
+        alone = resample_pos_embed(stored, grid, old_grid=(12, 20), num_prefix_tokens=1)[0]
+        torch.testing.assert_close(out[i, : alone.shape[0]], alone, rtol=0, atol=0)
+    square = torch.randn(1, 16, 8)  # no prefix, square N: a 4 x 4 grid (no_embed_class models)
+    out, _ = resample_pos_embed_per_image(square, [(2, 3)], max_length=6, exact=True)
+    torch.testing.assert_close(out[0], resample_pos_embed(square[0], (2, 3), num_prefix_tokens=0, mode="bilinear"),
+                               rtol=0, atol=0)
+    with_prefix = torch.randn(1, 1 + 16, 8)  # square after the prefix
+    out, _ = resample_pos_embed_per_image(with_prefix, [(2, 3)], max_length=7, num_prefix_tokens=1, exact=True)
+    torch.testing.assert_close(out[0], resample_pos_embed(with_prefix[0], (2, 3), mode="bilinear"), rtol=0, atol=0)
+    # a genuine 1 x N grid table: old_grid=(1, N) (or a non-square N) keeps that reading
+    strip = torch.randn(1, 16, 8)
+    out, _ = resample_pos_embed_per_image(strip, [(1, 5)], max_length=5, old_grid=(1, 16), exact=True)
+    expected = torch.nn.functional.interpolate(strip.permute(2, 0, 1)[None], size=(1, 5), mode="bilinear",
+                                               antialias=True, align_corners=False)[0].flatten(1).T
+    torch.testing.assert_close(out[0], expected, rtol=0, atol=0)
+    out, _ = resample_pos_embed_per_image(torch.randn(1, 6, 8), [(1, 3)], max_length=3)
+    assert out.shape == (1, 3, 8)
+    with pytest.raises(ValueError, match="old_grid"):  # fits neither reading
+        resample_pos_embed_per_image(stored, grids, max_length=300, old_grid=(12, 12), num_prefix_tokens=1)

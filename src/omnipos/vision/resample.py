@@ -231,6 +231,18 @@ def _check_grids(grids: Any) -> tuple[list[tuple[int, int]], torch.Tensor | list
     return list(seen), inverse_list, len(inverse_list)
 
 
+def _is_timm_stored(num_rows: int, old_grid: Any, num_prefix_tokens: int) -> bool:
+    """Whether a ``[1, N, D]`` table is timm's flat ``pos_embed`` (``[1, P + h0 * w0, D]``) rather than a grid table
+    of height 1: ``old_grid`` says so (unless it is ``(1, N)``), or prefix rows are asked for, or ``N`` (after the
+    prefix) is a square above 1; a ``(1, N)`` grid of square ``N`` needs ``old_grid=(1, N)``."""
+    if old_grid is not None:
+        return check_grid(old_grid, "old_grid") != (1, num_rows)
+    if num_prefix_tokens:
+        return True
+    side = math.isqrt(num_rows)
+    return num_rows > 1 and side * side == num_rows
+
+
 def resample_pos_embed_per_image(
     table: torch.Tensor,
     grids: Any,
@@ -274,8 +286,10 @@ def resample_pos_embed_per_image(
 
     Args:
         table: the learned table: ``[h0, w0, D]`` (SigLIP2's ``position_embedding.weight.reshape(h0, w0, D)``),
-            ``[1, h0, w0, D]`` (timm NaFlexViT's ``pos_embed``), or flat ``[P + h0 * w0, D]`` (a timm ViT's
-            ``pos_embed[0]``) with ``P = num_prefix_tokens`` rows first and ``old_grid`` unless square.
+            ``[1, h0, w0, D]`` (timm NaFlexViT's ``pos_embed``), or flat ``[P + h0 * w0, D]`` / ``[1, P + h0 * w0,
+            D]`` (a timm ViT's ``pos_embed`` as stored) with ``P = num_prefix_tokens`` rows first and ``old_grid``
+            unless square. A ``[1, N, D]`` table is read as timm's flat form when ``old_grid`` (other than
+            ``(1, N)``), ``num_prefix_tokens`` or a square ``N`` says so, else as a ``1 x N`` grid.
         grids: ``[B, 2]`` integer ``(h_i, w_i)`` per image (SigLIP2's ``spatial_shapes``), or a list of pairs
             (then ``torch.compile`` traces the function without graph breaks).
         max_length: rows per image in the output (SigLIP2's ``max_num_patches``), >= ``P + h_i * w_i``.
@@ -305,6 +319,8 @@ def resample_pos_embed_per_image(
     num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
     if table.ndim == 4 and table.shape[0] == 1:
         table = table[0]
+    if table.ndim == 3 and table.shape[0] == 1 and _is_timm_stored(table.shape[1], old_grid, num_prefix_tokens):
+        table = table[0]  # timm's pos_embed as stored, [1, P + h0 * w0, D]
     if table.ndim == 3:
         if num_prefix_tokens:
             raise ValueError("num_prefix_tokens is for a flat [P + h0 * w0, D] table; a [h0, w0, D] table has none")
