@@ -157,7 +157,8 @@ GRIDS = [(8, 20), (16, 16), (8, 20), (3, 5), (24, 24), (1, 1), (3, 5), (20, 8)]
 #: exact=True is bit for bit), dense float32 separable weights from 5.24 (verified 5.24.0: our default path within
 #: float32 summation order). Intermediate 5.x releases are not verified.
 SIGLIP2_INTERPOLATES = Version(transformers.__version__) < Version("5.24")
-#: width-1 target grids, where F.interpolate's antialias kernels are not the separable operator (see
+#: width-1 target grids, where F.interpolate's antialias kernels on NCHW-contiguous images (SigLIP2's layout) are
+#: not the separable operator (see
 #: test_width_one_grids_follow_the_formula_by_default)
 WIDTH_ONE = [(32, 1), (5, 1)]
 
@@ -207,8 +208,9 @@ def _aa_weights(n_in, n_out, mode):
 
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 def test_width_one_grids_follow_the_formula_by_default(mode):
-    # issue 24: for (h, 1) targets F.interpolate's antialias kernel is not the separable operator; the default path
-    # is (checked against the formula in float64), exact=True keeps F.interpolate's numbers (the peers' contract)
+    # issue 24: for (h, 1) targets F.interpolate's antialias kernel on an NCHW-contiguous image (SigLIP2 4.x's
+    # layout) is not the separable operator; the default path is (checked against the formula in float64), as are
+    # resample_pos_embed and timm (channels-last images); exact=True keeps SigLIP2 4.x's F.interpolate numbers
     table = torch.randn(16, 12, 8, dtype=torch.float64)
     grids = [*WIDTH_ONE, (8, 1), (1, 7), (16, 1), (7, 5)]
     out, _ = resample_pos_embed_per_image(table, grids, max_length=40, mode=mode)
@@ -221,6 +223,12 @@ def test_width_one_grids_follow_the_formula_by_default(mode):
         torch.testing.assert_close(exact[i, : h * w], interpolated[0].flatten(1).T, rtol=0, atol=0)
         quirk = w == 1 and h != 16
         assert torch.allclose(exact[i, : h * w], out[i, : h * w], atol=1e-12) != quirk, (h, w)
+        flat = table.reshape(1, 16 * 12, 8)
+        torch.testing.assert_close(resample_pos_embed(flat, (h, w), old_grid=(16, 12), num_prefix_tokens=0, mode=mode),
+                                   expected.reshape(1, h * w, 8), rtol=0, atol=1e-12)
+        timm_out = resample_abs_pos_embed(flat.float(), [h, w], old_size=[16, 12], num_prefix_tokens=0,
+                                          interpolation=mode)  # timm 1.0.31, float32
+        torch.testing.assert_close(timm_out.double(), expected.reshape(1, h * w, 8), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode, antialias", [("bilinear", True), ("bilinear", False), ("bicubic", True),
@@ -323,8 +331,8 @@ def test_per_image_bad_inputs():
 @pytest.mark.parametrize("old, new", [((4, 6), (7, 5)), ((5, 5), (3, 2)), ((4, 6), (9, 1)), ((6, 1), (3, 1)),
                                       ((1, 4), (1, 7))])
 def test_backward_equals_interpolate_autograd(mode, antialias, old, new):
-    # the backward is two matrix products with F.interpolate's separable factors (width-1 targets included, where
-    # those are read off a width-1 image); compared with F.interpolate's own backward in float64
+    # the backward is matrix products with F.interpolate's own operator (separable factors; for width-1 targets the
+    # dense operator read off in the input's layout); compared with F.interpolate's own backward in float64
     table = torch.randn(1, 1 + old[0] * old[1], 6, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(1, 1 + new[0] * new[1], 6, dtype=torch.float64)
     out = resample_pos_embed(table, new, old_grid=old, mode=mode, antialias=antialias)

@@ -279,10 +279,12 @@ def resample_pos_embed_per_image(
 
     Target grids of width 1 (``(h, 1)`` with ``h`` different from the table's height, up or down): there
     ``F.interpolate``'s antialiased kernels (PyTorch 2.14 on CPU, bilinear and bicubic; the other modes agree) do
-    not apply the separable operator, and differ from the float64 formula by as much as the table's own scale (1.2
-    to 2.6 on a standard-normal table). The default path gives the formula's numbers (as SigLIP2 of transformers
-    5.24 does); ``exact=True`` reproduces ``F.interpolate``, quirk and all (as timm and SigLIP2 of transformers 4.x
-    do). This is not fixed on the ``exact=True`` side on purpose: its contract is the peers' bits.
+    not apply the separable operator when the image is laid out NCHW-contiguous, which is what SigLIP2's
+    ``table.permute(2, 0, 1).unsqueeze(0)`` gives (channels-last images, as timm's ``resample_abs_pos_embed`` and
+    :func:`resample_pos_embed` make, are resampled right). They then differ from the float64 formula by as much as
+    the table's own scale (1.2 to 2.6 on a standard-normal table). The default path gives the formula's numbers
+    (as SigLIP2 of transformers 5.24 and timm do); ``exact=True`` reproduces SigLIP2 4.x's ``F.interpolate`` call,
+    quirk and all: its contract is that peer's bits.
 
     Args:
         table: the learned table: ``[h0, w0, D]`` (SigLIP2's ``position_embedding.weight.reshape(h0, w0, D)``),
