@@ -89,8 +89,9 @@ class _Interpolate(torch.autograd.Function):
     (``aten._upsample_bicubic2d_aa_backward``) fails to compile once sizes are dynamic (issue 24).
 
     The operator is separable (``rows @ image @ cols^T``, the 1-D matrices read off ``F.interpolate`` in float64)
-    except for antialiased width-1 targets, where PyTorch's kernel is not (see :func:`resample_pos_embed_per_image`);
-    there the dense ``[H, h * w]`` operator is read off instead (small: the target has one column)."""
+    except for antialiased width-1 targets of an NCHW-contiguous image, where PyTorch's kernel is not (see
+    :func:`resample_pos_embed_per_image`); there the dense ``[H, h * w]`` operator is read off instead, in the
+    image's layout (channels-last images, as :func:`resample_pos_embed` makes, stay separable)."""
 
     @staticmethod
     def forward(image: torch.Tensor, grid: tuple[int, int], mode: str, antialias: bool) -> torch.Tensor:
@@ -105,7 +106,7 @@ class _Interpolate(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
         (h, w), (height, width) = ctx.source, ctx.grid
-        if ctx.antialias and width == 1:
+        if ctx.antialias and width == 1 and ctx.layout != "channels_last":
             operator = _interpolate_operator(ctx.source, ctx.grid, ctx.mode, ctx.antialias, ctx.layout,
                                              grad.device).to(grad.dtype)
             return torch.matmul(grad.flatten(-2), operator).unflatten(-1, (h, w)), None, None, None
