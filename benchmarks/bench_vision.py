@@ -47,7 +47,10 @@ def compiled_training(args: argparse.Namespace, device: torch.device) -> None:
     """``--compiled-training``: cross-entropy + backward through ``torch.compile`` (inductor), default and
     ``dynamic=True``, at 4 image sizes x {fp32, bf16 autocast}: the adapted model and timm's own
     ``dynamic_img_size=True`` model, same weights. Reports how far each gets, compile + first-step seconds, and the
-    adapted model's largest gradient difference from eager (issue 24: timm's resample backward does not compile)."""
+    adapted model's largest gradient difference from eager (issue 24: timm's resample backward does not compile).
+    Seen with PyTorch 2.14 on CPU: the adapted model also stops at a later size change on an inductor stride
+    assertion about the patch convolution's input, which timm's ViT built with ``pos_embed="none"`` (no resample at
+    all) hits as well: a separate inductor bug, reported in the failure column."""
     import copy
 
     import torch.nn.functional as F
