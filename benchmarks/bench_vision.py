@@ -6,10 +6,12 @@ whole forward per batch (the two models' batches interleaved), medians, with rat
 the largest logit difference between the two. Targets: pos-embed >= 10x faster, whole forward never slower.
 
     python benchmarks/bench_vision.py [--quick] [--device cuda] [--batches 50] [--batch-size 8] [--threads 1]
+    python benchmarks/bench_vision.py --compiled-training [--model vit_tiny_patch16_224]   (issue 24)
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -38,6 +40,54 @@ def interleaved(ours, peer, *, repeats: int, device: torch.device) -> tuple[floa
     return statistics.median(samples[0]), statistics.median(samples[1])
 
 
+TRAINING_SIZES = ((160, 96), (224, 224), (192, 256), (48, 80))
+
+
+def compiled_training(args: argparse.Namespace, device: torch.device) -> None:
+    """``--compiled-training``: cross-entropy + backward through ``torch.compile`` (inductor), default and
+    ``dynamic=True``, at 4 image sizes x {fp32, bf16 autocast}: the adapted model and timm's own
+    ``dynamic_img_size=True`` model, same weights. Reports how far each gets, compile + first-step seconds, and the
+    adapted model's largest gradient difference from eager (issue 24: timm's resample backward does not compile).
+    Seen with PyTorch 2.14 on CPU: the adapted model also stops at a later size change on an inductor stride
+    assertion about the patch convolution's input, which timm's ViT built with ``pos_embed="none"`` (no resample at
+    all) hits as well: a separate inductor bug, reported in the failure column."""
+    import copy
+
+    import torch.nn.functional as F
+
+    bench = Bench("vision_compiled_training", device=device, notes=(
+        f"{args.model}, batch 2, sizes {TRAINING_SIZES} x (fp32, bf16 autocast), inductor; steps = steps that ran"))
+    labels = torch.tensor([1, 3], device=device)
+    for dynamic in (None, True):
+        for name in ("omnipos", "timm"):
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            if name == "omnipos":
+                model = adapt_vit(timm.create_model(args.model, pretrained=False)).to(device)
+            else:
+                model = timm.create_model(args.model, pretrained=False, dynamic_img_size=True,
+                                          dynamic_img_pad=True).to(device)
+            eager = copy.deepcopy(model)
+            compiled = torch.compile(model, dynamic=dynamic)
+            steps, worst, failure, t0 = 0, 0.0, "", time.perf_counter()
+            try:
+                for bf16 in (False, True):
+                    for size in TRAINING_SIZES:
+                        x = torch.randn(2, 3, *size, device=device)
+                        for net, fn in ((model, compiled), (eager, eager)):
+                            net.zero_grad()
+                            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                                F.cross_entropy(fn(x), labels).backward()
+                        grads = zip(model.parameters(), eager.parameters())
+                        worst = max(worst, max((a.grad - b.grad).abs().max().item() for a, b in grads))
+                        steps += 1
+            except Exception as err:  # timm's own model: BackendCompilerFailed in the resample's backward
+                failure = f"{type(err).__name__}: {str(err).splitlines()[-1][:80]}"
+            bench.row(model=name, dynamic=str(dynamic), steps=f"{steps}/{2 * len(TRAINING_SIZES)}",
+                      seconds=time.perf_counter() - t0, max_grad_diff_vs_eager=worst, failure=failure)
+    bench.finish(args.out)
+
+
 def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--model", default="vit_small_patch16_224")
@@ -45,12 +95,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--size", type=int, nargs=2, default=(272, 192), metavar=("HEIGHT", "WIDTH"))
+    parser.add_argument("--compiled-training", action="store_true",
+                        help="instead: train under torch.compile (inductor) at 4 sizes x 2 dtypes, omnipos and timm")
     args = parser.parse_args()
     if args.quick:
         args.batches, args.batch_size, args.repeats = 8, 2, 20
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.compiled_training:
+        return compiled_training(args, device)
     torch.manual_seed(0)
     ours = timm.create_model(args.model, pretrained=False).eval().to(device)
     with torch.no_grad():

@@ -23,7 +23,8 @@ RANK = {"core": 0, **{d: 1 for d in DOMAINS}, "scale": 2, "app": 3}
 #: optional). matplotlib and tqdm are never imported by a library package. app/ is a user of these libraries (the
 #: demo builds a timm model and a networkx graph) and may import them where it needs them.
 INTEGRATIONS = {
-    "timm": {"omnipos.vision.timm"},
+    "timm": {"omnipos.vision.timm", *(f"omnipos.vision.timm.{m}" for m in ("adapt", "adapter", "checkpoints",
+                                                                          "families", "forward"))},
     "torch_geometric": {"omnipos.graph.pyg", "omnipos.scale.graphs"},
     "networkx": {"omnipos.graph.networkx"},
     "pandas": {"omnipos.timeseries.events", "omnipos.scale.meds"},

@@ -133,3 +133,50 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_contract(case, check):
     run(case, check)
+
+
+# -- compiled training at many image sizes (issue 24) ----------------------------------------------------------------
+
+def _capturing_backend(ops):
+    """A torch.compile backend that runs AOTAutograd (the forward and backward graphs inductor would get) and records
+    every op of both graphs; inductor itself is left out to keep the test fast (benchmarks/bench_vision.py
+    --compiled-training runs it)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def capture(graph, example_inputs):
+        ops.update(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
+        return make_boxed_func(graph.forward)
+
+    return aot_autograd(fw_compiler=capture, bw_compiler=capture)
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["default", "dynamic"])
+def test_adapted_vit_trains_compiled_at_many_sizes(dynamic):
+    # torch.compile(adapt_vit(model)), cross-entropy + backward at several sizes, fp32 then bf16 autocast: the
+    # resample's backward was aten._upsample_bicubic2d_aa_backward, which inductor fails to compile (isIntList()
+    # INTERNAL ASSERT) once the sizes are dynamic. Gradients equal eager's.
+    import copy
+
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    model = adapt_vit(VisionTransformer(img_size=64, patch_size=16, embed_dim=32, depth=1, num_heads=2,
+                                        num_classes=5))
+    eager = copy.deepcopy(model)
+    ops: set[str] = set()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=_capturing_backend(ops), dynamic=dynamic)
+    labels = torch.tensor([1, 3])
+    for bf16 in (False, True):
+        for size in [(160, 96), (224, 224), (192, 256), (48, 80)]:
+            x = torch.randn(2, 3, *size)
+            for net, fn in ((model, compiled), (eager, eager)):
+                net.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    torch.nn.functional.cross_entropy(fn(x), labels).backward()
+            tol = dict(rtol=2e-2, atol=2e-3) if bf16 else dict(rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(model.pos_embed.grad, eager.pos_embed.grad, **tol)
+            torch.testing.assert_close(model.head.weight.grad, eager.head.weight.grad, **tol)
+    assert any("upsample" in op for op in ops), sorted(ops)  # the forward is still F.interpolate (timm's numbers)
+    assert not [op for op in ops if "upsample" in op and "backward" in op], sorted(ops)

@@ -157,7 +157,8 @@ GRIDS = [(8, 20), (16, 16), (8, 20), (3, 5), (24, 24), (1, 1), (3, 5), (20, 8)]
 #: exact=True is bit for bit), dense float32 separable weights from 5.24 (verified 5.24.0: our default path within
 #: float32 summation order). Intermediate 5.x releases are not verified.
 SIGLIP2_INTERPOLATES = Version(transformers.__version__) < Version("5.24")
-#: width-1 target grids, where F.interpolate's antialias kernels are not the separable operator (see
+#: width-1 target grids, where F.interpolate's antialias kernels on NCHW-contiguous images (SigLIP2's layout) are
+#: not the separable operator (see
 #: test_width_one_grids_follow_the_formula_by_default)
 WIDTH_ONE = [(32, 1), (5, 1)]
 
@@ -207,8 +208,9 @@ def _aa_weights(n_in, n_out, mode):
 
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 def test_width_one_grids_follow_the_formula_by_default(mode):
-    # issue 24: for (h, 1) targets F.interpolate's antialias kernel is not the separable operator; the default path
-    # is (checked against the formula in float64), exact=True keeps F.interpolate's numbers (the peers' contract)
+    # issue 24: for (h, 1) targets F.interpolate's antialias kernel on an NCHW-contiguous image (SigLIP2 4.x's
+    # layout) is not the separable operator; the default path is (checked against the formula in float64), as are
+    # resample_pos_embed and timm (channels-last images); exact=True keeps SigLIP2 4.x's F.interpolate numbers
     table = torch.randn(16, 12, 8, dtype=torch.float64)
     grids = [*WIDTH_ONE, (8, 1), (1, 7), (16, 1), (7, 5)]
     out, _ = resample_pos_embed_per_image(table, grids, max_length=40, mode=mode)
@@ -221,6 +223,12 @@ def test_width_one_grids_follow_the_formula_by_default(mode):
         torch.testing.assert_close(exact[i, : h * w], interpolated[0].flatten(1).T, rtol=0, atol=0)
         quirk = w == 1 and h != 16
         assert torch.allclose(exact[i, : h * w], out[i, : h * w], atol=1e-12) != quirk, (h, w)
+        flat = table.reshape(1, 16 * 12, 8)
+        torch.testing.assert_close(resample_pos_embed(flat, (h, w), old_grid=(16, 12), num_prefix_tokens=0, mode=mode),
+                                   expected.reshape(1, h * w, 8), rtol=0, atol=1e-12)
+        timm_out = resample_abs_pos_embed(flat.float(), [h, w], old_size=[16, 12], num_prefix_tokens=0,
+                                          interpolation=mode)  # timm 1.0.31, float32
+        torch.testing.assert_close(timm_out.double(), expected.reshape(1, h * w, 8), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode, antialias", [("bilinear", True), ("bilinear", False), ("bicubic", True),
@@ -314,3 +322,71 @@ def test_per_image_bad_inputs():
         resample_pos_embed_per_image(table, [(2, 2)], max_length=16, num_prefix_tokens=1)
     with pytest.raises(TypeError, match="floating"):
         resample_pos_embed_per_image(table.long(), [(2, 2)], max_length=16)
+
+
+# -- gradients (issue 24: the backward must compile at any size) -----------------------------------------------------
+
+@pytest.mark.parametrize("mode, antialias", [("bicubic", True), ("bilinear", True), ("bicubic", False),
+                                             ("nearest", False), ("area", False)])
+@pytest.mark.parametrize("old, new", [((4, 6), (7, 5)), ((5, 5), (3, 2)), ((4, 6), (9, 1)), ((6, 1), (3, 1)),
+                                      ((1, 4), (1, 7))])
+def test_backward_equals_interpolate_autograd(mode, antialias, old, new):
+    # the backward is matrix products with F.interpolate's own operator (separable factors; for width-1 targets the
+    # dense operator read off in the input's layout); compared with F.interpolate's own backward in float64
+    table = torch.randn(1, 1 + old[0] * old[1], 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(1, 1 + new[0] * new[1], 6, dtype=torch.float64)
+    out = resample_pos_embed(table, new, old_grid=old, mode=mode, antialias=antialias)
+    (grad,) = torch.autograd.grad((out * weight).sum(), table)
+    image = table[:, 1:].reshape(1, *old, 6).permute(0, 3, 1, 2)
+    kwargs = {"antialias": antialias, "align_corners": False} if mode in ("bicubic", "bilinear") else {}
+    ref_out = torch.nn.functional.interpolate(image, size=new, mode=mode, **kwargs).permute(0, 2, 3, 1)
+    (ref,) = torch.autograd.grad((ref_out.reshape(1, -1, 6) * weight[:, 1:]).sum(), table)
+    ref[:, 0] += weight[0, 0]
+    torch.testing.assert_close(out[:, 1:], ref_out.reshape(1, -1, 6).detach(), rtol=0, atol=0)  # forward: timm's bits
+    torch.testing.assert_close(grad, ref, rtol=0, atol=1e-12)
+    if antialias and new[1] == 1:  # width-1 targets: a dense operator, read off in the input's memory layout
+        assert torch.autograd.gradcheck(
+            lambda t: resample_pos_embed(t, new, old_grid=old, mode=mode, antialias=antialias), (table,))
+
+
+def test_backward_is_twice_differentiable_and_per_image_exact_path_too():
+    table = torch.randn(1, 1 + 12, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: resample_pos_embed(t, (5, 2), old_grid=(3, 4)), (table,))
+    assert torch.autograd.gradgradcheck(lambda t: resample_pos_embed(t, (5, 1), old_grid=(3, 4)), (table,))
+    flat = torch.randn(12, 4, dtype=torch.float64, requires_grad=True)
+    for mode in ("bilinear", "bicubic"):  # the exact path's layout differs from resample_pos_embed's
+        assert torch.autograd.gradcheck(
+            lambda t: resample_pos_embed_per_image(t, [(5, 2), (2, 1), (7, 1)], max_length=14, old_grid=(3, 4),
+                                                   mode=mode, exact=True)[0], (flat,))
+
+
+def test_per_image_accepts_timm_pos_embed_as_stored():
+    # issue 28: a timm ViT's pos_embed [1, P + h0 * w0, D] was refused even with old_grid=
+    stored = torch.randn(1, 1 + 12 * 20, 16)  # class row + a 12 x 20 grid
+    grids = [(8, 20), (3, 5)]
+    ref, ref_mask = resample_pos_embed_per_image(stored[0], grids, max_length=200, old_grid=(12, 20),
+                                                 num_prefix_tokens=1, mode="bicubic", exact=True)
+    out, mask = resample_pos_embed_per_image(stored, grids, max_length=200, old_grid=(12, 20), num_prefix_tokens=1,
+                                             mode="bicubic", exact=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    assert torch.equal(mask, ref_mask)
+    for i, grid in enumerate(grids):  # and each image's rows are resample_pos_embed's (timm's numbers)
+        alone = resample_pos_embed(stored, grid, old_grid=(12, 20), num_prefix_tokens=1)[0]
+        torch.testing.assert_close(out[i, : alone.shape[0]], alone, rtol=0, atol=0)
+    square = torch.randn(1, 16, 8)  # no prefix, square N: a 4 x 4 grid (no_embed_class models)
+    out, _ = resample_pos_embed_per_image(square, [(2, 3)], max_length=6, exact=True)
+    torch.testing.assert_close(out[0], resample_pos_embed(square[0], (2, 3), num_prefix_tokens=0, mode="bilinear"),
+                               rtol=0, atol=0)
+    with_prefix = torch.randn(1, 1 + 16, 8)  # square after the prefix
+    out, _ = resample_pos_embed_per_image(with_prefix, [(2, 3)], max_length=7, num_prefix_tokens=1, exact=True)
+    torch.testing.assert_close(out[0], resample_pos_embed(with_prefix[0], (2, 3), mode="bilinear"), rtol=0, atol=0)
+    # a genuine 1 x N grid table: old_grid=(1, N) (or a non-square N) keeps that reading
+    strip = torch.randn(1, 16, 8)
+    out, _ = resample_pos_embed_per_image(strip, [(1, 5)], max_length=5, old_grid=(1, 16), exact=True)
+    expected = torch.nn.functional.interpolate(strip.permute(2, 0, 1)[None], size=(1, 5), mode="bilinear",
+                                               antialias=True, align_corners=False)[0].flatten(1).T
+    torch.testing.assert_close(out[0], expected, rtol=0, atol=0)
+    out, _ = resample_pos_embed_per_image(torch.randn(1, 6, 8), [(1, 3)], max_length=3)
+    assert out.shape == (1, 3, 8)
+    with pytest.raises(ValueError, match="old_grid"):  # fits neither reading
+        resample_pos_embed_per_image(stored, grids, max_length=300, old_grid=(12, 12), num_prefix_tokens=1)

@@ -100,6 +100,35 @@ def test_every_family_equals_timm_dynamic_and_masks_mixed_sizes(name, kwargs):
             torch.testing.assert_close(mixed[i], model(im.unsqueeze(0))[0], rtol=0, atol=1e-4)
 
 
+CACHE_CASES = [(name, kwargs, {}) for name, kwargs in FAMILIES] + [
+    ("vit_tiny_patch16_224", {}, dict(encoding="sincos")),
+    ("vit_tiny_patch16_224", {}, dict(encoding="rope")),
+    ("naflexvit_base_patch16_gap", {}, {}),
+]
+
+
+@pytest.mark.parametrize("name, kwargs, options", CACHE_CASES,
+                         ids=[f"{c[0]}-{c[2].get('encoding', 'learned')}" for c in CACHE_CASES])
+def test_position_cache_hits_on_repeated_sizes_in_every_family(name, kwargs, options):
+    # issue 24: an eva02's table and RoPE entries evicted each other (0 hits, 84 builds after 42 forwards)
+    torch.manual_seed(0)
+    model = adapt_vit(timm.create_model(name, pretrained=False, **{**TINY, **kwargs}).eval(), **options)
+    patch = model.patch_embed.patch_size[0] if hasattr(model, "patch_embed") else 16
+    sizes = [(10 * patch, 6 * patch), (4 * patch, 7 * patch)]
+    positions = model.omnipos_positions
+    with torch.no_grad():
+        for size in sizes:
+            model(torch.randn(1, 3, *size))
+        first = positions.cache_info()
+        assert first["builds"] >= 2 and first["size"] == first["builds"], first  # every build kept
+        for _ in range(3):
+            for size in sizes:
+                model(torch.randn(1, 3, *size))
+    info = positions.cache_info()
+    assert info["builds"] == first["builds"] and info["size"] == first["size"], (first, info)
+    assert info["hits"] - first["hits"] == 3 * first["builds"], (first, info)  # every entry hit on every repeat
+
+
 def test_distilled_deit_keeps_its_distillation_token():
     # the first adapter built the prefix without dist_token: logits off by up to 0.47 at the model's own size
     torch.manual_seed(0)

@@ -63,6 +63,65 @@ def _axis_weights(n_in: int, n_out: int, mode: str, antialias: bool, dtype: torc
     return _resize(eye[None, None], (n_out, n_in), mode, antialias)[0, 0].to(dtype)
 
 
+def _interpolate_operator(source: tuple[int, int], grid: tuple[int, int], mode: str, antialias: bool,
+                          layout: str, device: torch.device) -> torch.Tensor:
+    """float64 ``[H * W, h * w]`` matrix of ``F.interpolate`` from ``source`` to ``grid``, read off by resizing one
+    basis image per source pixel (as channels) laid out as the real input was: PyTorch's antialiased kernels pick
+    their path from the memory layout, and for width-1 targets the paths give different numbers."""
+    (h, w), (height, width) = source, grid
+    eye = torch.eye(h * w, dtype=torch.float64, device=device).reshape(h, w, h * w)
+    basis = {"contiguous": lambda: eye.permute(2, 0, 1).contiguous()[None],
+             "channels_last": lambda: eye[None].permute(0, 3, 1, 2),  # batch stride h * w * C
+             "unsqueezed": lambda: eye.permute(2, 0, 1)[None]}[layout]()  # (h, w, C) permuted, then [None]
+    return _resize(basis, grid, mode, antialias).reshape(h * w, height * width).transpose(0, 1)
+
+
+def _layout(image: torch.Tensor) -> str:
+    """Which of the layouts :func:`_interpolate_operator` knows ``image [B, C, h, w]`` has."""
+    if image.shape[1] > 1 and image.stride(1) == 1:
+        return "unsqueezed" if image.shape[0] == 1 and image.stride(0) == image.shape[1] else "channels_last"
+    return "contiguous"
+
+
+class _Interpolate(torch.autograd.Function):
+    """``F.interpolate`` forward (the peers' bits) whose backward is matrix products with its own resampling
+    operator: inductor lowers those at any size, where ``F.interpolate``'s antialiased backward
+    (``aten._upsample_bicubic2d_aa_backward``) fails to compile once sizes are dynamic (issue 24).
+
+    The operator is separable (``rows @ image @ cols^T``, the 1-D matrices read off ``F.interpolate`` in float64)
+    except for antialiased width-1 targets of an NCHW-contiguous image, where PyTorch's kernel is not (see
+    :func:`resample_pos_embed_per_image`); there the dense ``[H, h * w]`` operator is read off instead, in the
+    image's layout (channels-last images, as :func:`resample_pos_embed` makes, stay separable)."""
+
+    @staticmethod
+    def forward(image: torch.Tensor, grid: tuple[int, int], mode: str, antialias: bool) -> torch.Tensor:
+        return _resize(image, grid, mode, antialias)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        image, grid, mode, antialias = inputs
+        ctx.source, ctx.grid, ctx.mode, ctx.antialias = tuple(image.shape[-2:]), grid, mode, antialias
+        ctx.layout = _layout(image)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        (h, w), (height, width) = ctx.source, ctx.grid
+        if ctx.antialias and width == 1 and ctx.layout != "channels_last":
+            operator = _interpolate_operator(ctx.source, ctx.grid, ctx.mode, ctx.antialias, ctx.layout,
+                                             grad.device).to(grad.dtype)
+            return torch.matmul(grad.flatten(-2), operator).unflatten(-1, (h, w)), None, None, None
+        rows = _axis_weights(h, height, ctx.mode, ctx.antialias, grad.dtype, grad.device)
+        cols = _axis_weights(w, width, ctx.mode, ctx.antialias, grad.dtype, grad.device)
+        return torch.matmul(torch.matmul(rows.transpose(0, 1), grad), cols), None, None, None
+
+
+def _resize_differentiable(image: torch.Tensor, grid: tuple[int, int], mode: str, antialias: bool) -> torch.Tensor:
+    """:func:`_resize`, with :class:`_Interpolate`'s compilable backward when autograd records it."""
+    if tuple(image.shape[-2:]) == grid or not (torch.is_grad_enabled() and image.requires_grad):
+        return _resize(image, grid, mode, antialias)
+    return _Interpolate.apply(image, grid, mode, antialias)
+
+
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     """Interpolation runs in float32 (float64 for float64 tables), as timm and SigLIP2 on CPU."""
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -143,7 +202,7 @@ def resample_pos_embed(
     prefix, patches = batched[:, :num_prefix_tokens], batched[:, num_prefix_tokens:]
     dim = patches.shape[-1]
     image = patches.to(_work_dtype(pos_embed.dtype)).reshape(-1, old_h, old_w, dim).permute(0, 3, 1, 2)
-    image = _resize(image, (new_h, new_w), mode, antialias)
+    image = _resize_differentiable(image, (new_h, new_w), mode, antialias)
     patches = image.permute(0, 2, 3, 1).reshape(-1, new_h * new_w, dim).to(pos_embed.dtype)
     out = torch.cat([prefix, patches], dim=1) if num_prefix_tokens else patches
     return out if pos_embed.ndim == 3 else out.squeeze(0)
@@ -171,6 +230,18 @@ def _check_grids(grids: Any) -> tuple[list[tuple[int, int]], torch.Tensor | list
     seen: dict[tuple[int, int], int] = {}
     inverse_list = [seen.setdefault(check_grid(g, f"grids[{i}]"), len(seen)) for i, g in enumerate(grids)]
     return list(seen), inverse_list, len(inverse_list)
+
+
+def _is_timm_stored(num_rows: int, old_grid: Any, num_prefix_tokens: int) -> bool:
+    """Whether a ``[1, N, D]`` table is timm's flat ``pos_embed`` (``[1, P + h0 * w0, D]``) rather than a grid table
+    of height 1: ``old_grid`` says so (unless it is ``(1, N)``), or prefix rows are asked for, or ``N`` (after the
+    prefix) is a square above 1; a ``(1, N)`` grid of square ``N`` needs ``old_grid=(1, N)``."""
+    if old_grid is not None:
+        return check_grid(old_grid, "old_grid") != (1, num_rows)
+    if num_prefix_tokens:
+        return True
+    side = math.isqrt(num_rows)
+    return num_rows > 1 and side * side == num_rows
 
 
 def resample_pos_embed_per_image(
@@ -209,15 +280,19 @@ def resample_pos_embed_per_image(
 
     Target grids of width 1 (``(h, 1)`` with ``h`` different from the table's height, up or down): there
     ``F.interpolate``'s antialiased kernels (PyTorch 2.14 on CPU, bilinear and bicubic; the other modes agree) do
-    not apply the separable operator, and differ from the float64 formula by as much as the table's own scale (1.2
-    to 2.6 on a standard-normal table). The default path gives the formula's numbers (as SigLIP2 of transformers
-    5.24 does); ``exact=True`` reproduces ``F.interpolate``, quirk and all (as timm and SigLIP2 of transformers 4.x
-    do). This is not fixed on the ``exact=True`` side on purpose: its contract is the peers' bits.
+    not apply the separable operator when the image is laid out NCHW-contiguous, which is what SigLIP2's
+    ``table.permute(2, 0, 1).unsqueeze(0)`` gives (channels-last images, as timm's ``resample_abs_pos_embed`` and
+    :func:`resample_pos_embed` make, are resampled right). They then differ from the float64 formula by as much as
+    the table's own scale (1.2 to 2.6 on a standard-normal table). The default path gives the formula's numbers
+    (as SigLIP2 of transformers 5.24 and timm do); ``exact=True`` reproduces SigLIP2 4.x's ``F.interpolate`` call,
+    quirk and all: its contract is that peer's bits.
 
     Args:
         table: the learned table: ``[h0, w0, D]`` (SigLIP2's ``position_embedding.weight.reshape(h0, w0, D)``),
-            ``[1, h0, w0, D]`` (timm NaFlexViT's ``pos_embed``), or flat ``[P + h0 * w0, D]`` (a timm ViT's
-            ``pos_embed[0]``) with ``P = num_prefix_tokens`` rows first and ``old_grid`` unless square.
+            ``[1, h0, w0, D]`` (timm NaFlexViT's ``pos_embed``), or flat ``[P + h0 * w0, D]`` / ``[1, P + h0 * w0,
+            D]`` (a timm ViT's ``pos_embed`` as stored) with ``P = num_prefix_tokens`` rows first and ``old_grid``
+            unless square. A ``[1, N, D]`` table is read as timm's flat form when ``old_grid`` (other than
+            ``(1, N)``), ``num_prefix_tokens`` or a square ``N`` says so, else as a ``1 x N`` grid.
         grids: ``[B, 2]`` integer ``(h_i, w_i)`` per image (SigLIP2's ``spatial_shapes``), or a list of pairs
             (then ``torch.compile`` traces the function without graph breaks).
         max_length: rows per image in the output (SigLIP2's ``max_num_patches``), >= ``P + h_i * w_i``.
@@ -247,6 +322,8 @@ def resample_pos_embed_per_image(
     num_prefix_tokens = check_positive_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
     if table.ndim == 4 and table.shape[0] == 1:
         table = table[0]
+    if table.ndim == 3 and table.shape[0] == 1 and _is_timm_stored(table.shape[1], old_grid, num_prefix_tokens):
+        table = table[0]  # timm's pos_embed as stored, [1, P + h0 * w0, D]
     if table.ndim == 3:
         if num_prefix_tokens:
             raise ValueError("num_prefix_tokens is for a flat [P + h0 * w0, D] table; a [h0, w0, D] table has none")
@@ -280,7 +357,8 @@ def resample_pos_embed_per_image(
     grid_table = patches.to(work).reshape(*source, dim)
     if exact:
         image = grid_table.permute(2, 0, 1).unsqueeze(0)
-        resized = [_resize(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1) for grid in distinct]
+        resized = [_resize_differentiable(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1)
+                   for grid in distinct]
     else:  # W_h @ table @ W_w^T; the height pass is shared by the grids of one height
         heights, widths = dict.fromkeys(g[0] for g in distinct), dict.fromkeys(g[1] for g in distinct)
         rows = {h: _axis_weights(source[0], h, mode, antialias, work, device) for h in heights}
