@@ -82,6 +82,9 @@ def test_wan_theta_is_checked_against_the_tables():
     module = WanRotaryPosEmbed(attention_head_dim=16, patch_size=(1, 2, 2), max_seq_len=8, theta=500.0)
     with pytest.raises(ValueError, match="theta=10000 does not reproduce"):
         RotaryEmbedding.from_diffusers(module)
+    for bad in (-1.0, float("nan"), "500"):
+        with pytest.raises(ValueError, match="theta must be a finite number"):
+            RotaryEmbedding.from_diffusers(module, theta=bad)
     assert RotaryEmbedding.from_diffusers(module, theta=500.0).base == 500.0
 
 
@@ -214,8 +217,8 @@ def test_bad_configuration(kwargs, error, match):
 def test_from_diffusers_refuses_other_modules():
     with pytest.raises(TypeError, match="module must be a diffusers"):
         RotaryEmbedding.from_diffusers(torch.nn.Linear(2, 2))
-    from diffusers.models.embeddings import FluxPosEmbed as EmbeddingsFlux  # noqa: F401  (same class, re-export)
-
+    with pytest.raises(ValueError, match="no rotated channels"):
+        RotaryEmbedding.from_diffusers(transformer_ltx.LTXVideoRotaryPosEmbed(4))
     with pytest.raises(ValueError, match="theta= is only for WanRotaryPosEmbed"):
         rope_arguments_from_diffusers(FluxPosEmbed(theta=10000, axes_dim=[4, 4]), theta=10.0)
 

@@ -24,6 +24,7 @@ Coordinates are built in float64 here; diffusers builds them (and the angles) in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,13 +57,17 @@ def _hunyuan_video(module: Any) -> dict[str, Any]:
 
 def _wan(module: Any, theta: float | None) -> dict[str, Any]:
     axes_dims = (int(module.t_dim), int(module.h_dim), int(module.w_dim))
-    theta = float(getattr(module, "theta", 10000.0) if theta is None else theta)
+    if theta is None:
+        theta = getattr(module, "theta", 10000.0)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+        raise ValueError(f"theta must be a finite number > 0, got {theta!r}")
+    theta = float(theta)
     # WanRotaryPosEmbed keeps only its cos/sin tables, not theta: check that theta reproduces them (position 1)
     slots = sum(axes_dims) // 2
     rows = min(2, module.freqs_cos.shape[0])
     angle = torch.arange(rows, dtype=torch.float64)[:, None] * torch.cat(
         [theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d) for d in axes_dims])
-    table = torch.complex(module.freqs_cos[:rows, ::2].double(), module.freqs_sin[:rows, ::2].double())
+    table = torch.complex(module.freqs_cos[:rows, ::2].double().cpu(), module.freqs_sin[:rows, ::2].double().cpu())
     if table.shape[-1] != slots or not torch.allclose(table, torch.polar(torch.ones_like(angle), angle), atol=1e-5):
         raise ValueError(f"theta={theta:g} does not reproduce this WanRotaryPosEmbed's cos/sin tables (diffusers does "
                          "not keep theta on the module); pass the model's theta=")
@@ -71,6 +76,8 @@ def _wan(module: Any, theta: float | None) -> dict[str, Any]:
 
 def _ltx_video(module: Any) -> dict[str, Any]:
     dim = int(module.dim)
+    if dim < 6:
+        raise ValueError(f"LTXVideoRotaryPosEmbed.dim={dim} has no rotated channels (dim // 6 = 0 frequencies)")
     per_axis = 2 * (dim // 6)
     return {"dim": dim, "base": float(module.theta), "axes_dims": (per_axis,) * 3, "layout": "interleaved",
             "frequency_rule": "linspace", "axes_order": "interleaved", "passthrough": "front"}
