@@ -100,6 +100,9 @@ ROPE_CONFIGS = {
     "xpos": dict(dim=16, layout="interleaved", xpos=True, xpos_center=20.0),
     "axial2": dict(dim=16, layout="interleaved", n_axes=2, rotary_dim=8),
     "axial3-unequal": dict(dim=20, n_axes=3, axes_dims=(4, 8, 8), layout="interleaved"),
+    # LTX-Video (diffusers LTXVideoRotaryPosEmbed): linspace ladder, axes per frequency, dim % 6 channels in front
+    "ltx-video": dict(dim=16, base=3.0, axes_dims=(4, 4, 4), frequency_rule="linspace", axes_order="interleaved",
+                      passthrough="front", layout="interleaved"),
     "mrope": dict(dim=16, mrope_section=MROPE),
     "mrope-interleaved": dict(dim=16, mrope_section=MROPE_INTERLEAVED, mrope_interleaved=True),
 }
@@ -111,7 +114,7 @@ GRADGRAD = ("default", "xpos", "axial3-unequal", "mrope-interleaved", "longrope"
 def _axes(config: dict) -> int | None:
     if "mrope_section" in config:
         return 3
-    return config.get("n_axes")
+    return config.get("n_axes", len(config["axes_dims"]) if "axes_dims" in config else None)
 
 
 CASES: list[Case] = []
@@ -120,7 +123,8 @@ for name, config in ROPE_CONFIGS.items():
     axes = _axes(config)
     CASES.append(MethodCase(f"RotaryEmbedding[{name}]", make=lambda c=config: RotaryEmbedding(**c),
                             inputs=qk(dim, axes=axes), grad_inputs=(0, 1, 2), gradgrad=name in GRADGRAD))
-    if name in ("default", "interleaved-partial", "axial3-unequal", "mrope"):  # rotate: one tensor, seq_dim=1
+    # rotate: one tensor, seq_dim=1
+    if name in ("default", "interleaved-partial", "axial3-unequal", "ltx-video", "mrope"):
         CASES.append(MethodCase(f"RotaryEmbedding.rotate[{name}]", make=lambda c=config: RotaryEmbedding(**c),
                                 method="rotate", kwargs={"seq_dim": 1}, inputs=one(dim, axes=axes), grad_inputs=(0, 1),
                                 gradgrad=True))

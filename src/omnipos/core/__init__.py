@@ -43,6 +43,14 @@ from .relative import (
     t5_relative_bucket,
 )
 from .rope_config import deinterleaved_channel_order, rope_arguments_from_config, rope_layers
+from .rope_diffusion import (
+    DIFFUSERS_ROPE_CLASSES,
+    cogvideox_positions,
+    cogvideox_rope_arguments,
+    grid_positions,
+    ltx_video_positions,
+    rope_arguments_from_diffusers,
+)
 from .rope_functional import apply_rotary, rope_cos_sin
 from .rope_kernels import ROPE_LAYOUTS
 from .rope_layout import convert_rope_layout
@@ -81,6 +89,12 @@ __all__ = [
     "rope_arguments_from_config",
     "rope_layers",
     "deinterleaved_channel_order",
+    "DIFFUSERS_ROPE_CLASSES",
+    "rope_arguments_from_diffusers",
+    "cogvideox_rope_arguments",
+    "grid_positions",
+    "ltx_video_positions",
+    "cogvideox_positions",
     # relative biases
     "alibi_slopes",
     "alibi_bias",

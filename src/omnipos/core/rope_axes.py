@@ -16,14 +16,24 @@ A rotary embedding has ``R / 2`` frequency slots (``R`` the rotary dim). With 1-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from .checks import check_positive_int
 
-__all__ = ["axial_slot_axes", "check_axes_dims", "check_mrope_section", "mrope_slot_axes"]
+__all__ = ["axial_slot_axes", "check_axes_dims", "check_mrope_section", "linspace_frequencies", "mrope_slot_axes"]
 
 MROPE_AXES = ("t", "h", "w")
+# how each axis's ladder of d_a channels is built: "geometric" base ** (-arange(0, d_a, 2) / d_a) (RoFormer, Flux,
+# HunyuanVideo, Wan, CogVideoX); "linspace" base ** linspace(0, 1, d_a / 2) * pi / 2 (LTX-Video)
+FREQUENCY_RULES = ("geometric", "linspace")
+# which axis turns slot j: "blocks" d_a / 2 consecutive slots per axis; "interleaved" axis j % n_axes (LTX-Video)
+AXES_ORDERS = ("blocks", "interleaved")
+# where channels past rotary_dim sit: "back" (partial rotary, GPT-NeoX) or "front" (LTX-Video's dim % 6)
+PASSTHROUGH_SIDES = ("back", "front")
 
 
 def _int_tuple(values: Any, name: str) -> tuple[int, ...]:
@@ -65,8 +75,10 @@ def mrope_slot_axes(section: Sequence[int], *, interleaved: bool = False) -> lis
     return axes
 
 
-def check_axes_dims(axes_dims: Any, rotary_dim: int, n_axes: int | None) -> tuple[int, ...]:
-    """Validate per-axis rotary dims: even, positive, ``len == n_axes`` (when given), summing to ``rotary_dim``."""
+def check_axes_dims(axes_dims: Any, rotary_dim: int | None, n_axes: int | None,
+                    dim: int | None = None) -> tuple[int, ...]:
+    """Validate per-axis rotary dims: even, positive, ``len == n_axes`` (when given), summing to ``rotary_dim``
+    (``None``: to at most the head dim ``dim``, the rest passing through)."""
     dims = _int_tuple(axes_dims, "axes_dims")
     if not dims:
         raise ValueError("axes_dims must name at least one axis")
@@ -75,6 +87,10 @@ def check_axes_dims(axes_dims: Any, rotary_dim: int, n_axes: int | None) -> tupl
     odd = [i for i, d in enumerate(dims) if d % 2]
     if odd:
         raise ValueError(f"axes_dims must be even (channels rotate in pairs); axes_dims[{odd[0]}]={dims[odd[0]]}")
+    if rotary_dim is None:
+        if dim is not None and sum(dims) > dim:
+            raise ValueError(f"axes_dims={dims} sums to {sum(dims)}, more than the head dim dim={dim}")
+        return dims
     if sum(dims) != rotary_dim:
         raise ValueError(f"axes_dims={dims} sums to {sum(dims)}, expected the rotary dim {rotary_dim}")
     return dims
@@ -83,3 +99,10 @@ def check_axes_dims(axes_dims: Any, rotary_dim: int, n_axes: int | None) -> tupl
 def axial_slot_axes(axes_dims: Sequence[int]) -> list[int]:
     """The axis of each slot of axial RoPE: ``axes_dims[a] // 2`` consecutive slots per axis."""
     return [axis for axis, d in enumerate(axes_dims) for _ in range(d // 2)]
+
+
+def linspace_frequencies(axis_dim: int, base: float, *, device: Any = None) -> torch.Tensor:
+    """LTX-Video's ladder of one axis: ``base ** linspace(0, 1, axis_dim // 2) * pi / 2``, float64
+    ``[axis_dim // 2]`` (diffusers ``LTXVideoRotaryPosEmbed``; angles there are this times a coordinate in [-1, 1])."""
+    steps = torch.linspace(0.0, 1.0, axis_dim // 2, dtype=torch.float64, device=device)
+    return base ** steps * (math.pi / 2)

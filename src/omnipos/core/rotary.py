@@ -44,12 +44,17 @@ from .checks import (
 from .constants import ConstantBuffers
 from .phase import cos_sin_of_angles
 from .rope_axes import (
+    AXES_ORDERS,
+    FREQUENCY_RULES,
+    PASSTHROUGH_SIDES,
     axial_slot_axes,
     check_axes_dims,
     check_mrope_section,
+    linspace_frequencies,
     mrope_slot_axes,
 )
 from .rope_config import rope_arguments_from_config
+from .rope_diffusion import rope_arguments_from_diffusers
 from .rope_kernels import ROPE_LAYOUTS, rotate_pairs, work_dtype
 from .rope_scaling import RopeScaling, as_rope_scaling, resolve_base, rope_frequencies
 
@@ -133,8 +138,19 @@ class RotaryEmbedding(ConstantBuffers):
             replaces the ladder ``base ** (-2i / rotary_dim)``; layouts, partial rotary, positions, M-RoPE / axial
             slots and the kernels are unchanged. Kept in float64. Refused with ``base=`` or a scaling other than
             ``"default"`` (which of the two would set the frequencies?).
+        frequency_rule: how each axis's ladder of ``d_a`` channels is built: ``"geometric"`` (default)
+            ``base ** (-arange(0, d_a, 2) / d_a)``; ``"linspace"`` (LTX-Video) ``base ** linspace(0, 1, d_a / 2) *
+            pi / 2``, meant for coordinates in [-1, 1]. Only with the default scaling and no ``inv_freq``.
+        axes_order: which axis turns slot ``j`` in axial RoPE: ``"blocks"`` (default; ``d_a / 2`` consecutive slots
+            per axis: Flux, HunyuanVideo, Wan, CogVideoX) or ``"interleaved"`` (axis ``j % n_axes``, frequency
+            ``j // n_axes`` of the ladder: LTX-Video); needs equal ``axes_dims``.
+        passthrough: where the ``dim - rotary_dim`` channels that are not rotated sit: ``"back"`` (default,
+            partial rotary) or ``"front"`` (LTX-Video's ``dim % 6`` channels with cos 1 / sin 0 first). ``cos_sin``
+            always covers the ``rotary_dim`` rotated channels only. With ``axes_dims`` and no ``rotary_dim``, the
+            rotary dim is ``sum(axes_dims)`` (at most ``dim``): the remainder passes through.
 
-    Build from a model's config with :meth:`from_config` (``RotaryEmbedding.from_config(config)``).
+    Build from a model's config with :meth:`from_config` (``RotaryEmbedding.from_config(config)``), from a diffusers
+    position module with :meth:`from_diffusers`.
 
     Positions: integer or real-valued, any batch shape: ``[seq]``, ``[batch, seq]`` (left-aligned with x's leading
     axes, e.g. HF ``position_ids`` for x ``[batch, heads, seq, dim]``), per-document positions of a packed batch
@@ -168,12 +184,20 @@ class RotaryEmbedding(ConstantBuffers):
         mrope_section: Sequence[int] | None = None,
         mrope_interleaved: bool | None = None,
         inv_freq: torch.Tensor | Sequence[float] | None = None,
+        frequency_rule: str = "geometric",
+        axes_order: str = "blocks",
+        passthrough: str = "back",
     ) -> None:
         super().__init__()
         self.dim = check_even_dim(dim, "dim")
         self.layout = check_choice(layout, "layout", ROPE_LAYOUTS)
+        self.frequency_rule = check_choice(frequency_rule, "frequency_rule", FREQUENCY_RULES)
+        self.axes_order = check_choice(axes_order, "axes_order", AXES_ORDERS)
+        self.passthrough = check_choice(passthrough, "passthrough", PASSTHROUGH_SIDES)
         self.scaling = as_rope_scaling(scaling, base=base, layer_type=layer_type)
         self.base = resolve_base(base, self.scaling)
+        if rotary_dim is None and axes_dims is not None and self.scaling.partial_rotary_factor is None:
+            rotary_dim = sum(check_axes_dims(axes_dims, None, n_axes, self.dim))  # the rest of dim passes through
         self.rotary_dim = self._resolve_rotary_dim(rotary_dim)
         self._given_inv_freq = None if inv_freq is None else self._check_inv_freq(inv_freq, base)
         self.xpos = bool(xpos)
@@ -199,7 +223,7 @@ class RotaryEmbedding(ConstantBuffers):
                                  "RoPE: one ladder per axis) are two different models; give one of them")
             self.mrope_section = check_mrope_section(section, self.rotary_dim // 2, interleaved=self.mrope_interleaved)
         elif axes_dims is not None:
-            self.axes_dims = check_axes_dims(axes_dims, self.rotary_dim, self.n_axes)
+            self.axes_dims = check_axes_dims(axes_dims, self.rotary_dim, self.n_axes, self.dim)
             self.n_axes = len(self.axes_dims)
         elif self.n_axes is not None:
             if self.rotary_dim % (2 * self.n_axes):
@@ -207,6 +231,7 @@ class RotaryEmbedding(ConstantBuffers):
                                  "(or give unequal per-axis dims with axes_dims=)")
             self.axes_dims = (self.rotary_dim // self.n_axes,) * self.n_axes
         kind = self.scaling.rope_type
+        self._check_rules(kind, inv_freq)
         if self.position_axes is not None and self.xpos:
             raise ValueError("xpos is 1-D only: it does not combine with n_axes / axes_dims / mrope_section")
         if self.axes_dims is not None and kind in _LENGTH_DEPENDENT:
@@ -219,6 +244,25 @@ class RotaryEmbedding(ConstantBuffers):
         self.attention_factor = float(factors.pop())
         # float64, kept float64 by module.half() and rebuilt after meta-device init (ConstantBuffers)
         self.register_constants()
+
+    @classmethod
+    def from_diffusers(cls, module: Any, *, theta: float | None = None) -> RotaryEmbedding:
+        """The rotary embedding of a diffusers position module: ``FluxPosEmbed``, ``HunyuanVideoRotaryPosEmbed``,
+        ``WanRotaryPosEmbed`` (``theta=``: the model's, not kept on the module; default 10000, checked) or
+        ``LTXVideoRotaryPosEmbed``; see :func:`~omnipos.core.rope_arguments_from_diffusers` for the positions each
+        takes. CogVideoX: ``RotaryEmbedding(**cogvideox_rope_arguments(head_dim))``."""
+        return cls(**rope_arguments_from_diffusers(module, theta=theta))
+
+    def _check_rules(self, kind: str, inv_freq: Any) -> None:
+        if self.frequency_rule != "geometric" and (kind != "default" or inv_freq is not None):
+            raise ValueError(f"frequency_rule={self.frequency_rule!r} sets the frequencies itself; it does not combine "
+                             f"with scaling rope_type={kind!r} or inv_freq= (leave frequency_rule='geometric')")
+        if self.axes_order == "interleaved":
+            if self.axes_dims is None or len(set(self.axes_dims)) != 1:
+                raise ValueError(f"axes_order='interleaved' (slot j turned by axis j % n_axes) needs axial RoPE with "
+                                 f"equal axes_dims, got axes_dims={self.axes_dims}")
+        if self.passthrough == "front" and self.xpos:
+            raise ValueError("passthrough='front' does not combine with xpos")
 
     @classmethod
     def from_config(cls, config: Any, *, layer_type: str | None = None,
@@ -287,14 +331,21 @@ class RotaryEmbedding(ConstantBuffers):
 
     def _ladder(self, seq_len: Any = None, device: torch.device | None = None) -> torch.Tensor:
         """float64 frequency of each slot ``[rotary_dim // 2]`` (axial: the per-axis ladders one after another)."""
-        ladders = [rope_frequencies(d, base=self.base, scaling=self.scaling, seq_len=seq_len, device=device)[0]
-                   for d in self._ladder_dims()]
+        if self.frequency_rule == "linspace":
+            ladders = [linspace_frequencies(d, self.base, device=device) for d in self._ladder_dims()]
+        else:
+            ladders = [rope_frequencies(d, base=self.base, scaling=self.scaling, seq_len=seq_len, device=device)[0]
+                       for d in self._ladder_dims()]
+        if self.axes_order == "interleaved":  # frequency-major: (f0 axis 0, f0 axis 1, ..., f1 axis 0, ...)
+            return torch.stack(ladders, -1).flatten()
         return ladders[0] if len(ladders) == 1 else torch.cat(ladders)
 
     def _slot_axes(self) -> list[int] | None:
         if self.mrope_section is not None:
             return mrope_slot_axes(self.mrope_section, interleaved=self.mrope_interleaved)
         if self.axes_dims is not None:
+            if self.axes_order == "interleaved":
+                return [j % self.n_axes for j in range(self.rotary_dim // 2)]
             return axial_slot_axes(self.axes_dims)
         return None
 
@@ -321,6 +372,12 @@ class RotaryEmbedding(ConstantBuffers):
             parts.append(f"n_axes={self.n_axes}")
             if len(set(self.axes_dims)) > 1:
                 parts.append(f"axes_dims={self.axes_dims}")
+        if self.frequency_rule != "geometric":
+            parts.append(f"frequency_rule={self.frequency_rule!r}")
+        if self.axes_order != "blocks":
+            parts.append(f"axes_order={self.axes_order!r}")
+        if self.passthrough != "back":
+            parts.append(f"passthrough={self.passthrough!r}")
         if self.mrope_section is not None:
             parts.append(f"mrope_section={self.mrope_section}")
             if self.mrope_interleaved:
@@ -483,7 +540,16 @@ class RotaryEmbedding(ConstantBuffers):
             return triton[0]
         cos, sin = self._half_cos_sin(positions, work_dtype(x.dtype), x.device)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
-        return rotate_pairs(x, cos, -sin, cos, sin, self.layout, self.rotary_dim)
+        return self._rotate_pairs(x, cos, -sin, cos, sin)
+
+    def _rotate_pairs(self, x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor,
+                      b2: torch.Tensor) -> torch.Tensor:
+        """rotate_pairs over the rotated channels: the last ``rotary_dim`` for ``passthrough="front"``."""
+        if self.passthrough == "back" or self.rotary_dim == self.dim:
+            return rotate_pairs(x, a1, b1, a2, b2, self.layout, self.rotary_dim)
+        kept = self.dim - self.rotary_dim
+        rotated = rotate_pairs(x[..., kept:], a1, b1, a2, b2, self.layout, self.rotary_dim)
+        return torch.cat((x[..., :kept], rotated), -1)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: Any = None, *,
                 seq_dim: int = -2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -505,8 +571,7 @@ class RotaryEmbedding(ConstantBuffers):
         cos, sin = self._half_cos_sin(positions, work_dtype(q.dtype, k.dtype), q.device)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
         if not self.xpos:
-            return (rotate_pairs(q, cos, -sin, cos, sin, self.layout, self.rotary_dim),
-                    rotate_pairs(k, cos, -sin, cos, sin, self.layout, self.rotary_dim))
+            return self._rotate_pairs(q, cos, -sin, cos, sin), self._rotate_pairs(k, cos, -sin, cos, sin)
         scale = self._xpos_scale(positions, q.dtype, k.dtype).to(cos.dtype).reshape(shape)
         qc, qs, kc, ks = cos * scale, sin * scale, cos / scale, sin / scale
         return (rotate_pairs(q, qc, -qs, qc, qs, self.layout, self.rotary_dim),
@@ -515,7 +580,8 @@ class RotaryEmbedding(ConstantBuffers):
     def _triton_rotate(self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor,
                        seq_axis: int) -> tuple[torch.Tensor, ...] | None:
         """The fused CUDA kernel when it applies (CUDA tensors, Triton importable, no xPos, not compiling)."""
-        if not q.is_cuda or self.xpos or torch.compiler.is_compiling():
+        if not q.is_cuda or self.xpos or torch.compiler.is_compiling() or \
+                (self.passthrough == "front" and self.rotary_dim != self.dim):
             return None
         from . import rope_triton  # imports Triton: only when a CUDA tensor arrives
 
