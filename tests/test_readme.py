@@ -34,7 +34,7 @@ def test_ci_runs_the_readme_test_command_on_pinned_releases():
             pins[re.sub(r"[-_.]+", "-", name).lower()] = version
     # every peer a test compares with is pinned, so CI is reproducible
     for peer in ("torch", "transformers", "timm", "torch-geometric", "rotary-embedding-torch", "numpy", "scipy",
-                 "pandas", "pyarrow", "ray", "dnaio", "biopython", "networkx", "hypothesis", "pytest"):
+                 "pandas", "pyarrow", "ray", "dnaio", "biopython", "networkx", "hypothesis", "pytest", "diffusers"):
         assert peer in pins, f"constraints-dev.txt does not pin {peer}"
 
 
