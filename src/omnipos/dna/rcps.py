@@ -191,6 +191,15 @@ class _Complemented(ConstantBuffers):
         self.complement_ids = tuple(complement_map(complement, self.vocab_size).tolist())
         self.register_constants()
 
+    def _set_table(self, vocab_size: int, dim: int, complement: Any, variant: str) -> None:
+        """The variant, dim, alphabet and the ``[vocab_size, dim / 2]`` (split) or ``[vocab_size, dim]`` table
+        that the embedding and the head share in shape (and, tied, in storage)."""
+        self.variant = check_choice(variant, "variant", VARIANTS)
+        self.dim = _check_variant_dim(dim, self.variant)
+        self._set_alphabet(vocab_size, complement)
+        width = self.dim // 2 if self.variant == "split" else self.dim
+        self.weight = nn.Parameter(torch.empty(self.vocab_size, width))
+
     def compute_constants(self, device: torch.device | None) -> dict[str, torch.Tensor]:
         return {"complement": torch.tensor(self.complement_ids, dtype=torch.long, device=device)}
 
@@ -215,11 +224,7 @@ class RCPSEmbedding(_Complemented):
 
     def __init__(self, vocab_size: int, dim: int, complement: Any, *, variant: str = "split") -> None:
         super().__init__()
-        self.variant = check_choice(variant, "variant", VARIANTS)
-        self.dim = _check_variant_dim(dim, self.variant)
-        self._set_alphabet(vocab_size, complement)
-        width = self.dim // 2 if self.variant == "split" else self.dim
-        self.weight = nn.Parameter(torch.empty(self.vocab_size, width))
+        self._set_table(vocab_size, dim, complement, variant)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -369,11 +374,7 @@ class RCPSLMHead(_Complemented):
     def __init__(self, dim: int, vocab_size: int, complement: Any, *, variant: str = "split",
                  tied_to: RCPSEmbedding | None = None) -> None:
         super().__init__()
-        self.variant = check_choice(variant, "variant", VARIANTS)
-        self.dim = _check_variant_dim(dim, self.variant)
-        self._set_alphabet(vocab_size, complement)
-        width = self.dim // 2 if self.variant == "split" else self.dim
-        self.weight = nn.Parameter(torch.empty(self.vocab_size, width))
+        self._set_table(vocab_size, dim, complement, variant)
         self.tied = False
         self.reset_parameters()
         if tied_to is not None:
