@@ -94,6 +94,16 @@ def loop_rows(df: pd.DataFrame, encoder: TimelineEncoder):
     return encoded, codes
 
 
+def largest_difference(ours: tuple, theirs: tuple) -> float:
+    """Both pipelines' ``(encoded, layout, codes)``: the layouts (mask or cu_seqlens) and codes must be equal and
+    the encodings within 1e-4; returns the largest |difference| of the encodings."""
+    (encoded, layout, codes), (their_encoded, their_layout, their_codes) = ours, theirs
+    assert np.array_equal(layout.numpy(), their_layout) and np.array_equal(codes.numpy(), their_codes)
+    err = float(np.abs(encoded.numpy() - their_encoded).max())
+    assert err < 1e-4, err
+    return err
+
+
 def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--patients", type=int, default=10_000)
@@ -111,18 +121,8 @@ def main() -> None:
     torch.manual_seed(0)
     encoder = TimelineEncoder(args.dim, components=("absolute", "periodic", "gap"), combine="sum")
 
-    ours, mask, codes = omnipos_pipeline(df, encoder)
-    theirs, their_mask, their_codes = loop_pipeline(df, encoder)
-    assert np.array_equal(mask.numpy(), their_mask) and np.array_equal(codes.numpy(), their_codes)
-    err = float(np.abs(ours.numpy() - theirs).max())
-    assert err < 1e-4, err
-    del ours, theirs
-    ours, cu_seqlens, codes = omnipos_packed(df, encoder)
-    theirs, their_cu, their_codes = loop_packed(df, encoder)
-    assert np.array_equal(cu_seqlens.numpy(), their_cu) and np.array_equal(codes.numpy(), their_codes)
-    packed_err = float(np.abs(ours.numpy() - theirs).max())
-    assert packed_err < 1e-4, packed_err
-    del ours, theirs
+    err = largest_difference(omnipos_pipeline(df, encoder), loop_pipeline(df, encoder))
+    packed_err = largest_difference(omnipos_packed(df, encoder), loop_packed(df, encoder))
 
     bench = Bench("timeseries", notes=(
         f"{patients:,} timelines of 1-{max_events} events ({events:,} events), DataFrame rows shuffled -> "
