@@ -193,3 +193,9 @@ def test_a_unit_that_always_kills_its_worker_is_a_failed_unit(tmp_path, graphs, 
     resumed = precompute_graphs(graphs, tmp_path / "out", killer, engine="ray", shard_size=10, progress=False)
     assert resumed.units_resumed == 5 and resumed.shards_computed == 1
     same_graphs(load_graphs(tmp_path / "out"), precompute(graphs, killer, progress=False))
+
+
+def test_a_dead_workers_message_loses_terminal_colour_codes():
+    exc = RuntimeError("\n\x1b[36mray::_ray_unit()\x1b[39m (pid=7, ip=10.0.0.1)\n  File x\n")
+    assert engine_module.first_line_plain(exc) == "ray::_ray_unit() (pid=7, ip=10.0.0.1)"
+    assert engine_module.first_line_plain(RuntimeError("")) == ""

@@ -16,6 +16,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -119,10 +120,20 @@ class Engine:
                 try:
                     record = ray.get(ref)
                 except ray.exceptions.RayError as exc:  # the worker died MAX_RETRIES + 1 times, or Ray lost it
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    first = first_line_plain(exc)
                     tries = "once" if MAX_RETRIES == 0 else f"{MAX_RETRIES + 1} times"
                     record = {"unit": unit, "error": f"its Ray worker died {tries} ({type(exc).__name__}: {first})"}
                 on_result(record)
+
+
+_TERMINAL_ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def first_line_plain(exc: BaseException) -> str:
+    """The first non-empty line of an exception's text without terminal colour codes (Ray colours its messages
+    for a terminal; an exception's text goes to logs and files)."""
+    lines = [line.strip() for line in _TERMINAL_ESCAPES.sub("", str(exc)).splitlines()]
+    return next((line for line in lines if line), "")
 
 
 def _ray_unit(work: Work, unit: int, payload: Any) -> dict:
