@@ -143,6 +143,12 @@ def test_complement_tokens_keeps_case_and_pads():
     assert comp[1, 1:].eq(PAD).all()
 
 
+def test_complement_tokens_is_an_involution_on_every_token_id():
+    every_id = torch.arange(2 * SOFT_MASK, dtype=torch.uint8)
+    assert torch.equal(complement_tokens(complement_tokens(every_id)), every_id)
+    assert torch.equal(soft_mask(complement_tokens(every_id)), soft_mask(every_id))
+
+
 @pytest.mark.parametrize("ambiguity", ["zeros", "fractional"])
 def test_one_hot_against_biopython_ambiguity_sets(ambiguity):
     tokens, mask = encode([IUPAC, IUPAC.lower()[:5]])

@@ -119,10 +119,10 @@ _ENCODE_TABLES = _build_tables()
 _DECODE_TABLE = np.frombuffer((TOKENS + "?" + TOKENS.lower() + "?").encode("ascii"), dtype=np.uint8)
 _DECODE_RNA_TABLE = np.frombuffer((TOKENS.replace("T", "U") + "?" + TOKENS.lower().replace("t", "u") + "?")
                                   .encode("ascii"), dtype=np.uint8)
-# Token id -> token id of the complement letter, soft-mask bit kept, pad kept.
+# Token id -> token id of the complement letter, soft-mask bit kept, each pad id kept as it is (an involution).
 _COMPLEMENT_TABLE = torch.tensor(
     [TOKENS.index(IUPAC_COMPLEMENT[c]) for c in TOKENS] + [PAD]
-    + [TOKENS.index(IUPAC_COMPLEMENT[c]) + SOFT_MASK for c in TOKENS] + [PAD],
+    + [TOKENS.index(IUPAC_COMPLEMENT[c]) + SOFT_MASK for c in TOKENS] + [PAD + SOFT_MASK],
     dtype=torch.uint8,
 )
 
