@@ -90,23 +90,42 @@ def check_normalization(normalization: Any) -> str | None:
 
 
 
-def dense_laplacian(adjacency: torch.Tensor, normalization: str | None = "sym") -> tuple[torch.Tensor, torch.Tensor]:
+def dense_laplacian(adjacency: torch.Tensor, normalization: str | None = "sym", *,
+                    overwrite: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Batched dense Laplacians of symmetric adjacencies ``[G, n, n]`` (no self-loops).
 
     Returns ``(L [G, n, n], d_scale [G, n])`` where ``d_scale`` is what turns an eigenvector of ``L`` into the
     one the normalization asks for: ``D^-1/2`` for ``"rw"`` (degree 0 counted as 1), ones otherwise.
+    ``overwrite=True`` builds ``L`` in the adjacency's memory (same numbers, no second ``[G, n, n]``).
     """
     degree = adjacency.sum(dim=-1)
+    laplacian = adjacency if overwrite else adjacency.clone()
     if normalization is None:
-        laplacian = adjacency.neg()
+        laplacian.neg_()
         laplacian.diagonal(dim1=-2, dim2=-1).add_(degree)
         return laplacian, torch.ones_like(degree)
     inv_sqrt = torch.where(degree > 0, degree.clamp_min(torch.finfo(degree.dtype).tiny).rsqrt(), 0.0)
-    laplacian = (adjacency * inv_sqrt.unsqueeze(-1)).mul_(inv_sqrt.neg().unsqueeze(-2))
+    laplacian.mul_(inv_sqrt.unsqueeze(-1)).mul_(inv_sqrt.neg().unsqueeze(-2))
     laplacian.diagonal(dim1=-2, dim2=-1).add_(1.0)
     if normalization == "rw":
         return laplacian, torch.where(degree > 0, inv_sqrt, 1.0)
     return laplacian, torch.ones_like(degree)
+
+
+def _symmetric_adjacency(group: SizeGroup) -> torch.Tensor:
+    """``max(A, A^T)`` of the group's ``[G, n, n]`` adjacency (duplicate edges summed first), computed at the
+    edge positions only: the positions no edge names in either direction are 0 in both."""
+    n = group.n
+    adjacency = torch.zeros(group.graphs.numel(), n, n, dtype=torch.float64, device=group.graphs.device)
+    flat = adjacency.view(-1)
+    base = group.slot * n
+    forward = (base + group.row) * n + group.col
+    backward = (base + group.col) * n + group.row
+    flat.index_put_((forward,), group.weight, accumulate=True)
+    larger = torch.maximum(flat[forward], flat[backward])
+    flat[forward] = larger
+    flat[backward] = larger
+    return adjacency
 
 
 def sparse_laplacian(row: np.ndarray, col: np.ndarray, weight: np.ndarray, n: int,
@@ -283,10 +302,10 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
             _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
 
     def build(group: SizeGroup) -> tuple[torch.Tensor, tuple[torch.Tensor, Any]]:
-        adjacency = group.dense()
-        adjacency = torch.maximum(adjacency, adjacency.transpose(1, 2))
-        laplacian, d_scale = dense_laplacian(adjacency, normalization)
-        return laplacian, (d_scale, _spectrum_bound(normalization, adjacency.sum(-1).amax(-1)))
+        laplacian, d_scale = dense_laplacian(_symmetric_adjacency(group), normalization, overwrite=True)
+        # (the bound needs the largest degree only for D - A, whose diagonal is the degree)
+        degree_max = laplacian.diagonal(dim1=-2, dim2=-1).amax(-1) if normalization is None else 0.0
+        return laplacian, (d_scale, _spectrum_bound(normalization, degree_max))
 
     def canonical(group: SizeGroup, extra: tuple[torch.Tensor, Any]) -> tuple[int, Any]:
         return start + min(k, group.n - start), extra[1]
