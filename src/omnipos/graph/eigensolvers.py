@@ -90,7 +90,7 @@ def check_solver(solver: Any) -> str:
 def batched_eigh(stacks: list[torch.Tensor], workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``torch.linalg.eigh`` of each ``[G, n, n]`` stack. On the CPU the stacks are cut into ``workers`` slices
     solved on worker threads (torch releases the GIL inside LAPACK, so the slices run in parallel), each small
-    matrix with one MKL thread (:func:`omnipos.graph.small_eigh.small_eigh`)."""
+    matrix on one thread (:func:`omnipos.graph.small_eigh.small_eigh`)."""
     work = sum(s.shape[0] * s.shape[-1] ** 3 for s in stacks)
     if not stacks or workers <= 1 or work < _PARALLEL_MIN_WORK or stacks[0].device.type != "cpu":
         return [small_eigh(s) for s in stacks]

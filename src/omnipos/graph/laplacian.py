@@ -53,6 +53,7 @@ normalised Laplacians do not change when all weights are scaled, so they are div
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -72,6 +73,7 @@ from ._input import (
 from ._workers import cpu_parallelism, run_cpu_work
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
 from .sign import SIGNS, random_sign, round_noise
+from .small_eigh import one_thread
 
 __all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian_pe", "dense_laplacian",
            "sparse_laplacian", "connected_components", "check_normalization"]
@@ -285,9 +287,13 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     eigenvalues = torch.zeros(g.num_graphs, k, dtype=torch.float32, device=device)
     available = (g.counts - start).clamp_min(0)
     mask = torch.arange(k, device=device) < available.unsqueeze(-1)
-    workers = cpu_parallelism()
+    workers = cpu_parallelism()  # (read before one_thread(), inside which it reads 1)
+    # the dense path is many small ops: one thread each, in this thread only (see omnipos.graph.small_eigh)
+    small_work = one_thread if device.type == "cpu" else contextlib.nullcontext
+    with small_work():
+        groups = size_groups(g, keep=g.edge_index[0] != g.edge_index[1])  # self-loops dropped
     dense: list[SizeGroup] = []
-    for group in size_groups(g, keep=g.edge_index[0] != g.edge_index[1]):  # self-loops dropped
+    for group in groups:
         n = group.n
         if n <= start:
             continue
@@ -310,13 +316,14 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     def canonical(group: SizeGroup, extra: tuple[torch.Tensor, Any]) -> tuple[int, Any]:
         return start + min(k, group.n - start), extra[1]
 
-    for group, (d_scale, _), values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS,
-                                                                   canonical if sign != "none" else None):
-        m = min(k, group.n - start)
-        values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
-        if normalization == "rw":
-            vectors = _rw_vectors(vectors, d_scale)
-        _store(pe, eigenvalues, g, group, values, vectors, sign, generator)
+    with small_work():
+        for group, (d_scale, _), values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS,
+                                                                       canonical if sign != "none" else None):
+            m = min(k, group.n - start)
+            values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
+            if normalization == "rw":
+                vectors = _rw_vectors(vectors, d_scale)
+            _store(pe, eigenvalues, g, group, values, vectors, sign, generator)
     return pe, eigenvalues, mask
 
 
