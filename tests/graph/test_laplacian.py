@@ -489,3 +489,20 @@ def test_dense_path_builds_max_symmetrised_laplacians(sizes, edges, seed):
             kind = "sym" if normalization == "rw" else normalization
             reference = np.stack([numpy_laplacian(a.copy(), kind) for a in adjacency.numpy()])
             np.testing.assert_allclose(laplacian.numpy(), reference, atol=1e-15, rtol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=25), st.integers(0, 150), st.integers(0, 10_000),
+       st.booleans())
+def test_edges_by_graph_size_is_the_stable_sort(counts, edges, seed, collated):
+    """The edge order size_groups uses equals torch's stable argsort by graph size, both where the edges come
+    graph by graph (PyG's collation: the fast path) and where they do not."""
+    from omnipos.graph._input import _edges_by_graph_size
+
+    counts = torch.tensor(counts)
+    edge_graph = torch.from_numpy(np.random.default_rng(seed).integers(0, counts.numel(), edges))
+    if collated:
+        edge_graph = edge_graph.sort().values
+    graph_order = torch.argsort(counts, stable=True)
+    expected = torch.from_numpy(np.argsort(counts.numpy()[edge_graph.numpy()], kind="stable"))
+    assert torch.equal(_edges_by_graph_size(edge_graph, graph_order, counts), expected)
