@@ -36,8 +36,10 @@ first canonical vector of the zero eigenspace, i.e. the component whose ``sqrt(d
 Solvers (``solver=``, ``dense_max_nodes=``): graphs of at most ``dense_max_nodes`` nodes are grouped by node count
 and each group is solved with batched ``torch.linalg.eigh`` in float64 on the input's device (the dense
 ``[G, n, n]`` Laplacians are scattered from the edge list with tensor ops, in chunks of bounded memory); accurate
-to float64 rounding. On the CPU the LAPACK calls run on omnipos's worker threads, one thread each (see
-``omnipos.graph._workers`` for why), never changing torch's thread count. Larger graphs go to
+to float64 rounding. On the CPU the LAPACK calls run on omnipos's worker threads, and a batch of graphs of at
+most ``SMALL_MAX_NODES`` (128) nodes on one thread per piece (MKL and torch's OpenMP limited in those threads
+only: see ``omnipos.graph.small_eigh`` and ``omnipos.graph._workers`` for why), never changing torch's thread
+count. Larger graphs go to
 :func:`omnipos.graph.eigensolvers.graph_eigenpairs` (never a dense ``n x n``, never an LU beyond
 :data:`~omnipos.graph.eigensolvers.FILL_BUDGET` entries): connected components, each small one dense, each large
 one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with
@@ -73,7 +75,7 @@ from ._input import (
 from ._workers import cpu_parallelism, run_cpu_work
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
 from .sign import SIGNS, random_sign, round_noise
-from .small_eigh import one_thread
+from .small_eigh import SMALL_MAX_NODES, one_thread
 
 __all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian_pe", "dense_laplacian",
            "sparse_laplacian", "connected_components", "check_normalization"]
@@ -288,8 +290,10 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     available = (g.counts - start).clamp_min(0)
     mask = torch.arange(k, device=device) < available.unsqueeze(-1)
     workers = cpu_parallelism()  # (read before one_thread(), inside which it reads 1)
-    # the dense path is many small ops: one thread each, in this thread only (see omnipos.graph.small_eigh)
-    small_work = one_thread if device.type == "cpu" else contextlib.nullcontext
+    # a batch of small graphs is many small ops: one thread each, in this thread only (omnipos.graph.small_eigh);
+    # a large matrix keeps torch's threads
+    small = device.type == "cpu" and g.num_nodes and int(g.counts.max()) <= SMALL_MAX_NODES
+    small_work = one_thread if small else contextlib.nullcontext
     with small_work():
         groups = size_groups(g, keep=g.edge_index[0] != g.edge_index[1])  # self-loops dropped
     dense: list[SizeGroup] = []
