@@ -452,3 +452,57 @@ def test_extreme_weights_stay_finite(graph_factory):
     with pytest.raises(ValueError, match="overflow float32"):
         laplacian_pe(e, 12, 4, edge_weight=torch.full((e.shape[1],), 1e300, dtype=torch.float64),
                      normalization=None)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=6), st.integers(0, 60), st.integers(0, 10_000))
+def test_dense_path_builds_max_symmetrised_laplacians(sizes, edges, seed):
+    """The dense path's [G, n, n] matrices from a directed, weighted edge list with duplicates and self-loops:
+    duplicates summed, then max(A, A^T) (only at edge positions: the rest must stay 0), then the Laplacian;
+    against NumPy written from the definitions, and dense_laplacian(overwrite=True) equal bit for bit to the
+    out-of-place form."""
+    from omnipos.graph._input import check_graph, size_groups
+    from omnipos.graph.laplacian import _symmetric_adjacency, dense_laplacian
+
+    rng = np.random.default_rng(seed)
+    sizes = np.array(sizes)
+    ptr = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    owner = rng.integers(0, sizes.size, edges)
+    row = ptr[owner] + (rng.random(edges) * sizes[owner]).astype(int)
+    col = ptr[owner] + (rng.random(edges) * sizes[owner]).astype(int)
+    weight = rng.choice([0.0, 0.5, 1.0, 3.0], edges)
+    batch = torch.repeat_interleave(torch.arange(sizes.size), torch.from_numpy(sizes))
+    g = check_graph(torch.from_numpy(np.stack([row, col])), int(sizes.sum()), batch, torch.from_numpy(weight))
+    for group in size_groups(g, keep=g.edge_index[0] != g.edge_index[1]):
+        adjacency = _symmetric_adjacency(group)
+        for slot, graph in enumerate(group.graphs.tolist()):
+            lo, n = ptr[graph], group.n
+            mine = (owner == graph) & (row != col)
+            expected = np.zeros((n, n))
+            np.add.at(expected, (row[mine] - lo, col[mine] - lo), weight[mine])
+            np.testing.assert_array_equal(adjacency[slot].numpy(), np.maximum(expected, expected.T))
+        for normalization in ("sym", "rw", None):
+            laplacian, scale = dense_laplacian(adjacency, normalization)
+            again, scale_again = dense_laplacian(adjacency.clone(), normalization, overwrite=True)
+            assert torch.equal(laplacian, again) and torch.equal(scale, scale_again)
+            # ("rw": dense_laplacian gives the symmetric matrix that shares its eigenvalues)
+            kind = "sym" if normalization == "rw" else normalization
+            reference = np.stack([numpy_laplacian(a.copy(), kind) for a in adjacency.numpy()])
+            np.testing.assert_allclose(laplacian.numpy(), reference, atol=1e-15, rtol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=25), st.integers(0, 150), st.integers(0, 10_000),
+       st.booleans())
+def test_edges_by_graph_size_is_the_stable_sort(counts, edges, seed, collated):
+    """The edge order size_groups uses equals torch's stable argsort by graph size, both where the edges come
+    graph by graph (PyG's collation: the fast path) and where they do not."""
+    from omnipos.graph._input import _edges_by_graph_size
+
+    counts = torch.tensor(counts)
+    edge_graph = torch.from_numpy(np.random.default_rng(seed).integers(0, counts.numel(), edges))
+    if collated:
+        edge_graph = edge_graph.sort().values
+    graph_order = torch.argsort(counts, stable=True)
+    expected = torch.from_numpy(np.argsort(counts.numpy()[edge_graph.numpy()], kind="stable"))
+    assert torch.equal(_edges_by_graph_size(edge_graph, graph_order, counts), expected)

@@ -257,7 +257,7 @@ def size_groups(g: GraphBatch, keep: torch.Tensor | None = None) -> list[SizeGro
     """Split a batch into groups of equal node count with one sort of the graphs and one of the edges (no pass
     over all edges per group). ``keep``: optional ``[E]`` boolean selection of edges."""
     row, col, weight = g.edge_index[0], g.edge_index[1], g.edge_weight
-    if keep is not None:
+    if keep is not None and not bool(keep.all()):  # (all kept, the common case: no copies)
         row, col, weight = row[keep], col[keep], weight[keep]
     if g.num_graphs == 1:  # one graph (a transform on a single Data): nothing to sort
         graphs = torch.zeros(1, dtype=torch.long, device=g.device)
@@ -269,9 +269,8 @@ def size_groups(g: GraphBatch, keep: torch.Tensor | None = None) -> list[SizeGro
     group_start = per_size.cumsum(0) - per_size
     rank = torch.empty_like(graph_order)
     rank[graph_order] = torch.arange(graph_order.numel(), device=g.device) - group_start.repeat_interleave(per_size)
-    edge_size = g.counts[edge_graph]
-    edge_order = torch.argsort(edge_size, stable=True)
-    sorted_size = edge_size[edge_order]
+    edge_order = _edges_by_graph_size(edge_graph, graph_order, g.counts)
+    sorted_size = g.counts[edge_graph[edge_order]]
     low = torch.searchsorted(sorted_size, sizes)
     high = torch.searchsorted(sorted_size, sizes, right=True)
     slot = rank[edge_graph][edge_order]
@@ -282,3 +281,16 @@ def size_groups(g: GraphBatch, keep: torch.Tensor | None = None) -> list[SizeGro
         groups.append(SizeGroup(n, graph_order[start:start + count], slot[lo:hi], row[lo:hi], col[lo:hi],
                                 weight[lo:hi]))
     return groups
+
+
+def _edges_by_graph_size(edge_graph: torch.Tensor, graph_order: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """The stable order of the edges by their graph's node count, ``argsort(counts[edge_graph], stable=True)``.
+    Where the edges come graph by graph (``edge_graph`` non-decreasing: PyG's collation) the same permutation
+    is built from the graphs' edge ranges taken in ``graph_order`` (the stable order of the graphs by node
+    count), without sorting the edges."""
+    if edge_graph.numel() and bool((edge_graph[1:] >= edge_graph[:-1]).all()):
+        edges_of = torch.zeros_like(counts).index_add_(0, edge_graph, torch.ones_like(edge_graph))
+        lengths, starts = edges_of[graph_order], (edges_of.cumsum(0) - edges_of)[graph_order]
+        shift = (lengths.cumsum(0) - lengths - starts).repeat_interleave(lengths, output_size=edge_graph.numel())
+        return torch.arange(edge_graph.numel(), device=edge_graph.device) - shift
+    return torch.argsort(counts[edge_graph], stable=True)

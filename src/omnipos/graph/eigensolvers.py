@@ -55,6 +55,7 @@ import torch
 from ._input import SizeGroup
 from ._workers import parallel_map
 from .sign import CANONICAL_TOL, canonical_basis, eigenvalue_clusters
+from .small_eigh import small_eigh
 
 __all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "LANCZOS_MIN_NODES", "batched_eigh", "solve_dense_groups",
            "graph_eigenpairs", "sparse_eigenpairs", "check_solver"]
@@ -88,12 +89,13 @@ def check_solver(solver: Any) -> str:
 
 def batched_eigh(stacks: list[torch.Tensor], workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``torch.linalg.eigh`` of each ``[G, n, n]`` stack. On the CPU the stacks are cut into ``workers`` slices
-    solved on worker threads (torch releases the GIL inside LAPACK, so the slices run in parallel)."""
+    solved on worker threads (torch releases the GIL inside LAPACK, so the slices run in parallel), each small
+    matrix on one thread (:func:`omnipos.graph.small_eigh.small_eigh`)."""
     work = sum(s.shape[0] * s.shape[-1] ** 3 for s in stacks)
     if not stacks or workers <= 1 or work < _PARALLEL_MIN_WORK or stacks[0].device.type != "cpu":
-        return [torch.linalg.eigh(s) for s in stacks]
+        return [small_eigh(s) for s in stacks]
     pieces = [s.tensor_split(min(workers, s.shape[0])) for s in stacks]
-    solved = iter(parallel_map(torch.linalg.eigh, [p for parts in pieces for p in parts], workers))
+    solved = iter(parallel_map(small_eigh, [p for parts in pieces for p in parts], workers))
     out = []
     for parts in pieces:
         chunk = [next(solved) for _ in parts]

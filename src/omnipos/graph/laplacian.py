@@ -36,8 +36,10 @@ first canonical vector of the zero eigenspace, i.e. the component whose ``sqrt(d
 Solvers (``solver=``, ``dense_max_nodes=``): graphs of at most ``dense_max_nodes`` nodes are grouped by node count
 and each group is solved with batched ``torch.linalg.eigh`` in float64 on the input's device (the dense
 ``[G, n, n]`` Laplacians are scattered from the edge list with tensor ops, in chunks of bounded memory); accurate
-to float64 rounding. On the CPU the LAPACK calls run on omnipos's worker threads, one thread each (see
-``omnipos.graph._workers`` for why), never changing torch's thread count. Larger graphs go to
+to float64 rounding. On the CPU the LAPACK calls run on omnipos's worker threads, and a batch of graphs of at
+most ``SMALL_MAX_NODES`` (128) nodes on one thread per piece (MKL and torch's OpenMP limited in those threads
+only: see ``omnipos.graph.small_eigh`` and ``omnipos.graph._workers`` for why), never changing torch's thread
+count. Larger graphs go to
 :func:`omnipos.graph.eigensolvers.graph_eigenpairs` (never a dense ``n x n``, never an LU beyond
 :data:`~omnipos.graph.eigensolvers.FILL_BUDGET` entries): connected components, each small one dense, each large
 one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with
@@ -53,6 +55,7 @@ normalised Laplacians do not change when all weights are scaled, so they are div
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -72,6 +75,7 @@ from ._input import (
 from ._workers import cpu_parallelism, run_cpu_work
 from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
 from .sign import SIGNS, random_sign, round_noise
+from .small_eigh import SMALL_MAX_NODES, one_thread
 
 __all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian_pe", "dense_laplacian",
            "sparse_laplacian", "connected_components", "check_normalization"]
@@ -90,23 +94,42 @@ def check_normalization(normalization: Any) -> str | None:
 
 
 
-def dense_laplacian(adjacency: torch.Tensor, normalization: str | None = "sym") -> tuple[torch.Tensor, torch.Tensor]:
+def dense_laplacian(adjacency: torch.Tensor, normalization: str | None = "sym", *,
+                    overwrite: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Batched dense Laplacians of symmetric adjacencies ``[G, n, n]`` (no self-loops).
 
     Returns ``(L [G, n, n], d_scale [G, n])`` where ``d_scale`` is what turns an eigenvector of ``L`` into the
     one the normalization asks for: ``D^-1/2`` for ``"rw"`` (degree 0 counted as 1), ones otherwise.
+    ``overwrite=True`` builds ``L`` in the adjacency's memory (same numbers, no second ``[G, n, n]``).
     """
     degree = adjacency.sum(dim=-1)
+    laplacian = adjacency if overwrite else adjacency.clone()
     if normalization is None:
-        laplacian = adjacency.neg()
+        laplacian.neg_()
         laplacian.diagonal(dim1=-2, dim2=-1).add_(degree)
         return laplacian, torch.ones_like(degree)
     inv_sqrt = torch.where(degree > 0, degree.clamp_min(torch.finfo(degree.dtype).tiny).rsqrt(), 0.0)
-    laplacian = (adjacency * inv_sqrt.unsqueeze(-1)).mul_(inv_sqrt.neg().unsqueeze(-2))
+    laplacian.mul_(inv_sqrt.unsqueeze(-1)).mul_(inv_sqrt.neg().unsqueeze(-2))
     laplacian.diagonal(dim1=-2, dim2=-1).add_(1.0)
     if normalization == "rw":
         return laplacian, torch.where(degree > 0, inv_sqrt, 1.0)
     return laplacian, torch.ones_like(degree)
+
+
+def _symmetric_adjacency(group: SizeGroup) -> torch.Tensor:
+    """``max(A, A^T)`` of the group's ``[G, n, n]`` adjacency (duplicate edges summed first), computed at the
+    edge positions only: the positions no edge names in either direction are 0 in both."""
+    n = group.n
+    adjacency = torch.zeros(group.graphs.numel(), n, n, dtype=torch.float64, device=group.graphs.device)
+    flat = adjacency.view(-1)
+    base = group.slot * n
+    forward = (base + group.row) * n + group.col
+    backward = (base + group.col) * n + group.row
+    flat.index_put_((forward,), group.weight, accumulate=True)
+    larger = torch.maximum(flat[forward], flat[backward])
+    flat[forward] = larger
+    flat[backward] = larger
+    return adjacency
 
 
 def sparse_laplacian(row: np.ndarray, col: np.ndarray, weight: np.ndarray, n: int,
@@ -266,9 +289,15 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     eigenvalues = torch.zeros(g.num_graphs, k, dtype=torch.float32, device=device)
     available = (g.counts - start).clamp_min(0)
     mask = torch.arange(k, device=device) < available.unsqueeze(-1)
-    workers = cpu_parallelism()
+    workers = cpu_parallelism()  # (read before one_thread(), inside which it reads 1)
+    # a batch of small graphs is many small ops: one thread each, in this thread only (omnipos.graph.small_eigh);
+    # a large matrix keeps torch's threads
+    small = device.type == "cpu" and g.num_nodes and int(g.counts.max()) <= SMALL_MAX_NODES
+    small_work = one_thread if small else contextlib.nullcontext
+    with small_work():
+        groups = size_groups(g, keep=g.edge_index[0] != g.edge_index[1])  # self-loops dropped
     dense: list[SizeGroup] = []
-    for group in size_groups(g, keep=g.edge_index[0] != g.edge_index[1]):  # self-loops dropped
+    for group in groups:
         n = group.n
         if n <= start:
             continue
@@ -283,21 +312,22 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
             _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
 
     def build(group: SizeGroup) -> tuple[torch.Tensor, tuple[torch.Tensor, Any]]:
-        adjacency = group.dense()
-        adjacency = torch.maximum(adjacency, adjacency.transpose(1, 2))
-        laplacian, d_scale = dense_laplacian(adjacency, normalization)
-        return laplacian, (d_scale, _spectrum_bound(normalization, adjacency.sum(-1).amax(-1)))
+        laplacian, d_scale = dense_laplacian(_symmetric_adjacency(group), normalization, overwrite=True)
+        # (the bound needs the largest degree only for D - A, whose diagonal is the degree)
+        degree_max = laplacian.diagonal(dim1=-2, dim2=-1).amax(-1) if normalization is None else 0.0
+        return laplacian, (d_scale, _spectrum_bound(normalization, degree_max))
 
     def canonical(group: SizeGroup, extra: tuple[torch.Tensor, Any]) -> tuple[int, Any]:
         return start + min(k, group.n - start), extra[1]
 
-    for group, (d_scale, _), values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS,
-                                                                   canonical if sign != "none" else None):
-        m = min(k, group.n - start)
-        values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
-        if normalization == "rw":
-            vectors = _rw_vectors(vectors, d_scale)
-        _store(pe, eigenvalues, g, group, values, vectors, sign, generator)
+    with small_work():
+        for group, (d_scale, _), values, vectors in solve_dense_groups(dense, build, workers, _CHUNK_ELEMENTS,
+                                                                       canonical if sign != "none" else None):
+            m = min(k, group.n - start)
+            values, vectors = values[:, start:start + m], vectors[:, :, start:start + m]
+            if normalization == "rw":
+                vectors = _rw_vectors(vectors, d_scale)
+            _store(pe, eigenvalues, g, group, values, vectors, sign, generator)
     return pe, eigenvalues, mask
 
 
