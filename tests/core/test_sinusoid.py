@@ -276,3 +276,51 @@ def test_module_output_follows_half_and_double():
     assert enc.double()(t).dtype == torch.float64
     torch.testing.assert_close(enc(t), 0.5 * sinusoidal(t, 8, dtype=torch.float64), rtol=0, atol=0)
     assert SinusoidalEncoding(8, dtype=torch.bfloat16)(t).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "split"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sinusoid_of_turns_out_writes_and_adds_the_same_numbers(layout, dtype):
+    """out= writes the channels into a strided view of a larger tensor (the float64 formula within float
+    tolerance, and bit for bit the values without out=); accumulate=True adds them to what out holds."""
+    from omnipos.core.sinusoid import sinusoid_of_turns
+
+    g = torch.Generator().manual_seed(11)
+    turns = (torch.rand(7, 5, dtype=torch.float64, generator=g) - 0.5) * 2e5
+    half_turns = turns.numpy()
+    s, c = np.sin(2 * np.pi * half_turns), np.cos(2 * np.pi * half_turns)
+    formula = np.stack([s, c], -1).reshape(7, 10) if layout == "interleaved" else np.concatenate([s, c], -1)
+    expected = sinusoid_of_turns(turns, layout=layout, dtype=dtype)
+    assert np.abs(expected.double().numpy() - formula).max() < 1e-6
+    wide = torch.full((7, 13), 7.0, dtype=dtype)
+    into = wide[:, 2:12]  # rows strided, last axis contiguous
+    assert sinusoid_of_turns(turns, layout=layout, dtype=dtype, out=into) is into
+    assert torch.equal(into, expected)
+    assert torch.equal(wide[:, :2], torch.full((7, 2), 7.0, dtype=dtype))  # nothing outside out is touched
+    assert torch.equal(wide[:, 12:], torch.full((7, 1), 7.0, dtype=dtype))
+    base = torch.rand(7, 10, dtype=dtype, generator=g)
+    summed = base.clone()
+    sinusoid_of_turns(turns.clone(), layout=layout, dtype=dtype, inplace=True, out=summed, accumulate=True)
+    assert torch.equal(summed, base + expected)
+
+
+def test_sinusoid_of_turns_refuses_a_bad_out():
+    from omnipos.core.sinusoid import sinusoid_of_turns
+
+    turns = torch.rand(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with pytest.raises(TypeError, match="out must be a tensor"):
+        sinusoid_of_turns(turns, out=np.zeros((4, 6), dtype=np.float32))
+    with pytest.raises(TypeError, match="out must be float32 or float64 and match dtype"):
+        sinusoid_of_turns(turns, out=torch.zeros(4, 6, dtype=torch.float64))
+    with pytest.raises(TypeError, match="out must be float32 or float64"):
+        sinusoid_of_turns(turns, dtype=torch.float16, out=torch.zeros(4, 6, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"out must have shape \(4, 6\)"):
+        sinusoid_of_turns(turns, out=torch.zeros(4, 5))
+    with pytest.raises(ValueError, match="last axis must be contiguous"):
+        sinusoid_of_turns(turns, out=torch.zeros(6, 4).t())
+    with pytest.raises(ValueError, match="pass out"):
+        sinusoid_of_turns(turns, accumulate=True)
+    with pytest.raises(TypeError, match="not differentiable"):
+        sinusoid_of_turns(turns.requires_grad_(), out=torch.zeros(4, 6))
+    with pytest.raises(TypeError, match="not differentiable"):
+        sinusoid_of_turns(turns.detach(), out=torch.zeros(4, 6, requires_grad=True))

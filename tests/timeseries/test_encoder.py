@@ -200,3 +200,23 @@ def test_batch_invariance_property(dim, batch, seed, components, combine):
     alone = encoder(*batch_timelines([timeline], return_clock=True))[0]
     out = encoder(*batch_timelines(others + [timeline], return_clock=True))[-1, : len(timeline)]
     assert torch.equal(out, alone)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("components", [("absolute", "periodic", "gap"), ("periodic", "gap", "absolute"), ALL])
+def test_sum_written_in_place_equals_the_autograd_path_to_the_bit(components, dtype):
+    """Under no_grad the summed components are written straight into the output; with gradients on they are
+    built as separate tensors: the same numbers, bit for bit, in both layouts and with blocks cut inside rows."""
+    times, mask, clock = sample(5)
+    torch.manual_seed(5)
+    enc = TimelineEncoder(16, components=components, combine="sum", dtype=dtype)
+    enc.chunk = 4
+    expected = enc(times, mask, clock=clock)
+    assert expected.requires_grad  # the lift / learned parts: the path that keeps every intermediate
+    with torch.no_grad():
+        padded = enc(times, mask, clock=clock)
+        flat = times[mask]
+        cu_seqlens = torch.cat([torch.zeros(1, dtype=torch.int64), mask.sum(1).cumsum(0)])
+        packed = enc.encode_packed(flat, cu_seqlens, clock=clock)
+    assert padded.dtype == dtype and torch.equal(padded, expected.detach())
+    assert torch.equal(packed, expected.detach()[mask])

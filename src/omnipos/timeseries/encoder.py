@@ -249,6 +249,9 @@ class TimelineEncoder(ConstantBuffers):
         # On CPU, blocks of rows small enough to stay in cache while they are encoded and filled in: the work is
         # memory-bound (float64 phase buffers, the padded output). Elsewhere one block (no syncs).
         step = max(1, self.chunk // length) if times.device.type == "cpu" else rows_t.shape[0]
+        # real events are encoded into one reused buffer (written in place) and copied into their slots
+        scratch = (torch.empty(min(step, rows_t.shape[0]) * length, self.dim, dtype=out_dtype, device=times.device)
+                   if self._writes_in_place(out_dtype, times) else None)
         for start in range(0, rows_t.shape[0], step):
             block = slice(start, start + step)
             slots = rows_m[block].reshape(-1).nonzero().squeeze(1)
@@ -260,7 +263,10 @@ class TimelineEncoder(ConstantBuffers):
                 g = None if rows_g is None else rows_g[block].reshape(-1)[slots]
                 row = None if rows_c is None else slots // length
                 c = None if rows_c is None else (rows_c[block][row], rows_cm[block][row])
-                target.index_copy_(0, slots, self._combined(t, g, c).to(out_dtype))
+                if scratch is None:
+                    target.index_copy_(0, slots, self._combined(t, g, c).to(out_dtype))
+                else:
+                    target.index_copy_(0, slots, self._combined(t, g, c, into=scratch[: slots.numel()]))
         return out.reshape(*mask.shape, self.dim)
 
     def encode_packed(self, times: torch.Tensor, cu_seqlens: torch.Tensor, clock: Any = None) -> torch.Tensor:
@@ -299,11 +305,15 @@ class TimelineEncoder(ConstantBuffers):
             row_clock_mod = torch.remainder(row_clock.unsqueeze(-1), self.periods)
         out = torch.empty(times.shape[0], self.dim, dtype=self.dtype, device=times.device)
         step = self.chunk if times.device.type == "cpu" and can_inspect_values(times) else max(1, times.shape[0])
+        in_place = self._writes_in_place(self.dtype, times)
         for start in range(0, times.shape[0], step):
             block = slice(start, start + step)
             g = None if gaps is None else gaps[block]
             c = None if row_clock is None else (row_clock[row[block]], row_clock_mod[row[block]])
-            out[block] = self._combined(times[block], g, c).to(self.dtype)
+            if in_place:
+                self._combined(times[block], g, c, into=out[block])
+            else:
+                out[block] = self._combined(times[block], g, c).to(self.dtype)
         return out
 
     def _batch_units(self, times: torch.Tensor, clock: Any, unit: str) -> tuple[torch.Tensor, Any]:
@@ -338,11 +348,22 @@ class TimelineEncoder(ConstantBuffers):
         out = self._combined(t, g, c).to(self.dtype).reshape(*times.shape, self.dim)
         return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
+    def _writes_in_place(self, out_dtype: torch.dtype, times: torch.Tensor) -> bool:
+        """Whether the summed components can be written straight into the output (``_combined(into=)``): no
+        gradient to keep, no compiler tracing, and an output in the work dtype (float32 / float64)."""
+        if self.combine != "sum" or out_dtype in _LOW or torch.compiler.is_compiling():
+            return False
+        return not (torch.is_grad_enabled() and (times.requires_grad or any(p.requires_grad
+                                                                            for p in self.parameters())))
+
     def _combined(self, t: torch.Tensor, g: torch.Tensor | None,
-                  c: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+                  c: tuple[torch.Tensor, torch.Tensor] | None, into: torch.Tensor | None = None) -> torch.Tensor:
         """``[n]`` times (gaps; clocks ``[n]`` and clocks modulo each period ``[n, P]``) of real events ->
-        ``[n, dim]`` in the work dtype."""
+        ``[n, dim]`` in the work dtype; with ``into`` (``[n, dim]``, see :meth:`_writes_in_place`) the sum is
+        built there, each component written or added in place (the same numbers, no intermediate buffers)."""
         work = torch.float32 if self.dtype in _LOW else self.dtype
+        if into is not None:
+            return self._sum_into(into, t, g, c, work)
         if self.combine == "concat":
             return torch.cat([self._component(name, t, g, c, work) for name in self.components], dim=-1)
         out = None
@@ -353,6 +374,25 @@ class TimelineEncoder(ConstantBuffers):
             else:
                 out = _accumulate(out, piece)
         return out
+
+    def _sum_into(self, into: torch.Tensor, t: torch.Tensor, g: torch.Tensor | None,
+                  c: tuple[torch.Tensor, torch.Tensor] | None, work: torch.dtype) -> torch.Tensor:
+        """``_combined``'s sum written into ``into``, in the same order and so with the same roundings."""
+        started = False
+        for name in self.components:
+            if name == "absolute":
+                absolute_features(t, self.cycles, "interleaved", work, out=into, accumulate=started)
+            elif name == "gap":
+                log_gap_features(g, self.gap_cycles, self.gap_scale, "interleaved", work, out=into,
+                                 accumulate=started)
+            elif name == "periodic" and started:
+                self._lift(self._component(name, t, g, c, work), into, work)
+            else:
+                piece = self._component(name, t, g, c, work)
+                piece = self._lift(piece, None, work) if name == "periodic" else piece
+                into.add_(piece) if started else into.copy_(piece)
+            started = True
+        return into
 
     def _lift(self, features: torch.Tensor, out: torch.Tensor | None, work: torch.dtype) -> torch.Tensor:
         """``out + features @ lift.weight.T``, one product and one sum per feature in a fixed order: a matrix
