@@ -324,3 +324,28 @@ def test_sinusoid_of_turns_refuses_a_bad_out():
         sinusoid_of_turns(turns.requires_grad_(), out=torch.zeros(4, 6))
     with pytest.raises(TypeError, match="not differentiable"):
         sinusoid_of_turns(turns.detach(), out=torch.zeros(4, 6, requires_grad=True))
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "split"])
+def test_centered_turns_are_no_less_accurate_than_the_default(layout):
+    """centered=True (nearest whole turn removed, NumPy's float32 sin/cos on CPU) changes last bits, never for
+    the worse: against the float64 formula its largest and its mean error are at most the default's, on fresh
+    random phases from 1e-3 to 1e7 turns (measured with numpy 2.4 / torch 2.14: max 1.6e-7 vs 2.5e-7)."""
+    from omnipos.core.sinusoid import sinusoid_of_turns
+
+    rng = np.random.default_rng(2026)
+    turns_np = rng.normal(size=(20_000, 8)) * 10.0 ** rng.uniform(-3, 7, (20_000, 8))
+    turns = torch.from_numpy(turns_np)
+    whole = 2 * np.pi * np.fmod(turns_np, 1.0)  # exact: fmod of a float64 by 1 loses nothing
+    s, c = np.sin(whole), np.cos(whole)
+    formula = np.stack([s, c], -1).reshape(20_000, 16) if layout == "interleaved" else np.concatenate([s, c], -1)
+    default = np.abs(sinusoid_of_turns(turns, layout=layout).double().numpy() - formula)
+    centered = np.abs(sinusoid_of_turns(turns, layout=layout, centered=True).double().numpy() - formula)
+    assert centered.max() <= default.max() and centered.mean() <= default.mean()
+    assert centered.max() < 2e-7
+    # float64 work is exact as before: centered changes nothing there
+    assert torch.equal(sinusoid_of_turns(turns, layout=layout, dtype=torch.float64, centered=True),
+                       sinusoid_of_turns(turns, layout=layout, dtype=torch.float64))
+    # the autograd path (torch's sin/cos of the same centered phase) agrees within a float32 rounding
+    grad_path = sinusoid_of_turns(turns.clone().requires_grad_(), layout=layout, centered=True)
+    np.testing.assert_allclose(grad_path.detach().double().numpy(), formula, rtol=0, atol=2e-7)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -61,7 +62,8 @@ def layout_frequencies(
 
 
 def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, consume: bool,
-                       out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
+                       out: torch.Tensor | None = None, accumulate: bool = False,
+                       centered: bool = False) -> torch.Tensor:
     """float64 ``turns [..., h]`` -> ``[..., 2h]`` sin/cos channels in ``layout``; see :func:`sinusoid_of_turns`.
 
     Large temporaries cost more than the arithmetic here (each fresh buffer is page-faulted in), so when the
@@ -69,12 +71,14 @@ def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, con
     buffer of the work dtype is made. ``sin``/``cos`` run on that contiguous phase (CPU kernels vectorise a
     contiguous operand, not a stride-2 slot: measured 1.5-2x faster for a slot output, bit for bit the same
     values) and are written into their slots of ``out`` (a new tensor unless given), or added there.
+    ``centered``: see :func:`sinusoid_of_turns`.
     """
     half = turns.shape[-1]
     work = torch.float64 if dtype == torch.float64 else torch.float32
+    centered = centered and work == torch.float32  # float64 sin/cos need no reduction at all
     differentiable = turns.requires_grad and torch.is_grad_enabled()
     if differentiable or torch.compiler.is_compiling():
-        phase = reduced_phase(turns, work)
+        phase = ((turns - torch.round(turns)) * TWO_PI).to(work) if centered else reduced_phase(turns, work)
         pair = (torch.sin(phase), torch.cos(phase))
         stacked = torch.stack(pair, -1) if layout == "interleaved" else torch.stack(pair, -2)
         result = stacked.reshape(*turns.shape[:-1], 2 * half).to(dtype)
@@ -88,7 +92,17 @@ def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, con
     else:
         pairs = target.unflatten(-1, (2, half))
         sin_slot, cos_slot = pairs[..., 0, :], pairs[..., 1, :]
-    phase = reduced_phase(turns, work, consume=consume)
+    if centered:
+        if not consume:
+            turns = turns.clone()
+        # exact: turns and the nearest whole number of turns share the exponent's grid, so the difference is
+        # representable; |phase| <= pi, where a float32 phase carries half the rounding error it has up to 2 pi
+        phase = turns.sub_(torch.round(turns)).mul_(TWO_PI).to(work)
+        if phase.device.type == "cpu":
+            _numpy_sincos_into(phase, sin_slot, cos_slot, accumulate)
+            return target if out is not None else target.to(dtype)
+    else:
+        phase = reduced_phase(turns, work, consume=consume)
     if accumulate:
         sin_slot.add_(torch.sin(phase))
         cos_slot.add_(phase.cos_())
@@ -96,6 +110,20 @@ def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, con
         torch.sin(phase, out=sin_slot)
         cos_slot.copy_(phase.cos_())
     return target if out is not None else target.to(dtype)
+
+
+def _numpy_sincos_into(phase: torch.Tensor, sin_slot: torch.Tensor, cos_slot: torch.Tensor, accumulate: bool) -> None:
+    """sin/cos of a contiguous float32 CPU ``phase`` (|phase| <= pi) by NumPy's vectorised float32 kernels, written
+    into (or added to) the slots; ``phase`` is overwritten."""
+    array = phase.numpy()
+    sin = torch.from_numpy(np.sin(array))
+    np.cos(array, out=array)
+    if accumulate:
+        sin_slot.add_(sin)
+        cos_slot.add_(phase)
+    else:
+        sin_slot.copy_(sin)
+        cos_slot.copy_(phase)
 
 
 def sinusoid_of_turns(
@@ -106,6 +134,7 @@ def sinusoid_of_turns(
     inplace: bool = False,
     out: torch.Tensor | None = None,
     accumulate: bool = False,
+    centered: bool = False,
 ) -> torch.Tensor:
     """``[..., h]`` phases in turns (1 turn = 2 pi; float64 for precision) -> ``[..., 2h]`` sin/cos channels.
 
@@ -120,6 +149,13 @@ def sinusoid_of_turns(
     differentiable): the channels are written there (added to what it holds with ``accumulate=True``) and
     ``out`` is returned; no output buffer is made. The values are those of the call without ``out``, bit for bit
     (a sum is then one rounding of the same two numbers).
+
+    ``centered=True`` (float32 work only; float64 is unaffected) removes the *nearest* whole number of turns
+    instead of truncating them, so the float32 phase lies in ``[-pi, pi]`` rather than ``(-2 pi, 2 pi)`` and
+    carries half the rounding error; on CPU its sin/cos are then taken by NumPy's vectorised float32 kernels,
+    measured 2.4x faster than torch's here. Against the float64 formula the result is closer than the default's
+    (max 1.6e-7 vs 2.5e-7, mean 2.2e-8 vs 3.4e-8 on random phases; tests/core/test_sinusoid.py), but not bit
+    for bit the default's numbers: the default stays what every other encoding in omnipos is built on.
     """
     check_choice(layout, "layout", LAYOUTS)
     check_float_dtype(dtype)
@@ -130,7 +166,7 @@ def sinusoid_of_turns(
     elif accumulate:
         raise ValueError("accumulate=True adds to out: pass out")
     return _sincos_from_turns(turns.to(torch.float64), layout, dtype, consume=inplace or turns.dtype != torch.float64,
-                              out=out, accumulate=accumulate)
+                              out=out, accumulate=accumulate, centered=centered)
 
 
 def _check_out(out: Any, turns: torch.Tensor, dtype: torch.dtype) -> None:

@@ -91,4 +91,5 @@ def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype:
     if not can_inspect_values(t) or (t.numel() and bool(t.abs().max() * cycles.max() >= _WHOLE_TURNS)):
         turns = torch.where(turns.abs() < _WHOLE_TURNS, turns, torch.zeros((), dtype=turns.dtype,
                                                                            device=turns.device))
-    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True, out=out, accumulate=accumulate)
+    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True, out=out, accumulate=accumulate,
+                             centered=True)

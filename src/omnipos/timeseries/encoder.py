@@ -240,33 +240,35 @@ class TimelineEncoder(ConstantBuffers):
         if not can_inspect_values(times, mask):
             return self._dense(times, mask, gaps, clocks)
         length = times.shape[-1]
-        rows_t, rows_m = times.reshape(-1, length), mask.reshape(-1, length)
-        rows_g = None if gaps is None else gaps.reshape(-1, length)
         rows_c = None if clocks is None else clocks.reshape(-1)
         # each row's clock modulo each period, once per row: [rows, P]
         rows_cm = None if clocks is None else torch.remainder(rows_c.unsqueeze(-1), self.periods)
-        out, zeroed = _padded_output((*rows_t.shape, self.dim), out_dtype, times.device)
-        # On CPU, blocks of rows small enough to stay in cache while they are encoded and filled in: the work is
-        # memory-bound (float64 phase buffers, the padded output). Elsewhere one block (no syncs).
-        step = max(1, self.chunk // length) if times.device.type == "cpu" else rows_t.shape[0]
+        # the real events gathered once, row after row (the packed layout), then encoded in blocks of events and
+        # copied into their slots: a block holds `chunk` events whatever the padding
+        slots = mask.reshape(-1).nonzero().squeeze(1)
+        flat_t = times.reshape(-1)[slots]
+        flat_g = None if gaps is None else gaps.reshape(-1)[slots]
+        row = None if rows_c is None else slots // length
+        out, zeroed = _padded_output((mask.numel() // length, length, self.dim), out_dtype,
+                                     times.device)
+        target = out.view(-1, self.dim)
+        if not zeroed and slots.numel() < target.shape[0]:
+            target.zero_()
+        # On CPU, blocks small enough to stay in cache while they are encoded and filled in: the work is
+        # memory-bound (float64 phase buffers). Elsewhere one block (no syncs).
+        step = self.chunk if times.device.type == "cpu" else max(1, slots.numel())
         # real events are encoded into one reused buffer (written in place) and copied into their slots
-        scratch = (torch.empty(min(step, rows_t.shape[0]) * length, self.dim, dtype=out_dtype, device=times.device)
+        scratch = (torch.empty(min(step, slots.numel()), self.dim, dtype=out_dtype, device=times.device)
                    if self._writes_in_place(out_dtype, times) else None)
-        for start in range(0, rows_t.shape[0], step):
+        for start in range(0, slots.numel(), step):
             block = slice(start, start + step)
-            slots = rows_m[block].reshape(-1).nonzero().squeeze(1)
-            target = out[block].view(-1, self.dim)
-            if not zeroed and slots.numel() < target.shape[0]:
-                target.zero_()
-            if slots.numel():
-                t = rows_t[block].reshape(-1)[slots]
-                g = None if rows_g is None else rows_g[block].reshape(-1)[slots]
-                row = None if rows_c is None else slots // length
-                c = None if rows_c is None else (rows_c[block][row], rows_cm[block][row])
-                if scratch is None:
-                    target.index_copy_(0, slots, self._combined(t, g, c).to(out_dtype))
-                else:
-                    target.index_copy_(0, slots, self._combined(t, g, c, into=scratch[: slots.numel()]))
+            c = None if rows_c is None else (rows_c[row[block]], rows_cm[row[block]])
+            g = None if flat_g is None else flat_g[block]
+            if scratch is None:
+                encoded = self._combined(flat_t[block], g, c).to(out_dtype)
+            else:
+                encoded = self._combined(flat_t[block], g, c, into=scratch[: flat_t[block].shape[0]])
+            target.index_copy_(0, slots[block], encoded)
         return out.reshape(*mask.shape, self.dim)
 
     def encode_packed(self, times: torch.Tensor, cu_seqlens: torch.Tensor, clock: Any = None) -> torch.Tensor:

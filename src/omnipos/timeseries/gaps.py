@@ -107,7 +107,8 @@ def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout
         safe = torch.where(big, g, torch.ones((), dtype=g.dtype, device=g.device))  # no inf/NaN gradient
         x = torch.where(big, torch.log(safe) - math.log(scale), x)
     turns = x.unsqueeze(-1) * cycles
-    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True, out=out, accumulate=accumulate)
+    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True, out=out, accumulate=accumulate,
+                             centered=True)
 
 
 class GapBucketEmbedding(ConstantBuffers):
