@@ -31,8 +31,8 @@ from .periodic import (
     DEFAULT_PERIODS,
     clock_required,
     clock_shift,
+    periodic_columns,
     periodic_dim,
-    periodic_features,
     periods_tensor,
     phase_remainders,
 )
@@ -387,11 +387,11 @@ class TimelineEncoder(ConstantBuffers):
             elif name == "gap":
                 log_gap_features(g, self.gap_cycles, self.gap_scale, "interleaved", work, out=into,
                                  accumulate=started)
-            elif name == "periodic" and started:
-                self._lift(self._component(name, t, g, c, work), into, work)
+            elif name == "periodic":
+                # the channels as [n] columns, lifted one by one: no [n, channels] stack to transpose back
+                self._add_lifted(self._periodic_columns(t, c, work), into, work, started)
             else:
                 piece = self._component(name, t, g, c, work)
-                piece = self._lift(piece, None, work) if name == "periodic" else piece
                 into.add_(piece) if started else into.copy_(piece)
             started = True
         return into
@@ -403,24 +403,34 @@ class TimelineEncoder(ConstantBuffers):
         weight = self.lift.weight.to(work)
         if out is not None and not (torch.is_grad_enabled() and (out.requires_grad or weight.requires_grad
                                                                    or features.requires_grad)):
-            term = torch.empty_like(out)  # one scratch buffer for every product, written in place
-            # feature k as a contiguous [n] column and its weights as a contiguous [dim] row: the same products
-            # as features[:, k:k+1] * weight[:, k], 6x faster on CPU than broadcasting a strided column
-            columns, rows = features.t().contiguous(), weight.t().contiguous()
-            for k in range(features.shape[-1]):
-                out.add_(torch.mul(columns[k].unsqueeze(1), rows[k], out=term))
-            return out
+            return self._add_lifted(features.t().contiguous(), out, work, True)
         for k in range(features.shape[-1]):
             out = _accumulate(out, features[:, k : k + 1] * weight[:, k])
         return out
+
+    def _add_lifted(self, columns: Any, out: torch.Tensor, work: torch.dtype, add: bool) -> torch.Tensor:
+        """``_lift`` in place: feature ``k`` (``columns[k]``, a contiguous ``[n]`` column) times its weights (a
+        contiguous ``[dim]`` row) added to ``out`` (written, for the first feature, when not ``add``): the same
+        products and sums as ``features[:, k:k+1] * weight[:, k]``, 6x faster on CPU than broadcasting a strided
+        column."""
+        rows = self.lift.weight.to(work).t().contiguous()
+        term = torch.empty_like(out)  # one scratch buffer for every product, written in place
+        for k, column in enumerate(columns):
+            product = torch.mul(column.unsqueeze(1), rows[k], out=term)
+            out.add_(product) if add or k else out.copy_(product)
+        return out
+
+    def _periodic_columns(self, t: torch.Tensor, c: tuple[torch.Tensor, torch.Tensor],
+                          work: torch.dtype) -> list[torch.Tensor]:
+        shift = clock_shift(t.to(torch.float64), c[0], c[1], self.tz_transitions, self.tz_offsets, self.phase_mod)
+        return periodic_columns(t, self.periods, self.harmonics, work, shift)
 
     def _component(self, name: str, t: torch.Tensor, g: torch.Tensor | None,
                    c: tuple[torch.Tensor, torch.Tensor] | None, work: torch.dtype) -> torch.Tensor:
         if name == "absolute":
             return absolute_features(t, self.cycles, "interleaved", work)
         if name == "periodic":
-            shift = clock_shift(t.to(torch.float64), c[0], c[1], self.tz_transitions, self.tz_offsets, self.phase_mod)
-            return periodic_features(t, self.periods, self.harmonics, work, shift)
+            return torch.stack(self._periodic_columns(t, c, work), -1)
         if name == "gap":
             return log_gap_features(g, self.gap_cycles, self.gap_scale, "interleaved", work)
         if name == "gap_bucket":
