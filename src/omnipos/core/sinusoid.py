@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -60,36 +61,80 @@ def layout_frequencies(
     return frequency_bands(dim, base=base, device=device)
 
 
-def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, consume: bool) -> torch.Tensor:
+def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, consume: bool,
+                       out: torch.Tensor | None = None, accumulate: bool = False,
+                       centered: bool = False) -> torch.Tensor:
     """float64 ``turns [..., h]`` -> ``[..., 2h]`` sin/cos channels in ``layout``; see :func:`sinusoid_of_turns`.
 
     Large temporaries cost more than the arithmetic here (each fresh buffer is page-faulted in), so when the
-    turns are scratch (``consume``) and no gradient is wanted, the reduced phase is written straight into the
-    cosine slots of the output, where sin and cos are then taken in place: one float64 buffer and the output,
-    nothing else of size N.
+    turns are scratch (``consume``) and no gradient is wanted, they are reduced in place and only one contiguous
+    buffer of the work dtype is made. ``sin``/``cos`` run on that contiguous phase (CPU kernels vectorise a
+    contiguous operand, not a stride-2 slot: measured 1.5-2x faster for a slot output, bit for bit the same
+    values) and are written into their slots of ``out`` (a new tensor unless given), or added there.
+    ``centered``: see :func:`sinusoid_of_turns`.
     """
     half = turns.shape[-1]
     work = torch.float64 if dtype == torch.float64 else torch.float32
+    centered = centered and work == torch.float32  # float64 sin/cos need no reduction at all
     differentiable = turns.requires_grad and torch.is_grad_enabled()
     if differentiable or torch.compiler.is_compiling():
-        phase = reduced_phase(turns, work)
+        phase = ((turns - torch.round(turns)) * TWO_PI).to(work) if centered else reduced_phase(turns, work)
         pair = (torch.sin(phase), torch.cos(phase))
         stacked = torch.stack(pair, -1) if layout == "interleaved" else torch.stack(pair, -2)
-        return stacked.reshape(*turns.shape[:-1], 2 * half).to(dtype)
+        result = stacked.reshape(*turns.shape[:-1], 2 * half).to(dtype)
+        if out is None:
+            return result
+        return out.add_(result) if accumulate else out.copy_(result)
+    target = out if out is not None else torch.empty(*turns.shape[:-1], 2 * half, dtype=work, device=turns.device)
     if layout == "interleaved":
-        out = torch.empty(*turns.shape, 2, dtype=work, device=turns.device)
-        sin_slot, cos_slot = out[..., 0], out[..., 1]
+        pairs = target.unflatten(-1, (half, 2))
+        sin_slot, cos_slot = pairs[..., 0], pairs[..., 1]
     else:
-        out = torch.empty(*turns.shape[:-1], 2, half, dtype=work, device=turns.device)
-        sin_slot, cos_slot = out[..., 0, :], out[..., 1, :]
-    reduced_phase(turns, out=cos_slot, consume=consume)
-    torch.sin(cos_slot, out=sin_slot)
-    cos_slot.cos_()
-    return out.reshape(*turns.shape[:-1], 2 * half).to(dtype)
+        pairs = target.unflatten(-1, (2, half))
+        sin_slot, cos_slot = pairs[..., 0, :], pairs[..., 1, :]
+    if centered:
+        if not consume:
+            turns = turns.clone()
+        # exact: turns and the nearest whole number of turns share the exponent's grid, so the difference is
+        # representable; |phase| <= pi, where a float32 phase carries half the rounding error it has up to 2 pi
+        phase = turns.sub_(torch.round(turns)).mul_(TWO_PI).to(work)
+        if phase.device.type == "cpu":
+            _numpy_sincos_into(phase, sin_slot, cos_slot, accumulate)
+            return target if out is not None else target.to(dtype)
+    else:
+        phase = reduced_phase(turns, work, consume=consume)
+    if accumulate:
+        sin_slot.add_(torch.sin(phase))
+        cos_slot.add_(phase.cos_())
+    else:
+        torch.sin(phase, out=sin_slot)
+        cos_slot.copy_(phase.cos_())
+    return target if out is not None else target.to(dtype)
+
+
+def _numpy_sincos_into(phase: torch.Tensor, sin_slot: torch.Tensor, cos_slot: torch.Tensor, accumulate: bool) -> None:
+    """sin/cos of a contiguous float32 CPU ``phase`` (|phase| <= pi) by NumPy's vectorised float32 kernels, written
+    into (or added to) the slots; ``phase`` is overwritten."""
+    array = phase.numpy()
+    sin = torch.from_numpy(np.sin(array))
+    np.cos(array, out=array)
+    if accumulate:
+        sin_slot.add_(sin)
+        cos_slot.add_(phase)
+    else:
+        sin_slot.copy_(sin)
+        cos_slot.copy_(phase)
 
 
 def sinusoid_of_turns(
-    turns: torch.Tensor, *, layout: str = "interleaved", dtype: torch.dtype = torch.float32, inplace: bool = False
+    turns: torch.Tensor,
+    *,
+    layout: str = "interleaved",
+    dtype: torch.dtype = torch.float32,
+    inplace: bool = False,
+    out: torch.Tensor | None = None,
+    accumulate: bool = False,
+    centered: bool = False,
 ) -> torch.Tensor:
     """``[..., h]`` phases in turns (1 turn = 2 pi; float64 for precision) -> ``[..., 2h]`` sin/cos channels.
 
@@ -99,12 +144,45 @@ def sinusoid_of_turns(
 
     The input is not modified unless ``inplace=True``, which lets a caller hand over a float64 buffer it built
     for this call and no longer needs (it is then used as scratch space: one copy of N x h float64 saved).
+
+    ``out`` (``[..., 2h]`` of ``dtype``, float32 or float64, on the turns' device, last axis contiguous; not
+    differentiable): the channels are written there (added to what it holds with ``accumulate=True``) and
+    ``out`` is returned; no output buffer is made. The values are those of the call without ``out``, bit for bit
+    (a sum is then one rounding of the same two numbers).
+
+    ``centered=True`` (float32 work only; float64 is unaffected) removes the *nearest* whole number of turns
+    instead of truncating them, so the float32 phase lies in ``[-pi, pi]`` rather than ``(-2 pi, 2 pi)`` and
+    carries half the rounding error; on CPU its sin/cos are then taken by NumPy's vectorised float32 kernels,
+    measured 2.4x faster than torch's here. Against the float64 formula the result is closer than the default's
+    (max 1.6e-7 vs 2.5e-7, mean 2.2e-8 vs 3.4e-8 on random phases; tests/core/test_sinusoid.py), but not bit
+    for bit the default's numbers: the default stays what every other encoding in omnipos is built on.
     """
     check_choice(layout, "layout", LAYOUTS)
     check_float_dtype(dtype)
     if inplace and turns.dtype != torch.float64:
         raise TypeError(f"turns must be float64 for inplace=True, got {turns.dtype}")
-    return _sincos_from_turns(turns.to(torch.float64), layout, dtype, consume=inplace or turns.dtype != torch.float64)
+    if out is not None:
+        _check_out(out, turns, dtype)
+    elif accumulate:
+        raise ValueError("accumulate=True adds to out: pass out")
+    return _sincos_from_turns(turns.to(torch.float64), layout, dtype, consume=inplace or turns.dtype != torch.float64,
+                              out=out, accumulate=accumulate, centered=centered)
+
+
+def _check_out(out: Any, turns: torch.Tensor, dtype: torch.dtype) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a tensor, got {type(out).__name__}")
+    if out.dtype != dtype or dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"out must be float32 or float64 and match dtype={dtype}, got {out.dtype}")
+    expected = (*turns.shape[:-1], 2 * turns.shape[-1])
+    if tuple(out.shape) != expected:
+        raise ValueError(f"out must have shape {expected} (turns' shape with 2h channels), got {tuple(out.shape)}")
+    if out.device != turns.device:
+        raise ValueError(f"out is on {out.device} but turns are on {turns.device}")
+    if out.shape[-1] and out.stride(-1) != 1:
+        raise ValueError(f"out's last axis must be contiguous (stride 1), got stride {out.stride(-1)}")
+    if torch.is_grad_enabled() and (out.requires_grad or turns.requires_grad):
+        raise TypeError("out= is not differentiable: call without out, or under torch.no_grad()")
 
 
 def sinusoid_of_angles(

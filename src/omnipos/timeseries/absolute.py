@@ -80,8 +80,10 @@ def absolute_time_encoding(
     return encode_valid(times, mask, lambda t: absolute_features(t, cycles, layout, dtype))
 
 
-def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
-    """The encoding of real events' times ``t [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``."""
+def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype: torch.dtype,
+                      out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
+    """The encoding of real events' times ``t [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``, written
+    into (or with ``accumulate``, added to) ``out`` when given (see the core's ``sinusoid_of_turns``)."""
     # the product is a fresh float64 buffer: let the core consume it instead of copying it again
     turns = t.to(torch.float64).unsqueeze(-1) * cycles
     # beyond 2**53 turns a float64 phase is a whole number of turns (phase 0); a product that overflowed to inf
@@ -89,4 +91,5 @@ def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype:
     if not can_inspect_values(t) or (t.numel() and bool(t.abs().max() * cycles.max() >= _WHOLE_TURNS)):
         turns = torch.where(turns.abs() < _WHOLE_TURNS, turns, torch.zeros((), dtype=turns.dtype,
                                                                            device=turns.device))
-    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)
+    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True, out=out, accumulate=accumulate,
+                             centered=True)

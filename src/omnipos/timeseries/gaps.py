@@ -94,9 +94,10 @@ def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | st
 
 
 def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str,
-                     dtype: torch.dtype) -> torch.Tensor:
+                     dtype: torch.dtype, out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
     """The encoding of real events' gaps ``g [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``: the core's
-    sinusoid of ``x = log1p(g / scale)``, with the frequencies computed once by the caller."""
+    sinusoid of ``x = log1p(g / scale)``, with the frequencies computed once by the caller; written into (or
+    with ``accumulate``, added to) ``out`` when given."""
     g = g.to(torch.float64)
     ratio = g / scale
     x = torch.log1p(ratio)
@@ -106,7 +107,8 @@ def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout
         safe = torch.where(big, g, torch.ones((), dtype=g.dtype, device=g.device))  # no inf/NaN gradient
         x = torch.where(big, torch.log(safe) - math.log(scale), x)
     turns = x.unsqueeze(-1) * cycles
-    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True)
+    return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True, out=out, accumulate=accumulate,
+                             centered=True)
 
 
 class GapBucketEmbedding(ConstantBuffers):

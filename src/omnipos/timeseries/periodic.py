@@ -27,8 +27,8 @@ from .clock import (
 from .durations import check_unit, parse_durations
 from .timelines import check_times, encode_valid
 
-__all__ = ["periodic_encoding", "periodic_dim", "periodic_features", "periods_tensor", "DEFAULT_PERIODS",
-           "clock_required", "clock_shift", "phase_remainders"]
+__all__ = ["periodic_encoding", "periodic_dim", "periodic_features", "periodic_columns", "periods_tensor",
+           "DEFAULT_PERIODS", "clock_required", "clock_shift", "phase_remainders"]
 
 DEFAULT_PERIODS = ("24h", "7d")
 
@@ -135,6 +135,13 @@ def periodic_features(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dt
 
     ``shift [N, P]`` (optional, from :func:`clock_shift`: small, already reduced) is added to ``t`` before the one
     modulo per period; ``t mod P`` is exact in float64, so a large ``t`` loses nothing."""
+    return torch.stack(periodic_columns(t, periods, harmonics, dtype, shift), -1).to(dtype)
+
+
+def periodic_columns(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dtype: torch.dtype,
+                     shift: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """:func:`periodic_features` as its ``2 * P * harmonics`` channels, each an ``[N]`` column of ``dtype`` (or
+    float32 below it): what a caller that consumes the channels one at a time takes without stacking them."""
     x = t.to(torch.float64)
     channels = []
     # One [N] column at a time: P * harmonics is tiny and N is not. torch.compile vectorises the innermost
@@ -146,4 +153,4 @@ def periodic_features(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dt
         for harmonic in range(1, harmonics + 1):
             cos, sin = cos_sin_of_turns(fraction * float(harmonic), dtype)
             channels += [sin, cos]
-    return torch.stack(channels, -1).to(dtype)
+    return channels

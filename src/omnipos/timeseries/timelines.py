@@ -83,7 +83,8 @@ def checked_gaps(times: torch.Tensor, mask: torch.Tensor | None, *, name: str = 
     gaps = times - prev
     if mask is not None:
         gaps = gaps.masked_fill(~mask, 0)
-    if can_inspect_values(times, mask):
+    # one pass, no [..., L] bool buffer, for the common case; the slots are located only to name one
+    if can_inspect_values(times, mask) and gaps.numel() and bool(gaps.min() < 0):
         bad = gaps < 0
         if bool(bad.any()):
             index = tuple(bad.nonzero()[0].tolist())
