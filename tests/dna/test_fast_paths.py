@@ -119,10 +119,20 @@ def test_trailing_blank_lines_read_by_dnaio_alone_like_the_reference(tmp_path_fa
     _same_batches(fast, reference)
 
 
+@pytest.mark.parametrize("tail", [b"", b"\n", b"\n\n", b"\r\n \n"])
+def test_a_last_empty_read_keeps_its_empty_quality_line(tmp_path, tail):
+    path = tmp_path / "r.fq"
+    path.write_bytes(b"@a\nAC\n+\nII\n@empty\n\n+\n\n" + tail)
+    for parser in ("python", "dnaio"):
+        (batch,) = read_fastx(path, parser=parser)
+        assert batch.names == ["a", "empty"] and batch.lengths.tolist() == [2, 0]
+
+
 @pytest.mark.parametrize("data", [
     b"@a\nACGT\n+\nIIII  \n\n",  # spaces after the last quality: part of its line, refused by both
     b"@a\nACGT\n+\nIIII\n@b\nAC\n\n\n",  # a truncated last record before the blank lines
     b"@a\nACGT\n+\nIIII\r\r\n\n",  # a lone CR ends no line: a character of the quality line
+    b"@a\nACGT\n+\n\n\n",  # a missing quality line: blank lines are no quality
 ])
 def test_trailing_whitespace_that_is_no_blank_line_gets_the_reference_error(tmp_path, data):
     path = tmp_path / "r.fq"
@@ -200,3 +210,21 @@ def test_cached_length_blocks_equal_the_per_batch_blocks_and_the_formula(lengths
         c = np.arange(n) - (n - 1) / 2
         np.testing.assert_allclose(cached[b, :n].double().numpy(), np.cos(c[:, None] * w), atol=1e-6, rtol=0)
         assert (cached[b, n:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype, bits", [(torch.float32, torch.int32), (torch.float16, torch.int16),
+                                         (torch.float64, torch.int64)])
+def test_padded_one_hot_rc_moves_bits_not_values(dtype, bits):
+    """The NumPy path moves each position's channels as raw bytes: NaN payloads, -0.0 and subnormals come out
+    exactly where the per-row reference (flip within the length, channels reversed) puts them."""
+    rng = np.random.default_rng(13)
+    lengths = rng.integers(0, 20, 40)
+    lengths[0] = 20
+    info = torch.iinfo(bits)
+    raw = torch.from_numpy(rng.integers(info.min, info.max, (40, 20, 4), dtype=np.int64)).to(bits)
+    x = raw.view(dtype)  # every bit pattern: NaNs with payloads included
+    mask = torch.arange(20) < torch.from_numpy(lengths)[:, None]
+    got = reverse_complement(x, mask).view(bits)
+    for row, n in enumerate(lengths.tolist()):
+        assert torch.equal(got[row, :n], raw[row, :n].flip(0).flip(-1))
+        assert torch.equal(got[row, n:], raw[row, n:])

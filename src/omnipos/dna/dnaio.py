@@ -104,6 +104,11 @@ def _end_before_blank_lines(handle: IO[bytes], size: int) -> int:
     # the line with content must end at LF or CRLF right after it (anything else: dnaio and the reference decide)
     if eol < 0 or tail[len(kept):eol] not in (b"", b"\r"):
         return size
+    if kept[kept.rfind(b"\n") + 1:].startswith(b"+"):  # a '+' line: the empty quality line of an empty read may
+        following = tail.find(b"\n", eol + 1)         # follow, so it is kept (if it is not one, dnaio refuses)
+        if following < 0 or tail[eol + 1:following] not in (b"", b"\r"):
+            return size
+        eol = following
     return start + eol + 1
 
 

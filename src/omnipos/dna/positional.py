@@ -147,11 +147,10 @@ def _from_lengths(lengths: torch.Tensor, dim: int, base: float, strand_aware: bo
     # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in
     # [-(width-1)/2, (width-1)/2]: encode those 2*width-1 values once (plus a zero row for pads) and gather.
     if (width + 1) * width * dim * dtype.itemsize <= _BLOCKS_BYTES:  # short reads: every length's block, cached
-        blocks = _length_blocks(width, dim, base, strand_aware, dtype, lengths.device)
-        if batch and bool((lengths == lengths[0]).all()):  # one length (typical of short reads): one block B times
-            out = torch.empty(batch, width * dim, dtype=dtype, device=lengths.device)
-            return out.copy_(blocks[lengths[0]].expand(batch, width * dim)).reshape(batch, width, dim)
-        return take_rows(blocks, lengths).reshape(batch, width, dim)
+        # (one gather also for reads of one length: np.take's output, allocated by NumPy with huge pages, costs
+        # fewer page faults than a fresh torch buffer filled from one expanded block)
+        return take_rows(_length_blocks(width, dim, base, strand_aware, dtype, lengths.device),
+                         lengths).reshape(batch, width, dim)
     table = _half_integer_table(width, dim, base, strand_aware, dtype, lengths.device)
     # Reads of one length share one [width, dim] block: build a block per distinct length, then copy whole
     # blocks (memcpy-sized rows) instead of gathering batch * width small rows.
