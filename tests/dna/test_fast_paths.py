@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omnipos.dna import read_fastx, reverse_complement
+from omnipos.dna import rc_symmetric_encoding, read_fastx, reverse_complement
 from omnipos.dna.alphabet import pad_rows
 
 
@@ -77,3 +77,154 @@ def test_bad_bucket_size_refused(tmp_path, value, error):
     path.write_bytes(b"@a\nAC\n+\nII\n")
     with pytest.raises(error, match="bucket_size"):
         read_fastx(path, bucket_size=value)
+
+
+def _random_fastq(rng, count, low=0, high=120):
+    out = []
+    for i, n in enumerate(rng.integers(low, high, count).tolist()):
+        seq = np.frombuffer(b"ACGTN", np.uint8)[rng.integers(0, 5, n)].tobytes()
+        out.append(b"@r%d\n%s\n+\n%s\n" % (i, seq, bytes(rng.integers(33, 74, n).astype(np.uint8))))
+    return b"".join(out)
+
+
+def _same_batches(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.names == y.names and torch.equal(x.tokens, y.tokens) and torch.equal(x.records, y.records)
+        assert torch.equal(x.qualities, y.qualities) and torch.equal(x.mask, y.mask)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from([b"\n", b"\r\n", b" \n", b"\t", b"  ", b"\x0b\n"]), max_size=5),
+       st.sampled_from([b"\n", b"\r\n"]), st.integers(1, 40))
+def test_trailing_blank_lines_read_by_dnaio_alone_like_the_reference(tmp_path_factory, tail, eol, count):
+    """Blank lines at the end of a plain FASTQ are cut off before dnaio reads it: the same batches as the
+    reference parser, and the reference is not asked to take over (it would have to re-read the file)."""
+    rng = np.random.default_rng(count)
+    path = tmp_path_factory.mktemp("blank") / "r.fq"
+    path.write_bytes(_random_fastq(rng, count).replace(b"\n", eol) + b"".join(tail))
+    reference = list(read_fastx(path, batch_size=16, parser="python"))
+    import omnipos.dna.reads as reads
+
+    original = reads.python_records
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the reference parser took over")
+
+    reads.python_records = refuse
+    try:
+        fast = list(read_fastx(path, batch_size=16, parser="dnaio"))
+    finally:
+        reads.python_records = original
+    _same_batches(fast, reference)
+
+
+@pytest.mark.parametrize("tail", [b"", b"\n", b"\n\n", b"\r\n \n"])
+def test_a_last_empty_read_keeps_its_empty_quality_line(tmp_path, tail):
+    path = tmp_path / "r.fq"
+    path.write_bytes(b"@a\nAC\n+\nII\n@empty\n\n+\n\n" + tail)
+    for parser in ("python", "dnaio"):
+        (batch,) = read_fastx(path, parser=parser)
+        assert batch.names == ["a", "empty"] and batch.lengths.tolist() == [2, 0]
+
+
+@pytest.mark.parametrize("data", [
+    b"@a\nACGT\n+\nIIII  \n\n",  # spaces after the last quality: part of its line, refused by both
+    b"@a\nACGT\n+\nIIII\n@b\nAC\n\n\n",  # a truncated last record before the blank lines
+    b"@a\nACGT\n+\nIIII\r\r\n\n",  # a lone CR ends no line: a character of the quality line
+    b"@a\nACGT\n+\n\n\n",  # a missing quality line: blank lines are no quality
+])
+def test_trailing_whitespace_that_is_no_blank_line_gets_the_reference_error(tmp_path, data):
+    path = tmp_path / "r.fq"
+    path.write_bytes(data)
+    errors = []
+    for parser in ("python", "dnaio"):
+        with pytest.raises(ValueError) as info:
+            list(read_fastx(path, parser=parser))
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+
+
+def test_dnaio_reads_a_bucket_a_slice_at_a_time_and_loses_nothing(tmp_path, monkeypatch):
+    import omnipos.dna.dnaio as fast
+
+    monkeypatch.setattr(fast, "_SLICE", 7)  # records alive at a time inside the parser: many slices per bucket
+    path = tmp_path / "r.fq"
+    path.write_bytes(_random_fastq(np.random.default_rng(5), 300))
+    for bucket in (None, 100):
+        _same_batches(list(read_fastx(path, batch_size=32, bucket_size=bucket, parser="dnaio")),
+                      list(read_fastx(path, batch_size=32, bucket_size=bucket, parser="python")))
+
+
+@pytest.mark.parametrize("parser", ["python", "dnaio"])
+def test_bucket_size_names_the_first_bad_record_in_the_file(tmp_path, parser):
+    """Records are put in length order before they are validated: a bad record that sorts first must not hide
+    the one that comes first in the file."""
+    path = tmp_path / "r.fq"
+    path.write_bytes(b"@long\nACGTACGTXC\n+\nIIIIIIIIII\n@ok\nACG\n+\nIII\n@short\nAXG\n+\nIII\n")
+    with pytest.raises(ValueError, match=r"record 1 \('long'\).*'X'"):
+        list(read_fastx(path, bucket_size=8, parser=parser))
+    with pytest.raises(ValueError, match=r"record 1 \('long'\).*'X'"):
+        list(read_fastx(path, parser=parser))
+
+
+@pytest.mark.parametrize("truncation", ["head", "split"])
+def test_bucket_size_with_rows_cut_by_max_len(tmp_path, truncation):
+    path = tmp_path / "r.fq"
+    path.write_bytes(_random_fastq(np.random.default_rng(9), 80, 1, 60))
+    plain = list(read_fastx(path, batch_size=16, max_len=25, truncation=truncation))
+    rows = {}
+    for b in plain:
+        for i in range(len(b)):
+            rows[int(b.records[i]), int(b.offsets[i])] = b.tokens[i, :int(b.lengths[i])]
+    bucketed = list(read_fastx(path, batch_size=16, bucket_size=50, max_len=25, truncation=truncation))
+    seen = 0
+    for b in bucketed:
+        assert (b.lengths[1:] >= b.lengths[:-1]).all()
+        for i in range(len(b)):
+            assert torch.equal(rows[int(b.records[i]), int(b.offsets[i])], b.tokens[i, :int(b.lengths[i])])
+            seen += 1
+    assert seen == len(rows)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=20), st.sampled_from([3, 16]), st.booleans())
+def test_cached_length_blocks_equal_the_per_batch_blocks_and_the_formula(lengths, dim, same):
+    """rc_symmetric_encoding from lengths: the cached per-length table (short reads) and the per-batch blocks
+    (long reads) give the same bits, and both the float64 formula."""
+    import omnipos.dna.positional as positional
+
+    if same:
+        lengths = [lengths[0]] * len(lengths)
+    lengths_t = torch.tensor(lengths)
+    cached = rc_symmetric_encoding(lengths_t, dim)
+    original = positional._BLOCKS_BYTES
+    positional._BLOCKS_BYTES = 0
+    try:
+        blocks = rc_symmetric_encoding(lengths_t, dim)
+    finally:
+        positional._BLOCKS_BYTES = original
+    assert torch.equal(cached, blocks)
+    w = 10000.0 ** (-np.arange(dim) / dim)
+    for b, n in enumerate(lengths):
+        c = np.arange(n) - (n - 1) / 2
+        np.testing.assert_allclose(cached[b, :n].double().numpy(), np.cos(c[:, None] * w), atol=1e-6, rtol=0)
+        assert (cached[b, n:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype, bits", [(torch.float32, torch.int32), (torch.float16, torch.int16),
+                                         (torch.float64, torch.int64)])
+def test_padded_one_hot_rc_moves_bits_not_values(dtype, bits):
+    """The NumPy path moves each position's channels as raw bytes: NaN payloads, -0.0 and subnormals come out
+    exactly where the per-row reference (flip within the length, channels reversed) puts them."""
+    rng = np.random.default_rng(13)
+    lengths = rng.integers(0, 20, 40)
+    lengths[0] = 20
+    info = torch.iinfo(bits)
+    raw = torch.from_numpy(rng.integers(info.min, info.max, (40, 20, 4), dtype=np.int64)).to(bits)
+    x = raw.view(dtype)  # every bit pattern: NaNs with payloads included
+    mask = torch.arange(20) < torch.from_numpy(lengths)[:, None]
+    got = reverse_complement(x, mask).view(bits)
+    for row, n in enumerate(lengths.tolist()):
+        assert torch.equal(got[row, :n], raw[row, :n].flip(0).flip(-1))
+        assert torch.equal(got[row, n:], raw[row, n:])

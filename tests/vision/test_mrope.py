@@ -491,3 +491,24 @@ def test_bad_masks_and_cu_seqlens():
 def test_grids_beyond_int64_are_refused():
     with pytest.raises(ValueError, match="image_grid_thw asks for .* more than int64 can count"):
         mrope_position_ids(torch.tensor([[0, 1, 1]]), [[2**40, 2**20, 2**20]])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), limit=st.sampled_from([None, 0, 6, 12]), pad=st.sampled_from([1, 0, -3, 40]),
+       padding=st.sampled_from(["left", "right", "anywhere"]))
+def test_packed_and_column_sums_give_the_reference_ids(seed, limit, pad, padding):
+    """The three axes are summed packed into one int64 when every id (padding's included) is below 2**21, else
+    column by column; a lowered limit sends batches with larger ids (or a negative pad_position) down the column
+    path. Both equal the token-by-token reference."""
+    import omnipos.vision.mrope as mrope
+
+    rng = random.Random(seed)
+    types, mask, images, videos = random_batch(rng, 4, padding=padding, max_blocks=4)
+    expected, expected_deltas = reference(types, images, videos, 2, mask, pad=pad)
+    with pytest.MonkeyPatch.context() as patch:
+        if limit is not None:
+            patch.setattr(mrope, "_PACKED_LIMIT", limit)
+        ids, deltas = mrope_position_ids(torch.tensor(types), as_grids(images), as_grids(videos),
+                                         attention_mask=torch.tensor(mask), pad_position=pad)
+    assert torch.equal(ids, expected) and torch.equal(deltas, expected_deltas)
+    assert ids.is_contiguous()

@@ -390,3 +390,23 @@ def test_per_image_accepts_timm_pos_embed_as_stored():
     assert out.shape == (1, 3, 8)
     with pytest.raises(ValueError, match="old_grid"):  # fits neither reading
         resample_pos_embed_per_image(stored, grids, max_length=300, old_grid=(12, 12), num_prefix_tokens=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("exact", [False, True])
+def test_per_image_numpy_path_equals_the_autograd_path_bit_for_bit(dtype, exact):
+    """Outside autograd on CPU the bank of resampled grids is written in place and the rows gathered by NumPy;
+    under autograd the torch operations run. Same numbers, bit for bit, on random tables (prefix rows, both
+    paddings, repeated and width-1 grids)."""
+    torch.manual_seed(3)
+    table = torch.randn(2 + 7 * 9, 24, dtype=torch.float64).to(dtype)  # flat: 2 prefix rows, then a 7 x 9 grid
+    grids = torch.tensor([(5, 6), (7, 9), (5, 6), (3, 1), (12, 4), (7, 9)])
+    for padding in ("zeros", "first"):
+        kwargs = dict(max_length=70, old_grid=(7, 9), num_prefix_tokens=2, padding=padding, exact=exact)
+        with torch.no_grad():
+            fast, mask = resample_pos_embed_per_image(table, grids, **kwargs)
+        slow, slow_mask = resample_pos_embed_per_image(table.clone().requires_grad_(), grids, **kwargs)
+        assert slow.requires_grad and not fast.requires_grad
+        assert fast.dtype == dtype and fast.is_contiguous() and torch.equal(mask, slow_mask)
+        assert torch.equal(fast, slow.detach())
+        fast += 1  # an ordinary tensor the caller may write to

@@ -2,9 +2,10 @@
 
 dnaio is imported here only, when first needed. It is a fast path, not a second definition of the format: the
 pure-Python parser (:mod:`omnipos.dna.fastx`) is the reference, and :func:`omnipos.dna.read_fastx` re-reads with
-it whatever dnaio refuses (a wrapped FASTQ, a trailing blank line, a byte-order mark, a damaged gzip stream, a
-malformed record), from the record where dnaio stopped. So both parsers give the same batches, and the same
-error in the same words, on every file.
+it whatever dnaio refuses (a wrapped FASTQ, blank lines, a byte-order mark, a damaged gzip stream, a malformed
+record), from the record where dnaio stopped. So both parsers give the same batches, and the same error in the
+same words, on every file. Blank lines at the end of a plain FASTQ file, which the reference skips, are cut off
+before dnaio reads it, so such a file needs no hand-over.
 
 What dnaio reads directly it must read exactly like the reference; two differences are removed here: FASTQ names
 lose their trailing whitespace (dnaio keeps it), and FASTA is handed to dnaio through a stream that refuses any
@@ -15,6 +16,7 @@ the reference refuses).
 from __future__ import annotations
 
 import io
+import os
 import re
 from collections.abc import Iterator
 from itertools import islice
@@ -22,11 +24,12 @@ from pathlib import Path
 from typing import IO
 
 from ..core import require
-from .fastx import RawRecords, has_bom, open_binary
+from .fastx import WHITESPACE, RawRecords, has_bom, open_binary
 
 __all__ = ["require_dnaio", "dnaio_records", "DnaioStopped"]
 
 _TRAILING_SPACE = re.compile(r"\s(?:\n|$)")  # whitespace str.rstrip() would remove from a name
+_SLICE = 512  # dnaio records alive at a time
 
 class DnaioStopped(Exception):
     """dnaio could not go on; ``done`` records were handed over before it stopped (the reference re-reads)."""
@@ -63,15 +66,63 @@ class _AsciiOnly(io.RawIOBase):
         super().close()
 
 
+class _Prefix(io.RawIOBase):
+    """The first ``size`` bytes of a binary stream."""
+
+    def __init__(self, raw: IO[bytes], size: int) -> None:
+        super().__init__()
+        self._raw, self._left = raw, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._raw.read(min(len(buffer), self._left))
+        self._left -= len(data)
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _end_before_blank_lines(handle: IO[bytes], size: int) -> int:
+    """Where a plain FASTQ file's trailing blank lines begin: just after the line end of its last line with
+    content; ``size`` when it has none. Those lines are whitespace only, which the reference skips (module
+    docstring of :mod:`omnipos.dna.fastx`) and dnaio refuses; handing dnaio the bytes before them saves the
+    reference re-reading the file to skip what dnaio read."""
+    window = 1 << 16
+    start = max(size - window, 0)
+    handle.seek(start)
+    tail = handle.read(size - start)
+    handle.seek(0)
+    kept = tail.rstrip(WHITESPACE)
+    if not kept or len(kept) == len(tail):  # no trailing whitespace, or more than the window holds
+        return size
+    eol = tail.find(b"\n", len(kept))
+    # the line with content must end at LF or CRLF right after it (anything else: dnaio and the reference decide)
+    if eol < 0 or tail[len(kept):eol] not in (b"", b"\r"):
+        return size
+    if kept[kept.rfind(b"\n") + 1:].startswith(b"+"):  # a '+' line: the empty quality line of an empty read may
+        following = tail.find(b"\n", eol + 1)         # follow, so it is kept (if it is not one, dnaio refuses)
+        if following < 0 or tail[eol + 1:following] not in (b"", b"\r"):
+            return size
+        eol = following
+    return start + eol + 1
+
+
 def _source(path: Path, fmt: str) -> IO[bytes] | str:
     """What to hand dnaio: for FASTA, an ASCII-only stream opened by us; for gzip FASTQ, the path (dnaio's opener,
     xopen, gunzips in a thread, and sniffs the content when the name does not say gzip); for plain FASTQ, a
-    stream opened by us (xopen would try to gunzip a plain file named ``.gz``)."""
+    stream opened by us (xopen would try to gunzip a plain file named ``.gz``), without trailing blank lines."""
     handle = open_binary(path)
     if fmt == "fasta":
         return io.BufferedReader(_AsciiOnly(handle))
     if isinstance(handle, io.BufferedReader):
-        return handle
+        size = os.fstat(handle.fileno()).st_size
+        end = _end_before_blank_lines(handle, size)
+        return handle if end == size else io.BufferedReader(_Prefix(handle, end), buffer_size=1 << 17)
     handle.close()
     return str(path)
 
@@ -87,14 +138,27 @@ def dnaio_records(path: Path, fmt: str, batch_size: int) -> Iterator[RawRecords]
     try:
         with dnaio.open(source, fileformat=fmt, mode="r") as reader:
             iterator = iter(reader)  # once: dnaio's FASTA reader hands out a fresh generator per iter()
-            while records := list(islice(iterator, batch_size)):
-                names = [r.name for r in records]
+            while True:
+                names: list[str] = []
+                sequences: list[str] = []
+                qualities: list[str] | None = [] if fmt == "fastq" else None
+                # dnaio's records are tracked by Python's garbage collector and its strings are not: holding a
+                # whole bucket of records (8,192, say) makes every older-generation collection walk them (4x the
+                # parse time), so they are read a slice at a time and only their strings kept
+                while len(names) < batch_size:
+                    records = list(islice(iterator, min(_SLICE, batch_size - len(names))))
+                    if not records:
+                        break
+                    names += [r.name for r in records]
+                    sequences += [r.sequence for r in records]
+                    if qualities is not None:
+                        qualities += [r.qualities for r in records]
+                if not names:
+                    break
                 if _TRAILING_SPACE.search("\n".join(names)):  # rare: strip only then (one C-level scan)
                     names = [n.rstrip() for n in names]
-                sequences = [r.sequence for r in records]
-                qualities = [r.qualities for r in records] if fmt == "fastq" else None
                 yield RawRecords(done, names, sequences, qualities)
-                done += len(records)
+                done += len(names)
     except Exception as exc:  # noqa: BLE001 - any refusal or failure of the fast path goes to the reference parser
         raise DnaioStopped(done, exc) from exc
     finally:

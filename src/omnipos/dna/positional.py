@@ -112,6 +112,23 @@ def _half_integer_table(width: int, dim: int, base: float, strand_aware: bool, d
     return table
 
 
+#: Largest per-length block table (bytes) :func:`_length_blocks` keeps: reads up to ~250 bp at dim 16, float32.
+_BLOCKS_BYTES = 1 << 22
+
+
+@functools.lru_cache(maxsize=8)
+def _length_blocks(width: int, dim: int, base: float, strand_aware: bool, dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor:
+    """Row ``n`` is the ``[width, dim]`` encoding of a read of length ``n`` (zeros past it), flattened:
+    ``[width + 1, width * dim]``, gathered from :func:`_half_integer_table` (the same numbers). Cached: batches of
+    short reads of mixed lengths then cost one gather of whole rows (read-only use)."""
+    table = _half_integer_table(width, dim, base, strand_aware, dtype, device)
+    n = torch.arange(width + 1, device=device).unsqueeze(1)
+    p = torch.arange(width, device=device)
+    index = torch.where(p < n, 2 * p - n + width, 2 * width - 1)
+    return take_rows(table, index.reshape(-1)).reshape(width + 1, width * dim)
+
+
 def _check_base(base: Any) -> float:
     if isinstance(base, bool) or not isinstance(base, numbers.Real) or not math.isfinite(base) or base <= 1:
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
@@ -129,6 +146,11 @@ def _from_lengths(lengths: torch.Tensor, dim: int, base: float, strand_aware: bo
     batch, width = real.shape
     # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in
     # [-(width-1)/2, (width-1)/2]: encode those 2*width-1 values once (plus a zero row for pads) and gather.
+    if (width + 1) * width * dim * dtype.itemsize <= _BLOCKS_BYTES:  # short reads: every length's block, cached
+        # (one gather also for reads of one length: np.take's output, allocated by NumPy with huge pages, costs
+        # fewer page faults than a fresh torch buffer filled from one expanded block)
+        return take_rows(_length_blocks(width, dim, base, strand_aware, dtype, lengths.device),
+                         lengths).reshape(batch, width, dim)
     table = _half_integer_table(width, dim, base, strand_aware, dtype, lengths.device)
     # Reads of one length share one [width, dim] block: build a block per distinct length, then copy whole
     # blocks (memcpy-sized rows) instead of gathering batch * width small rows.

@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,36 @@ def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) 
     """Raw records -> ReadBatches (shared by both parsers, so both validate and encode alike): one, or several
     when ``options.max_tokens`` cuts the records (:func:`token_groups`). Whole reads are validated, also where
     ``truncation`` then drops a part; of several bad records in a batch, the first one in the file is reported."""
+    if options.bucket_size is not None and len(raw.names) > 1:
+        batches = _assemble_presorted(path, raw, options, quality)
+        if batches is not None:
+            return batches
+    return _assemble(path, raw, options, quality)
+
+
+def _assemble_presorted(path: Path, raw: RawRecords, options: _Options, quality: _Quality) -> list[ReadBatch] | None:
+    """``bucket_size``'s fast path: the records' strings put in length order before they are joined (a list
+    reorder instead of gathering every base and quality through an index), so the joined bytes come out sorted.
+    None where it does not apply: a read that ``max_len`` cuts into rows, or a record that is refused (the file-order
+    path then names the first bad record in the file, as without ``bucket_size``)."""
+    lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
+    if options.max_len is not None and int(lengths.max()) > options.max_len:
+        return None
+    order = np.argsort(lengths, kind="stable")
+    pick = itemgetter(*order.tolist())
+    ordered = RawRecords(raw.first, list(pick(raw.names)), list(pick(raw.sequences)),
+                         None if raw.qualities is None else list(pick(raw.qualities)))
+    try:
+        return _assemble(path, ordered, options, quality, records=raw.first + order)
+    except ValueError:
+        return None
+
+
+def _assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality,
+              records: np.ndarray | None = None) -> list[ReadBatch]:
+    """:func:`assemble` in file order, or (``records``: each record's number) of records already sorted by length
+    by :func:`_assemble_presorted`."""
+    presorted = records is not None
     lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
     joined = _join(raw.sequences)
     data = np.frombuffer(joined, dtype=np.uint8)
@@ -282,7 +313,9 @@ def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) 
     if errors:
         raise ValueError(min(errors)[1])
     rna = _rna_flags(path, raw, data, lengths) if options.rna == "keep" else None
-    names, records, offsets = raw.names, np.arange(raw.first, raw.first + lengths.size, dtype=np.int64), None
+    names, offsets = raw.names, None
+    if records is None:
+        records = np.arange(raw.first, raw.first + lengths.size, dtype=np.int64)
     window = _windows(lengths, options)
     if window is not None:
         index, offsets, sizes = window
@@ -295,13 +328,15 @@ def assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality) 
     if options.bucket_size is None:
         groups = token_groups(lengths, options.max_tokens)
     else:  # rows sorted by length, then batch_size rows at a time, each within the token budget
-        order = np.argsort(lengths, kind="stable")
-        sorted_lengths = lengths[order]
-        codes = _gather(codes, lengths, (order, np.zeros_like(order), sorted_lengths))
-        phred = None if phred is None else _gather(phred, lengths, (order, np.zeros_like(order), sorted_lengths))
-        names, records, offsets = [names[i] for i in order.tolist()], records[order], offsets[order]
-        rna = None if rna is None else rna[order]
-        lengths = sorted_lengths
+        if not presorted:
+            order = np.argsort(lengths, kind="stable")
+            sorted_lengths = lengths[order]
+            codes = _gather(codes, lengths, (order, np.zeros_like(order), sorted_lengths))
+            phred = None if phred is None else _gather(phred, lengths, (order, np.zeros_like(order),
+                                                                        sorted_lengths))
+            names, records, offsets = [names[i] for i in order.tolist()], records[order], offsets[order]
+            rna = None if rna is None else rna[order]
+            lengths = sorted_lengths
         groups = [(start + a, start + b) for start in range(0, max(lengths.size, 1), options.batch_size)
                   for a, b in token_groups(lengths[start:start + options.batch_size], options.max_tokens)]
     row_starts = np.cumsum(lengths) - lengths

@@ -53,6 +53,21 @@ def check_mask(mask: Any, shape: torch.Size, name: str = "mask") -> torch.Tensor
     return mask
 
 
+def _reverse_complement_padded_numpy(batch: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
+    """RC of a contiguous padded one-hot batch ``[B, L, 4]`` (CPU, no autograd) with NumPy: the real positions,
+    taken row by row with the boolean mask (each position's 4 channels one item), are exactly the batch's bases
+    packed; reversing that packed array element by element reverses every row and complements it (A, C, G, T ->
+    T, G, C, A is the channel order reversed) and puts the rows in reverse order, so they are written back through
+    the row-reversed mask. Pads keep their values (the clone). Two boolean passes and one reversed copy of the real
+    positions: ~2x the flip-then-shift of the whole padded batch it replaces."""
+    out = batch.clone()
+    item = np.dtype((np.void, 4 * batch.element_size()))
+    packed = batch.numpy().view(item)[..., 0][mask]
+    backwards = np.ascontiguousarray(packed.view(batch.numpy().dtype)[::-1]).view(item)
+    out.numpy().view(item)[..., 0][::-1][mask[::-1]] = backwards
+    return out
+
+
 def _all_real(mask: torch.Tensor) -> bool:
     """True when no row is padded (eager only: under compile or on meta the general path runs)."""
     return can_inspect_values(mask) and bool(mask.all())
@@ -142,17 +157,12 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
         if batch.shape[-1] == 4:
             # Reversing a row's (position, channel) elements reverses positions and complements in one fast
             # flip; padded rows then shift left by their padding, and pad slots keep their own values.
-            flipped = batch.reshape(batch.shape[0], -1).flip(1).reshape(batch.shape)
             if _all_real(mask):
-                out = flipped
+                out = batch.reshape(batch.shape[0], -1).flip(1).reshape(batch.shape)
             elif _numpy_ok(batch, mask):
-                # a row's real slots are the tail of its flipped copy: move them, each position's channels as
-                # one item, with two boolean masks (one NumPy pass, no index arrays; ~3x the gather below)
-                out = batch.contiguous().clone()
-                item = np.dtype((np.void, 4 * out.element_size()))
-                m = mask.numpy()
-                out.numpy().view(item)[..., 0][m] = flipped.contiguous().numpy().view(item)[..., 0][m[:, ::-1]]
+                out = _reverse_complement_padded_numpy(batch.contiguous(), mask.numpy())
             else:
+                flipped = batch.reshape(batch.shape[0], -1).flip(1).reshape(batch.shape)
                 size, width = batch.shape[0] * batch.shape[1], batch.shape[1]
                 shift = width - mask_to_lengths(mask).unsqueeze(1)
                 rows = torch.arange(size, device=x.device).reshape(mask.shape)

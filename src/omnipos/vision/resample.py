@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -364,9 +365,19 @@ def resample_pos_embed_per_image(
         rows = {h: _axis_weights(source[0], h, mode, antialias, work, device) for h in heights}
         cols = {w: _axis_weights(source[1], w, mode, antialias, work, device) for w in widths}
         by_height = {h: (m @ grid_table.reshape(source[0], -1)).reshape(h, source[1], dim) for h, m in rows.items()}
-        resized = [torch.matmul(cols[w], by_height[h]).reshape(h * w, dim) for h, w in distinct]
     # one bank of rows: [prefix | grid 0 | grid 1 | ... | a zero row]; every output row is an index into it
-    bank = torch.cat([prefix.to(work), *resized, grid_table.new_zeros(1, dim)]).to(table.dtype)
+    if not exact and work == table.dtype and _numpy_ok(grid_table):  # products written into the bank in place
+        bank = torch.from_numpy(np.empty((num_prefix_tokens + sum(sizes) + 1, dim), dtype=_NUMPY[work]))
+        bank[:num_prefix_tokens] = prefix
+        at = num_prefix_tokens
+        for h, w in distinct:
+            torch.matmul(cols[w], by_height[h], out=bank[at:at + h * w].view(h, w, dim))
+            at += h * w
+        bank[-1] = 0
+    else:
+        if not exact:
+            resized = [torch.matmul(cols[w], by_height[h]).reshape(h * w, dim) for h, w in distinct]
+        bank = torch.cat([prefix.to(work), *resized, grid_table.new_zeros(1, dim)]).to(table.dtype)
     starts = torch.tensor([0, *sizes], dtype=torch.int64, device=device).cumsum(0)[:-1] + num_prefix_tokens
     inverse = torch.as_tensor(inverse, dtype=torch.int64, device=device)
     start = starts[inverse].unsqueeze(1)
@@ -376,4 +387,23 @@ def resample_pos_embed_per_image(
     real = slot < num_prefix_tokens + size
     pad_row = start if padding == "first" else torch.full_like(start, bank.shape[0] - 1)
     index = torch.where(slot < num_prefix_tokens, slot, torch.where(real, start + patch_row, pad_row))
-    return bank[index.reshape(-1)].reshape(batch, max_length, dim), real.expand(batch, max_length)
+    return _gather_rows(bank, index.reshape(-1)).reshape(batch, max_length, dim), real.expand(batch, max_length)
+
+
+_NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _numpy_ok(tensor: torch.Tensor) -> bool:
+    """An eager CPU tensor outside autograd, of a dtype NumPy has: NumPy may hold and move its rows."""
+    return (not torch.compiler.is_compiling() and tensor.device.type == "cpu" and tensor.dtype in _NUMPY
+            and not (torch.is_grad_enabled() and tensor.requires_grad))
+
+
+def _gather_rows(bank: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``bank[index]`` for a 1-D ``index``: the same rows, bit for bit. On CPU in eager mode outside autograd
+    ``np.take`` gathers them ~2x faster than advanced indexing at SigLIP2's sizes (whole rows copied at once, and
+    NumPy asks the kernel for huge pages for a large output, so writing the fresh ``[B * max_length, D]`` costs
+    fewer page faults); elsewhere (autograd, ``torch.compile``, other devices, bfloat16) the indexing itself."""
+    if _numpy_ok(bank):
+        return torch.from_numpy(np.take(bank.detach().numpy(), index.numpy(), axis=0))
+    return bank[index]
