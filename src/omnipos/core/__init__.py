@@ -15,6 +15,7 @@ from .batching import (
     pad_ragged,
     unpad,
 )
+from .buffers import new_buffer
 from .checks import (
     allocation_guard,
     as_position_tensor,
@@ -114,6 +115,7 @@ __all__ = [
     "packed_positions",
     "lengths_to_mask",
     "mask_to_lengths",
+    "new_buffer",
     # checks shared by every domain
     "allocation_guard",
     "as_position_tensor",

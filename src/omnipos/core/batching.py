@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .buffers import new_buffer
 from .checks import (
     allocation_guard,
     as_position_tensor,
@@ -177,7 +178,7 @@ def pad_packed(packed: torch.Tensor, mask: torch.Tensor, pad_value: float | int 
         return packed.reshape(*mask.shape, *packed.shape[1:])
     shape = (*mask.shape, *packed.shape[1:])
     with allocation_guard(f"the padded batch {list(shape)} of {packed.dtype}"):
-        out = torch.full(shape, pad_value, dtype=packed.dtype, device=packed.device)
+        out = new_buffer(shape, packed.dtype, packed.device, fill=pad_value)
     # index_copy_ on flat row numbers: ~1.5x faster on CPU than masked_scatter_, several times out[mask] = packed
     if count and out.numel():  # (reshape(-1) cannot infer a size from zero elements)
         rows = mask.reshape(-1).nonzero().squeeze(1)

@@ -35,10 +35,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..core import can_inspect_values, check_integer_tensor, check_positive_int
+from ..core import can_inspect_values, check_integer_tensor, check_positive_int, new_buffer
 from .grid import check_cu_seqlens, require_values
 
 __all__ = ["MROPE_CONVENTIONS", "TOKEN_TYPES", "mrope_decode_position_ids", "mrope_position_ids"]
@@ -207,15 +206,6 @@ _PACKED_BITS = 21
 _PACKED_LIMIT = 1 << _PACKED_BITS
 
 
-def _int64_buffer(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """An uninitialised int64 tensor; on the CPU allocated by NumPy, which asks the kernel for huge pages for large
-    arrays: a fresh ``[B * L, 3]`` (19 MB at 512 rows of 1,570 tokens) then costs a few page faults instead of
-    thousands, which otherwise take as long as the arithmetic and make the timings bimodal."""
-    if device.type == "cpu" and not torch.compiler.is_compiling():
-        return torch.from_numpy(np.empty(shape, dtype=np.int64))
-    return torch.empty(shape, dtype=torch.int64, device=device)
-
-
 def _packed_cumsum(text_token: torch.Tensor, real: torch.Tensor | None, segment_first: torch.Tensor,
                    jumps: torch.Tensor) -> torch.Tensor:
     """The three axes' cumulative sums of :func:`mrope_position_ids` (steps: 1 at text tokens on t and h, 1 at real
@@ -224,14 +214,14 @@ def _packed_cumsum(text_token: torch.Tensor, real: torch.Tensor | None, segment_
     contiguous axis. Exact when every id (every prefix sum) lies in ``[0, 2**21)`` on every axis, which the caller
     checks: the sums are linear, so each prefix sum is the packed triple of the three axes' ids there."""
     bits, count = _PACKED_BITS, text_token.numel()
-    steps = _int64_buffer((count,), text_token.device).copy_(text_token).mul_(1 + (1 << bits))
+    steps = new_buffer((count,), torch.int64, text_token.device).copy_(text_token).mul_(1 + (1 << bits))
     if real is None:
         steps += 1 << (2 * bits)
     else:
         steps.add_(real, alpha=1 << (2 * bits))
     steps[segment_first] = jumps[:, 0] + jumps[:, 1] * (1 << bits) + jumps[:, 2] * (1 << (2 * bits))
     torch.cumsum(steps, 0, out=steps)
-    ids = _int64_buffer((count, 3), steps.device)
+    ids = new_buffer((count, 3), torch.int64, steps.device)
     torch.bitwise_and(steps, _PACKED_LIMIT - 1, out=ids[:, 0])
     torch.bitwise_right_shift(steps, 2 * bits, out=ids[:, 2])
     steps.bitwise_right_shift_(bits).bitwise_and_(_PACKED_LIMIT - 1)

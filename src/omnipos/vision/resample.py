@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..core import check_choice, check_positive_int
+from ..core import check_choice, check_positive_int, new_buffer
 from .grid import check_grid, require_values
 
 __all__ = ["MODES", "PADDINGS", "resample_pos_embed", "resample_pos_embed_per_image", "source_grid"]
@@ -367,7 +367,7 @@ def resample_pos_embed_per_image(
         by_height = {h: (m @ grid_table.reshape(source[0], -1)).reshape(h, source[1], dim) for h, m in rows.items()}
     # one bank of rows: [prefix | grid 0 | grid 1 | ... | a zero row]; every output row is an index into it
     if not exact and work == table.dtype and _numpy_ok(grid_table):  # products written into the bank in place
-        bank = torch.from_numpy(np.empty((num_prefix_tokens + sum(sizes) + 1, dim), dtype=_NUMPY[work]))
+        bank = new_buffer((num_prefix_tokens + sum(sizes) + 1, dim), work)
         bank[:num_prefix_tokens] = prefix
         at = num_prefix_tokens
         for h, w in distinct:
