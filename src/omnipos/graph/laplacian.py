@@ -278,7 +278,7 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
             dense.append(group)
             continue
         for slot in range(group.graphs.numel()):
-            one = group.graph(slot)
+            one = group if group.graphs.numel() == 1 else group.graph(slot)  # (one graph: no masking pass)
             values, vectors = _large_graph(one, start + min(k, n - start), normalization, dense_max_nodes, solver,
                                            workers)
             _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
