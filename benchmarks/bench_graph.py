@@ -382,7 +382,7 @@ SPECTRAL = ("omnipos-lappe", "pyg-lappe", "omnipos-magnetic", "scipy-magnetic")
 
 def spectral_worker(spec: dict) -> None:
     """One (method, graph) eigenvector case in its own process, as ``worker``: a warm-up solve of a 6,000-node
-    graph of the same shape (above omnipos's Lanczos threshold, so every solver's first call is paid), then the
+    graph of the same shape (so that the solver "auto" picks for that shape has had its first call), then the
     timed one. Writes ``pe`` (and omnipos's eigenvalues) for the comparison."""
     from omnipos.graph import eigensolvers, magnetic_laplacian_pe
     from omnipos.graph.magnetic import sparse_magnetic_laplacian

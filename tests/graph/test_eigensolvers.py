@@ -33,6 +33,16 @@ def hub_edges(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.array(rows), np.array(cols)
 
 
+def hypercube_edges(dim: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The d-cube: normalised-Laplacian eigenvalues 2j/d with multiplicity C(d, j)."""
+    n = 2 ** dim
+    nodes = np.arange(n)
+    rows = np.concatenate([nodes] * dim)
+    cols = np.concatenate([nodes ^ (1 << bit) for bit in range(dim)])
+    keep = rows < cols
+    return rows[keep], cols[keep], n
+
+
 def symmetric_laplacian(rows, cols, n, weight=None):
     weight = np.ones(rows.size) if weight is None else weight
     lap, degree, null_weight = sparse_laplacian(np.concatenate([rows, cols]), np.concatenate([cols, rows]),
@@ -97,14 +107,17 @@ def test_auto_choice_follows_the_measured_rules(monkeypatch):
     grid, grid_null = symmetric_laplacian(rows, cols, 1600)
     rows, cols = hub_edges(1600)
     hubs, hubs_null = symmetric_laplacian(rows, cols, 1600)
+    rows, cols, n = hypercube_edges(9)
+    cube, cube_null = symmetric_laplacian(rows, cols, n)
     normalise = lambda v: v / np.linalg.norm(v)  # noqa: E731
-    # hubs: a large gap -> Lanczos (for components of LANCZOS_MIN_NODES nodes or more, lowered here); a grid: small
-    # gap and a small factor -> shift-invert
-    assert sparse_eigenpairs(hubs, 4, null=normalise(hubs_null))[2] == "shift-invert"  # 1600 < 5000 nodes
-    monkeypatch.setattr(eigensolvers, "LANCZOS_MIN_NODES", 1000)
+    # hubs: a large gap and no symmetry -> Lanczos at any size; a hypercube: a large gap but symmetric -> the block
+    # solver; a grid: a small gap and a small factor -> shift-invert (in blocks: it is symmetric)
     assert eigensolvers._probe_gap(hubs, normalise(hubs_null), 2.0) > 0.1
     assert eigensolvers._probe_gap(grid, normalise(grid_null), 2.0) < 0.02
+    assert not eigensolvers.symmetry_probe(hubs).symmetric
+    assert eigensolvers.symmetry_probe(grid).symmetric and eigensolvers.symmetry_probe(cube).symmetric
     assert sparse_eigenpairs(hubs, 4, null=normalise(hubs_null))[2] == "lanczos"
+    assert sparse_eigenpairs(cube, 4, null=normalise(cube_null))[2] == "lobpcg"
     assert sparse_eigenpairs(grid, 4, null=normalise(grid_null))[2] == "shift-invert"
     monkeypatch.setattr(eigensolvers, "FILL_BUDGET", 1000)  # the factor would be too large: LOBPCG + AMG
     assert sparse_eigenpairs(grid, 4, null=normalise(grid_null))[2] == "lobpcg"
@@ -133,3 +146,87 @@ def test_batched_eigh_threads_give_the_same_bits():
     one = eigensolvers.batched_eigh([stack], 1)[0]
     four = eigensolvers.batched_eigh([stack], 4)[0]
     assert torch.equal(one[0], four[0]) and torch.equal(one[1], four[1])
+
+
+# --- repeated eigenvalues on the sparse path: every copy, whichever solver "auto" picks (issue 25) ---------------
+
+
+def with_pendant_paths(rows, cols, n, anchor, copies, length):
+    """``copies`` identical paths of ``length`` nodes hanging off ``anchor``: a symmetry without twins, which
+    repeats low eigenvalues ``copies - 1`` times."""
+    new_rows, new_cols = [rows], [cols]
+    for _ in range(copies):
+        path = np.arange(n, n + length)
+        new_rows.append(np.r_[anchor, path[:-1]])
+        new_cols.append(path)
+        n += length
+    return np.concatenate(new_rows), np.concatenate(new_cols), n
+
+
+def with_star_twins(rows, cols, n, hubs, leaves):
+    """``leaves`` degree-1 nodes on each of ``hubs``: false twins, eigenvalue 1 of the normalised Laplacian with
+    multiplicity at least ``len(hubs) * (leaves - 1)``."""
+    hub_of = np.repeat(np.asarray(hubs), leaves)
+    return np.r_[rows, hub_of], np.r_[cols, n + np.arange(hub_of.size)], n + hub_of.size
+
+
+def repeated_cases():
+    rows, cols = hub_edges(300, 4)
+    yield "hypercube", *hypercube_edges(8)
+    yield "hubs + pendant paths", *with_pendant_paths(rows, cols, 300, 7, 3, 15)
+    core_rows, core_cols = hub_edges(12, 5)
+    yield "hubs + star twins", *with_star_twins(core_rows, core_cols, 12, [0, 3, 5], 8)
+    yield "two copies of a hub graph", np.r_[rows, rows + 300], np.r_[cols, cols + 300], 600
+
+
+@pytest.mark.parametrize("case", list(repeated_cases()), ids=lambda case: case[0])
+def test_auto_keeps_every_copy_of_repeated_eigenvalues(case, reference_basis):
+    """Graphs whose lowest eigenvalues repeat (a hypercube: 2/8 eight times; three identical paths on a hub; twin
+    leaves; two copies of one graph), solved on the sparse path with the cut inside the largest repeated
+    eigenspace: every copy is found and the canonical basis equals the one from dense float64 NumPy eigh. (Before
+    issue 25, "auto" ran single-vector shift-invert on the hypercube and lost 3 of its 9 copies.)"""
+    _, rows, cols, n = case
+    lap, null_weight = symmetric_laplacian(rows, cols, n)
+    values, vectors = np.linalg.eigh(lap.toarray())
+    clusters = np.cumsum(np.r_[0, np.diff(values) > 1e-8 * 2])
+    copies = np.bincount(clusters)
+    repeated = int(np.flatnonzero((copies > 1) & (np.bincount(clusters, weights=values) > 1e-9))[0])
+    assert repeated <= 12  # a repeated eigenspace among the lowest (the null space aside)
+    count = int(np.searchsorted(clusters, repeated)) + 1 + (copies[repeated] > 2)  # cut inside that eigenspace
+    ours, basis, used = graph_eigenpairs(lap, count, null_weight=null_weight, bound=2.0, dense_max_nodes=32)
+    np.testing.assert_allclose(ours, values[:count], atol=1e-9)
+    expected = reference_basis(vectors, values, count, value_tol=1e-8 / 2)  # scale 2 = the spectrum bound
+    np.testing.assert_allclose(basis, expected, atol=5e-5 if "lanczos" in used else 1e-6)
+    if case[0] != "two copies of a hub graph":  # (one component: its solver returns the whole eigenspace)
+        null = null_weight / np.linalg.norm(null_weight)
+        found, _, _ = sparse_eigenpairs(lap, count, null=null)
+        assert np.sum(np.abs(found - values[np.searchsorted(clusters, repeated)]) < 1e-8) == copies[repeated]
+
+
+def test_symmetry_probe_finds_twins_and_symmetries():
+    rows, cols = hub_edges(200, 6)
+    lap, _ = symmetric_laplacian(rows, cols, 200)
+    assert not eigensolvers.symmetry_probe(lap).symmetric
+    twin_rows, twin_cols, n = with_star_twins(rows, cols, 200, [3, 9], 4)
+    probe = eigensolvers.symmetry_probe(symmetric_laplacian(twin_rows, twin_cols, n)[0])
+    assert not probe.symmetric and np.array_equal(probe.twin_values, [1.0])  # twin leaves: L_uu = 1
+    path_rows, path_cols, n = with_pendant_paths(rows, cols, 200, 3, 2, 5)
+    assert eigensolvers.symmetry_probe(symmetric_laplacian(path_rows, path_cols, n)[0]).symmetric
+    # a ring settles only after about n / 2 rounds: unsettled counts as symmetric
+    ring = np.arange(200)
+    ring_lap, _ = symmetric_laplacian(ring, (ring + 1) % 200, 200)
+    assert eigensolvers.symmetry_probe(ring_lap, max_rounds=8).symmetric
+
+
+def test_repeated_eigenvalues_keep_the_encoding_batch_invariant():
+    """The hypercube alone and batched after a hub graph (each on the sparse path): the same bits."""
+    from omnipos.graph import laplacian_pe
+
+    rows, cols, n = hypercube_edges(8)
+    cube = torch.from_numpy(np.stack([np.r_[rows, cols], np.r_[cols, rows]]))
+    hub_rows, hub_cols = hub_edges(150, 2)
+    hubs = torch.from_numpy(np.stack([np.r_[hub_rows, hub_cols], np.r_[hub_cols, hub_rows]]))
+    alone = laplacian_pe(cube, n, 8, dense_max_nodes=32)
+    batch = torch.repeat_interleave(torch.arange(2), torch.tensor([150, n]))
+    both = laplacian_pe(torch.cat([hubs, cube + 150], 1), 150 + n, 8, batch=batch, dense_max_nodes=32)
+    assert torch.equal(both[150:], alone)

@@ -43,8 +43,9 @@ count. Larger graphs go to
 :func:`omnipos.graph.eigensolvers.graph_eigenpairs` (never a dense ``n x n``, never an LU beyond
 :data:`~omnipos.graph.eigensolvers.FILL_BUDGET` entries): connected components, each small one dense, each large
 one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with
-chords) or Lanczos on ``2I - L`` (hubs, expanders), chosen by measurement of the graph (``solver="auto"``) or by
-name; residuals below ~1e-8. See that module for the rules and their accuracy.
+chords) or Lanczos on ``2I - L`` (hubs, expanders), chosen by measurement of the graph (``solver="auto"``: its
+spectral gap, its factor's size and whether it has a symmetry that can repeat an eigenvalue, in which case a block
+solver keeps every copy) or by name. See that module for the rules and their accuracy.
 
 Bad input is refused with a ValueError / TypeError naming the argument (and the edge or node): node ids outside
 ``0..num_nodes-1``, NaN / infinite / negative weights, ``k < 1``, an unsorted or mis-sized ``batch``, edges
@@ -306,7 +307,7 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
             dense.append(group)
             continue
         for slot in range(group.graphs.numel()):
-            one = group.graph(slot)
+            one = group if group.graphs.numel() == 1 else group.graph(slot)  # (one graph: no masking pass)
             values, vectors = _large_graph(one, start + min(k, n - start), normalization, dense_max_nodes, solver,
                                            workers)
             _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)

@@ -180,7 +180,7 @@ def _encode(g: GraphBatch, k: int, q: float, dense_max_nodes: int,
             dense.append(group)
             continue
         for slot in range(group.graphs.numel()):
-            one = group.graph(slot)
+            one = group if group.graphs.numel() == 1 else group.graph(slot)  # (one graph: no masking pass)
             laplacian, degree = sparse_magnetic_laplacian(one.row.cpu().numpy(), one.col.cpu().numpy(),
                                                           one.weight.cpu().numpy(), one.n, q)
             null_weight = np.sqrt(degree) if not q else None
