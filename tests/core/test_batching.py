@@ -10,6 +10,7 @@ from omnipos.core import (
     packed_positions,
     pad_packed,
     pad_ragged,
+    true_positions,
     unpad,
 )
 
@@ -182,3 +183,22 @@ def test_huge_max_len_is_a_value_error_not_an_allocator_crash(max_len):
 def test_max_len_shorter_than_a_sequence_names_it():
     with pytest.raises(ValueError, match=r"max_len=2 is shorter than the longest sequence \(3, seqs\[1\]\)"):
         pad_ragged([torch.ones(1), torch.ones(3)], max_len=2)
+
+
+@given(st.lists(st.integers(0, 7), min_size=0, max_size=3), st.booleans(), st.integers(0, 2**32 - 1))
+def test_true_positions_and_row_counts_match_torchs_own_reductions(shape, transpose, seed):
+    """The NumPy paths (CPU) against torch's nonzero / sum, on random masks of any shape, strided ones included."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(shape, generator=generator) < torch.rand((), generator=generator)
+    if transpose and mask.ndim >= 2:
+        mask = mask.transpose(0, 1)  # not contiguous: positions still follow the row-major order of the view
+    positions = true_positions(mask)
+    assert positions.dtype == torch.int64
+    assert torch.equal(positions, mask.reshape(-1).nonzero().squeeze(1))
+    if mask.ndim == 2:
+        assert torch.equal(mask_to_lengths(mask), mask.sum(dim=1))
+
+
+def test_true_positions_refuses_a_mask_that_is_not_boolean():
+    with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+        true_positions(torch.ones(3, dtype=torch.int64))

@@ -13,6 +13,7 @@ from .batching import (
     packed_positions,
     pad_packed,
     pad_ragged,
+    true_positions,
     unpad,
 )
 from .buffers import new_buffer
@@ -57,6 +58,7 @@ from .rope_kernels import ROPE_LAYOUTS
 from .rope_layout import convert_rope_layout
 from .rope_scaling import RopeScaling, rope_frequencies
 from .rotary import RotaryEmbedding
+from .rows import put_rows
 from .sinusoid import LAYOUTS as SINUSOID_LAYOUTS
 from .sinusoid import (
     SinusoidalEncoding,
@@ -115,7 +117,9 @@ __all__ = [
     "packed_positions",
     "lengths_to_mask",
     "mask_to_lengths",
+    "true_positions",
     "new_buffer",
+    "put_rows",
     # checks shared by every domain
     "allocation_guard",
     "as_position_tensor",

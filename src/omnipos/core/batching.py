@@ -11,6 +11,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from .buffers import new_buffer
@@ -21,6 +22,7 @@ from .checks import (
     check_integer_tensor,
     check_positive_int,
 )
+from .rows import put_rows
 
 __all__ = [
     "check_lengths",
@@ -28,6 +30,7 @@ __all__ = [
     "lengths_to_mask",
     "pad_packed",
     "mask_to_lengths",
+    "true_positions",
     "pad_ragged",
     "unpad",
     "pack",
@@ -103,7 +106,24 @@ def mask_to_lengths(mask: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"mask must be a boolean tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
     if mask.ndim != 2:
         raise ValueError(f"mask must be [B, L], got shape {tuple(mask.shape)}")
+    if _numpy_ok(mask):  # torch's bool reductions widen to int64 first: ~12x slower on CPU (5M entries: 21 ms)
+        return torch.from_numpy(np.count_nonzero(mask.numpy(), axis=1).astype(np.int64, copy=False))
     return mask.sum(dim=1)
+
+
+def true_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Flat positions of the True entries of a boolean ``mask`` of any shape (row-major): ``[n]`` int64, on the
+    mask's device; ``mask.reshape(-1).nonzero().squeeze(1)``, ~6x faster on the CPU (NumPy's ``flatnonzero``)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a boolean tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
+    if _numpy_ok(mask):
+        return torch.from_numpy(np.flatnonzero(mask.numpy()).astype(np.int64, copy=False))
+    return mask.reshape(-1).nonzero().squeeze(1)
+
+
+def _numpy_ok(mask: torch.Tensor) -> bool:
+    """An eager CPU mask NumPy may read (its values exist, no tracing)."""
+    return mask.device.type == "cpu" and not torch.compiler.is_compiling() and can_inspect_values(mask)
 
 
 def _as_sequences(seqs: Any) -> list[torch.Tensor]:
@@ -171,7 +191,8 @@ def pad_packed(packed: torch.Tensor, mask: torch.Tensor, pad_value: float | int 
     if not can_inspect_values(packed, mask):
         raise ValueError("pad_packed reads the mask's values (how many entries are real): meta tensors have none")
     mask = mask.to(packed.device)
-    count = int(mask.sum())
+    rows = true_positions(mask)
+    count = rows.numel()
     if packed.ndim == 0 or packed.shape[0] != count:
         raise ValueError(f"packed has {packed.shape[0] if packed.ndim else 0} rows but mask marks {count} entries")
     if mask.numel() == count:
@@ -179,10 +200,10 @@ def pad_packed(packed: torch.Tensor, mask: torch.Tensor, pad_value: float | int 
     shape = (*mask.shape, *packed.shape[1:])
     with allocation_guard(f"the padded batch {list(shape)} of {packed.dtype}"):
         out = new_buffer(shape, packed.dtype, packed.device, fill=pad_value)
-    # index_copy_ on flat row numbers: ~1.5x faster on CPU than masked_scatter_, several times out[mask] = packed
+    # rows copied by flat row number: index_copy_ is ~1.5x faster on CPU than masked_scatter_, several times
+    # out[mask] = packed, and put_rows's one memcpy per row ~2x faster again
     if count and out.numel():  # (reshape(-1) cannot infer a size from zero elements)
-        rows = mask.reshape(-1).nonzero().squeeze(1)
-        out.view(mask.numel(), -1).index_copy_(0, rows, packed.reshape(count, -1))
+        put_rows(out.view(mask.numel(), -1), rows, packed.reshape(count, -1))
     return out
 
 

@@ -15,6 +15,8 @@ from ..core import (
     check_float_dtype,
     check_positive_int,
     new_buffer,
+    put_rows,
+    true_positions,
 )
 from .absolute import absolute_cycles, absolute_features
 from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
@@ -245,7 +247,7 @@ class TimelineEncoder(ConstantBuffers):
         rows_cm = None if clocks is None else torch.remainder(rows_c.unsqueeze(-1), self.periods)
         # the real events gathered once, row after row (the packed layout), then encoded in blocks of events and
         # copied into their slots: a block holds `chunk` events whatever the padding
-        slots = mask.reshape(-1).nonzero().squeeze(1)
+        slots = true_positions(mask)
         flat_t = times.reshape(-1)[slots]
         flat_g = None if gaps is None else gaps.reshape(-1)[slots]
         row = None if rows_c is None else slots // length
@@ -267,7 +269,7 @@ class TimelineEncoder(ConstantBuffers):
                 encoded = self._combined(flat_t[block], g, c).to(out_dtype)
             else:
                 encoded = self._combined(flat_t[block], g, c, into=scratch[: flat_t[block].shape[0]])
-            target.index_copy_(0, slots[block], encoded)
+            put_rows(target, slots[block], encoded)
         return out.reshape(*mask.shape, self.dim)
 
     def encode_packed(self, times: torch.Tensor, cu_seqlens: torch.Tensor, clock: Any = None) -> torch.Tensor:
