@@ -16,7 +16,6 @@ from ..core import (
     check_positive_int,
     new_buffer,
     put_rows,
-    true_positions,
 )
 from .absolute import absolute_cycles, absolute_features
 from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
@@ -39,7 +38,7 @@ from .periodic import (
     phase_remainders,
 )
 from .time2vec import Time2Vec
-from .timelines import check_module_device, check_times, checked_gaps
+from .timelines import check_module_device, check_times, checked_gaps, checked_real_events
 
 __all__ = ["TimelineEncoder", "COMPONENTS", "COMBINES"]
 
@@ -224,11 +223,11 @@ class TimelineEncoder(ConstantBuffers):
             return self.encode_packed(flat, times.cu_seqlens, clock)
         if isinstance(times, EventBatch):
             times, mask, clock = self._from_batch(times, mask, clock)
-        times, mask = check_times(times, mask, check_sorted=False)
+        eager = can_inspect_values(times, mask)
+        # eager: the values are checked below on the real events only (the same errors)
+        times, mask = check_times(times, mask, check_sorted=False, check_values=not eager)
         check_module_device(self.dtype_tracker.device, times)
-        gaps = checked_gaps(times, mask)  # checks the order too
-        if not {"gap", "gap_bucket"} & set(self.components):
-            gaps = None
+        uses_gaps = bool({"gap", "gap_bucket"} & set(self.components))
         clocks = None
         if "periodic" in self.sizes:
             if clock is None:
@@ -237,20 +236,19 @@ class TimelineEncoder(ConstantBuffers):
         if mask is None:
             mask = torch.ones_like(times, dtype=torch.bool)
         out_dtype = self.dtype
+        if not eager:
+            gaps = checked_gaps(times, mask) if uses_gaps else None
+            return self._dense(times, mask, gaps, clocks)
+        # the real events gathered once, row after row (the packed layout), checked, then encoded in blocks of
+        # events and copied into their slots: a block holds `chunk` events whatever the padding
         if times.numel() == 0:
             return torch.zeros(*times.shape, self.dim, dtype=out_dtype, device=times.device)
-        if not can_inspect_values(times, mask):
-            return self._dense(times, mask, gaps, clocks)
+        slots, flat_t, flat_g, row = checked_real_events(times, mask)
         length = times.shape[-1]
+        flat_g = flat_g if uses_gaps else None
         rows_c = None if clocks is None else clocks.reshape(-1)
         # each row's clock modulo each period, once per row: [rows, P]
         rows_cm = None if clocks is None else torch.remainder(rows_c.unsqueeze(-1), self.periods)
-        # the real events gathered once, row after row (the packed layout), then encoded in blocks of events and
-        # copied into their slots: a block holds `chunk` events whatever the padding
-        slots = true_positions(mask)
-        flat_t = times.reshape(-1)[slots]
-        flat_g = None if gaps is None else gaps.reshape(-1)[slots]
-        row = None if rows_c is None else slots // length
         # zeroed only where there is padding (on the CPU through calloc: pages holding only padding stay untouched)
         out = new_buffer((mask.numel() // length, length, self.dim), out_dtype, times.device,
                          fill=0 if slots.numel() < mask.numel() else None)

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from ..core import can_inspect_values, pad_packed
+from ..core import can_inspect_values, pad_packed, true_positions
 
 __all__ = ["can_inspect_values", "check_times", "check_mask", "check_module_device", "checked_gaps",
-           "previous_event_times", "encode_valid"]
+           "checked_real_events", "previous_event_times", "encode_valid"]
 
 
 def check_mask(mask: Any, shape: torch.Size, device: torch.device, name: str = "times") -> torch.Tensor | None:
@@ -44,7 +44,7 @@ def check_module_device(module_device: torch.device, times: torch.Tensor, name: 
 
 
 def check_times(
-    times: Any, mask: Any = None, *, name: str = "times", check_sorted: bool = True
+    times: Any, mask: Any = None, *, name: str = "times", check_sorted: bool = True, check_values: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Validate ready-made times ``[..., L]`` (real tensor) and an optional boolean ``mask`` of the same shape.
 
@@ -62,7 +62,7 @@ def check_times(
     if not times.is_floating_point():
         times = times.to(torch.float64)
     mask = check_mask(mask, times.shape, times.device, name)
-    if not can_inspect_values(times, mask):
+    if not check_values or not can_inspect_values(times, mask):  # (check_values=False: the caller checks them)
         return times, mask
     if times.numel():
         finite = torch.isfinite(times)
@@ -94,6 +94,47 @@ def checked_gaps(times: torch.Tensor, mask: torch.Tensor | None, *, name: str = 
                 f"first (batch_timelines(..., sort=True) and EventBatch.from_frame do)"
             )
     return gaps
+
+
+def checked_real_events(times: torch.Tensor, mask: torch.Tensor, *,
+                        name: str = "times") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The real events of padded ``times [..., L]`` (``mask`` of its shape, both with values to read), checked
+    as :func:`check_times` and :func:`checked_gaps` check them (the same errors, naming the same slot) but on
+    the real events only: ``(slots, flat_times, flat_gaps, rows)``, each ``[N]``: the flat slot of each real
+    event (row-major), its time, its gap to the previous real event of its row (0 for a row's first) and its
+    row (the flat index over the leading axes). The gaps are those of :func:`checked_gaps`, bit for bit; a
+    padded batch is often half padding, and nothing here reads it twice."""
+    length = times.shape[-1]
+    slots = true_positions(mask)
+    flat = times.reshape(-1)[slots]
+    finite = torch.isfinite(flat)
+    if not bool(finite.all()):
+        at = int((~finite).nonzero()[0])
+        raise ValueError(f"{name} must be finite at real events; found {flat[at].item()} at "
+                         f"{_slot_index(int(slots[at]), times.shape)}")
+    rows = slots // length
+    gaps = torch.empty_like(flat)
+    torch.sub(flat[1:], flat[:-1], out=gaps[1:])
+    gaps[:1] = 0
+    gaps[1:].masked_fill_(rows[1:] != rows[:-1], 0)
+    if gaps.numel() and bool(gaps.min() < 0):
+        at = int((gaps < 0).nonzero()[0])
+        raise ValueError(
+            f"{name} must be sorted (non-decreasing) along each timeline; at index "
+            f"{_slot_index(int(slots[at]), times.shape)} the time {flat[at].item()} is earlier than the previous "
+            f"event's {flat[at - 1].item()}; sort them first (batch_timelines(..., sort=True) and "
+            f"EventBatch.from_frame do)"
+        )
+    return slots, flat, gaps, rows
+
+
+def _slot_index(slot: int, shape: torch.Size) -> tuple[int, ...]:
+    """The index tuple of flat ``slot`` in an array of ``shape`` (row-major)."""
+    index = []
+    for size in reversed(shape):
+        slot, at = divmod(slot, size)
+        index.append(at)
+    return tuple(reversed(index))
 
 
 def previous_event_times(times: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
