@@ -113,10 +113,8 @@ def checked_real_events(times: torch.Tensor, mask: torch.Tensor, *,
         raise ValueError(f"{name} must be finite at real events; found {flat[at].item()} at "
                          f"{_slot_index(int(slots[at]), times.shape)}")
     rows = slots // length
-    gaps = torch.empty_like(flat)
-    torch.sub(flat[1:], flat[:-1], out=gaps[1:])
-    gaps[:1] = 0
-    gaps[1:].masked_fill_(rows[1:] != rows[:-1], 0)
+    within_row = (flat[1:] - flat[:-1]).masked_fill(rows[1:] != rows[:-1], 0)
+    gaps = torch.cat([flat.new_zeros(min(1, flat.shape[0])), within_row])
     if gaps.numel() and bool(gaps.min() < 0):
         at = int((gaps < 0).nonzero()[0])
         raise ValueError(
