@@ -275,3 +275,20 @@ def test_rc_numpy_mask_check_refuses_exactly_what_check_mask_refuses(rows):
         assert str(info.value) == str(exc)
     else:
         assert torch.equal(reverse_complement(x, mask), _torch_reference_rc(x, mask))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=0, max_size=12), st.sampled_from([0, 3, 2000]))
+def test_length_mask_equals_the_comparison_with_positions(lengths, extra):
+    """The cached-table mask (widths up to 1,024) and the broadcast one (wider) both equal position < length,
+    and the caller gets a fresh writable array (the cached table stays as it was)."""
+    from omnipos.dna.alphabet import length_mask
+
+    sizes = np.array(lengths, dtype=np.int64)
+    width = (max(lengths) if lengths else 0) + extra
+    mask = length_mask(sizes, width)
+    assert mask.dtype == np.bool_ and mask.shape == (len(lengths), width)
+    np.testing.assert_array_equal(mask, np.arange(width)[None, :] < sizes.reshape(-1, 1))
+    if mask.size:
+        mask[...] = ~mask
+        np.testing.assert_array_equal(length_mask(sizes, width), ~mask)

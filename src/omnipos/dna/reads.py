@@ -45,6 +45,7 @@ from ..core import check_positive_int
 from .alphabet import (
     PAD,
     InvalidLetterError,
+    length_mask,
     letter_codes,
     pad_rows,
 )
@@ -348,7 +349,7 @@ def _assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality,
         width = int(sizes.max()) if sizes.size else 0
         check_batch_bytes(sizes.size, width, options.token_dtype.itemsize + 1 + (phred is not None),
                           f"{record_label(path, int(records[first]), names[first])} ({width:,} letters)")
-        mask = np.arange(width) < sizes[:, None]
+        mask = length_mask(sizes, width)
         tokens = pad_rows(codes[begin:end], mask, PAD, options.token_dtype)
         qualities = None if phred is None else pad_rows(phred[begin:end], mask, 0)
         batches.append(ReadBatch(
