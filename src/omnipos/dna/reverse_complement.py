@@ -91,8 +91,8 @@ def _reverse_complement_padded_numpy(batch: torch.Tensor, mask: np.ndarray) -> t
     out = sliding_window_view(backwards, row)[np.minimum(starts, size - row)]
     out[0, :channels * int(lengths[0])] = backwards[int(starts[0]):]
     item = np.dtype((np.void, channels * values.itemsize))  # a position's channels as one item
-    pads = ~mask
-    out.view(item).reshape(rows, width)[pads] = values.view(item)[..., 0][pads]
+    # a masked copy in one pass: ~2x the boolean gather + scatter of the pads
+    np.copyto(out.view(item).reshape(rows, width), values.view(item)[..., 0], where=~mask)
     return torch.from_numpy(out.reshape(batch.shape))
 
 
