@@ -14,12 +14,17 @@ With ``--bucket-size`` (default 8192) the variable-length file also runs with ``
 sorted by length that many at a time and cut into batches of ``--batch-size``, so padding (and the one-hot, RC
 and positional work on it) nearly vanishes; outputs are checked equal per record.
 
+The last column says where omnipos' time goes: CPU seconds in reading + collating, one-hot, RC and positional
+encoding, summed over the file (one more instrumented run per row, median of the repeats).
+
     python benchmarks/bench_dna.py [--quick] [--reads N] [--dim 16] [--batch-size 1024] [--bucket-size 8192]
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 
@@ -69,6 +74,35 @@ def omnipos_pipeline(path: Path, dim: int, batch_size: int, parser: str = "auto"
                 kept[int(batch.records[i])] = (x[i, :n].numpy(), x_rc[i, :n].numpy(), pe[i, :n].numpy())
         count += len(batch)
     return count, [kept[i] for i in sorted(kept)]
+
+
+def stage_cpu_seconds(path: Path, dim: int, batch_size: int, parser: str, bucket_size: int | None,
+                      repeats: int) -> dict[str, float]:
+    """Where omnipos' time goes: CPU seconds of this process in each stage of :func:`omnipos_pipeline` (reading
+    and collating a batch, one-hot, RC, positional encoding), summed over the file, median of ``repeats`` runs."""
+    runs = []
+    for _ in range(repeats):
+        spent = dict.fromkeys(("read", "one_hot", "rc", "pe"), 0.0)
+        batches = iter(read_fastx(path, batch_size=batch_size, parser=parser, bucket_size=bucket_size))
+        while True:
+            t0 = time.process_time()
+            batch = next(batches, None)
+            t1 = time.process_time()
+            spent["read"] += t1 - t0
+            if batch is None:
+                break
+            x = one_hot(batch.tokens)
+            t2 = time.process_time()
+            x_rc = reverse_complement(x, batch.mask)
+            t3 = time.process_time()
+            pe = rc_symmetric_encoding(batch.lengths, dim)
+            t4 = time.process_time()
+            spent["one_hot"] += t2 - t1
+            spent["rc"] += t3 - t2
+            spent["pe"] += t4 - t3
+            del x, x_rc, pe  # as in omnipos_pipeline: a batch's outputs live until the next batch's are made
+        runs.append(spent)
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
 def biopython_loop(path: Path, dim: int, limit: int, keep: int = 0):
@@ -147,6 +181,7 @@ def main() -> None:
                 run = partial(omnipos_pipeline, path, args.dim, args.batch_size, parser=engine, bucket_size=bucket)
                 run()  # warm-up (page cache)
                 t_ours, c_ours = wall_and_cpu_medians(run, repeats=repeats)
+                stages = stage_cpu_seconds(path, args.dim, args.batch_size, engine, bucket, repeats)
                 how = f"{engine} parser" + (f", bucket_size={bucket}" if bucket else "")
                 bench.row(case=f"{label}, {how}", reads=f"{len(lengths):,}", fastq_mb=round(size_mb),
                           omnipos_wall_s=t_ours,
@@ -154,7 +189,8 @@ def main() -> None:
                           biopython_loop_reads_per_s=f"{peer_n / t_peer:,.0f} ({peer_n / c_peer:,.0f})",
                           speedup=f"{(peer_n / t_peer) ** -1 * len(lengths) / t_ours:.1f} "
                                   f"({(peer_n / c_peer) ** -1 * len(lengths) / c_ours:.1f})",
-                          max_pe_diff=worst)
+                          max_pe_diff=worst,
+                          cpu_s_read_onehot_rc_pe=" / ".join(f"{stages[k]:.3f}" for k in stages))
             path.unlink()
     bench.finish(args.out)
 

@@ -228,3 +228,67 @@ def test_padded_one_hot_rc_moves_bits_not_values(dtype, bits):
     for row, n in enumerate(lengths.tolist()):
         assert torch.equal(got[row, :n], raw[row, :n].flip(0).flip(-1))
         assert torch.equal(got[row, n:], raw[row, n:])
+
+
+def _torch_reference_rc(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The torch (autograd) path of reverse_complement: a gather with one index, not the NumPy window path."""
+    return reverse_complement(x.clone().requires_grad_(), mask).detach()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=9), st.integers(0, 3),
+       st.sampled_from([torch.float32, torch.float64, torch.float16]), st.booleans())
+def test_padded_one_hot_rc_windows_equal_the_per_row_reference(lengths, extra, dtype, strided_mask):
+    """The NumPy path (a reversed copy, one gather of whole windows, the pads written back) against the per-row
+    formula and the torch path, on random values in the pads: empty rows, a short first row (whose window starts
+    before the data), all rows full, masks wider than the longest read, and a non-contiguous mask."""
+    rng = np.random.default_rng(len(lengths) * 31 + extra)
+    width = max(lengths) + extra
+    sizes = torch.tensor(lengths)
+    x = torch.from_numpy(rng.standard_normal((len(lengths), width, 4))).to(dtype)
+    mask = torch.arange(width) < sizes[:, None]
+    if strided_mask:  # same values, another memory layout
+        mask = (torch.arange(width)[:, None] < sizes[None, :]).t()
+    got = reverse_complement(x, mask)
+    assert got.dtype == dtype and got.shape == x.shape
+    for row, n in enumerate(lengths):
+        assert torch.equal(got[row, :n], x[row, :n].flip(0).flip(-1))
+        assert torch.equal(got[row, n:], x[row, n:])
+    assert torch.equal(got, _torch_reference_rc(x, mask))
+    assert torch.equal(reverse_complement(got, mask), x)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.booleans(), min_size=5, max_size=5), min_size=1, max_size=6))
+def test_rc_numpy_mask_check_refuses_exactly_what_check_mask_refuses(rows):
+    """The NumPy path checks the mask's order itself (first False per row, count of Trues): it refuses a True
+    after a False, in any row, with check_mask's words, and accepts every mask check_mask accepts."""
+    from omnipos.dna.reverse_complement import check_mask
+
+    mask = torch.tensor(rows)
+    x = torch.from_numpy(np.random.default_rng(len(rows)).standard_normal((len(rows), 5, 4))).float()
+    try:
+        check_mask(mask, mask.shape)
+    except ValueError as exc:
+        with pytest.raises(ValueError, match="padding at the end of each row") as info:
+            reverse_complement(x, mask)
+        assert str(info.value) == str(exc)
+    else:
+        assert torch.equal(reverse_complement(x, mask), _torch_reference_rc(x, mask))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=0, max_size=12), st.sampled_from([0, 3, 2000]))
+def test_length_mask_equals_the_comparison_with_positions(lengths, extra):
+    """The cached-table mask (widths up to 1,024) and the broadcast one (wider) both equal position < length,
+    and the caller gets a fresh writable array (the cached table stays as it was)."""
+    from omnipos.dna.alphabet import length_mask
+
+    sizes = np.array(lengths, dtype=np.int64)
+    width = (max(lengths) if lengths else 0) + extra
+    mask = length_mask(sizes, width)
+    assert mask.dtype == np.bool_ and mask.shape == (len(lengths), width)
+    np.testing.assert_array_equal(mask, np.arange(width)[None, :] < sizes.reshape(-1, 1))
+    if mask.size:
+        mask[...] = ~mask
+        np.testing.assert_array_equal(length_mask(sizes, width), ~mask)

