@@ -93,14 +93,14 @@ def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, con
         pairs = target.unflatten(-1, (2, half))
         sin_slot, cos_slot = pairs[..., 0, :], pairs[..., 1, :]
     if centered:
-        if not consume:
-            turns = turns.clone()
         # exact: turns and the nearest whole number of turns share the exponent's grid, so the difference is
         # representable; |phase| <= pi, where a float32 phase carries half the rounding error it has up to 2 pi
-        phase = turns.sub_(torch.round(turns)).mul_(TWO_PI).to(work)
-        if phase.device.type == "cpu":
-            _numpy_sincos_into(phase, sin_slot, cos_slot, accumulate)
+        if turns.device.type == "cpu":
+            _numpy_sincos_into(_numpy_centered_phase(turns, consume), sin_slot, cos_slot, accumulate)
             return target if out is not None else target.to(dtype)
+        if not consume:
+            turns = turns.clone()
+        phase = turns.sub_(torch.round(turns)).mul_(TWO_PI).to(work)
     else:
         phase = reduced_phase(turns, work, consume=consume)
     if accumulate:
@@ -110,6 +110,19 @@ def _sincos_from_turns(turns: torch.Tensor, layout: str, dtype: torch.dtype, con
         torch.sin(phase, out=sin_slot)
         cos_slot.copy_(phase.cos_())
     return target if out is not None else target.to(dtype)
+
+
+def _numpy_centered_phase(turns: torch.Tensor, consume: bool) -> torch.Tensor:
+    """float32 ``(turns - round(turns)) * 2 pi`` of float64 CPU ``turns`` by NumPy, in place when ``consume``:
+    the same operations as torch's (round half to even, float64 products, one rounding to float32), bit for bit,
+    ~3x faster here on blocks of events (torch's fresh float64 temporaries are page-faulted in on each call)."""
+    array = turns.detach().numpy()
+    whole = np.rint(array)
+    if consume:
+        fraction = np.subtract(array, whole, out=array)
+    else:
+        fraction = np.subtract(array, whole, out=whole)
+    return torch.from_numpy(np.multiply(fraction, TWO_PI, out=fraction).astype(np.float32))
 
 
 def _numpy_sincos_into(phase: torch.Tensor, sin_slot: torch.Tensor, cos_slot: torch.Tensor, accumulate: bool) -> None:

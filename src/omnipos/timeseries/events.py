@@ -311,17 +311,18 @@ class EventTable:
         kind = times.dtype.kind if times.dtype.kind in "Mm" else "f"
         fixed, origin_awareness = parse_origin(origin, kind, unit)
         check_awareness({awareness, origin_awareness} - {None}, naive_as, f"column {time!r} and origin")
-        t_subject, t_times = subject_ix[timed], times[timed]
+        every_row_timed = bool(timed.all())  # the usual table: no copies of every column to drop nothing
+        t_subject, t_times = (subject_ix, times) if every_row_timed else (subject_ix[timed], times[timed])
         if kind in "Mm":
             (t_times,), fixed = align_origin([t_times], fixed, f"column {time!r}")
         order = _subject_time_order(t_subject, t_times)
         lengths = np.bincount(t_subject, minlength=len(subjects)).astype(np.int64)
-        t_times = t_times[order]
+        t_times = np.take(t_times, order)
         offsets, clock = offsets_from_origin(t_times, lengths, fixed=fixed, unit=unit, name=f"column {time!r}")
         if fixed is None:
             clock[lengths == 0] = np.nan  # no first event, no clock: missing, never 1970-01-01
-        codes_sorted = code_ix[timed][order].astype(np.int64)
-        values_sorted = values[timed][order]
+        codes_sorted = np.take(code_ix if every_row_timed else code_ix[timed], order).astype(np.int64, copy=False)
+        values_sorted = np.take(values if every_row_timed else values[timed], order)
 
         # static events: per subject, table order
         s_subject = subject_ix[static_rows]
