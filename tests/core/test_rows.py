@@ -3,7 +3,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.core import put_rows
+from omnipos.core import put_rows, take_rows
 
 DTYPES = [torch.bool, torch.uint8, torch.int16, torch.int64, torch.float16, torch.float32, torch.float64,
           torch.bfloat16, torch.complex64]
@@ -49,3 +49,18 @@ def test_put_rows_keeps_autograd_and_strided_inputs_on_index_copy():
     target = torch.zeros(4, 3)
     put_rows(target, torch.tensor([0, 2]), strided_source)
     assert torch.equal(target[[0, 2]], strided_source) and target[[1, 3]].eq(0).all()
+
+
+@given(st.sampled_from(DTYPES), st.integers(1, 30), st.lists(st.integers(1, 4), max_size=2),
+       st.sampled_from([torch.int64, torch.int32, torch.uint8]), st.data())
+def test_take_rows_reads_what_index_select_reads(dtype, total, trailing, index_dtype, data):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    table = random_tensor((total, *trailing), dtype, rng)
+    index = torch.from_numpy(rng.integers(0, min(total, 256), data.draw(st.integers(0, 50)))).to(index_dtype)
+    assert torch.equal(take_rows(table, index), table.index_select(0, index.long()))
+
+
+def test_take_rows_keeps_autograd():
+    table = torch.randn(5, 3, requires_grad=True)
+    take_rows(table, torch.tensor([4, 4, 0])).sum().backward()
+    assert table.grad[:, 0].tolist() == [1.0, 0.0, 0.0, 0.0, 2.0]

@@ -58,7 +58,7 @@ from .rope_kernels import ROPE_LAYOUTS
 from .rope_layout import convert_rope_layout
 from .rope_scaling import RopeScaling, rope_frequencies
 from .rotary import RotaryEmbedding
-from .rows import put_rows
+from .rows import put_rows, take_rows
 from .sinusoid import LAYOUTS as SINUSOID_LAYOUTS
 from .sinusoid import (
     SinusoidalEncoding,
@@ -120,6 +120,7 @@ __all__ = [
     "true_positions",
     "new_buffer",
     "put_rows",
+    "take_rows",
     # checks shared by every domain
     "allocation_guard",
     "as_position_tensor",

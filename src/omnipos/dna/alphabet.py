@@ -45,9 +45,9 @@ from ..core import (
     check_integer_tensor,
     check_positive_int,
     lengths_to_mask,
+    take_rows,
 )
 from .limits import check_batch_bytes, check_token_dtype
-from .rows import take_rows
 
 __all__ = [
     "TOKENS",

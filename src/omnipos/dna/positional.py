@@ -41,9 +41,9 @@ from ..core import (
     check_positive_int,
     layout_frequencies,
     sinusoid_of_turns,
+    take_rows,
 )
 from .limits import check_batch_bytes
-from .rows import take_rows
 
 __all__ = ["centered_positions", "rc_symmetric_encoding", "RCSymmetricEncoding"]
 

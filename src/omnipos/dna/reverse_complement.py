@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..core import can_inspect_values, mask_to_lengths
+from ..core import can_inspect_values, mask_to_lengths, take_rows
 from .alphabet import (
     IUPAC_COMPLEMENT,
     PAD,
@@ -25,7 +25,6 @@ from .alphabet import (
     check_tokens,
     complement_tokens,
 )
-from .rows import take_rows
 
 __all__ = ["reverse_complement", "flip_within_lengths", "check_mask"]
 
