@@ -18,10 +18,11 @@ T = TypeVar("T")
 # it* (the main thread, at import) with MKL's dynamic adjustment off, so every LAPACK/BLAS call there, however
 # tiny, opens an OpenMP team. The graph encodings are many tiny calls (one eigh per 20-node graph): on a 2-core
 # machine shared with other processes that made a 10k-graph batch 8-20x slower than single-threaded (eigh
-# 8.7 s vs 0.39 s of CPU, random walk 3.5 s vs 0.41 s). Run from any other thread, the same calls use one
-# thread each and cost what they cost single-threaded. So the encodings run their CPU work on a private worker
-# thread (and split batches of independent LAPACK calls over several), instead of changing torch's thread
-# count, which is process-global and visible to every other thread.
+# 8.7 s vs 0.39 s of CPU, random walk 3.5 s vs 0.41 s). So the encodings run their CPU work on private worker
+# threads (and split batches of independent LAPACK calls over several), instead of changing torch's thread
+# count, which is process-global and visible to every other thread. A worker thread alone is not enough: torch
+# gives a thread its global MKL / OpenMP counts the first time it runs a parallel op there, so the dense path
+# also limits both in its own thread while it runs (small_eigh.one_thread: thread-local, restored after).
 _POOLS: dict[str, ThreadPoolExecutor] = {}
 _POOL_PID = [0]
 _POOL_LOCK = threading.Lock()
