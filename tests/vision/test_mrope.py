@@ -495,11 +495,12 @@ def test_grids_beyond_int64_are_refused():
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), limit=st.sampled_from([None, 0, 6, 12]), pad=st.sampled_from([1, 0, -3, 40]),
-       padding=st.sampled_from(["left", "right", "anywhere"]))
-def test_packed_and_column_sums_give_the_reference_ids(seed, limit, pad, padding):
+       padding=st.sampled_from(["left", "right", "anywhere"]), packed_by=st.sampled_from(["numpy", "torch"]))
+def test_packed_and_column_sums_give_the_reference_ids(seed, limit, pad, padding, packed_by):
     """The three axes are summed packed into one int64 when every id (padding's included) is below 2**21, else
     column by column; a lowered limit sends batches with larger ids (or a negative pad_position) down the column
-    path. Both equal the token-by-token reference."""
+    path. The packed sum runs by NumPy on the CPU and by torch elsewhere (forced here). All equal the
+    token-by-token reference."""
     import omnipos.vision.mrope as mrope
 
     rng = random.Random(seed)
@@ -508,6 +509,8 @@ def test_packed_and_column_sums_give_the_reference_ids(seed, limit, pad, padding
     with pytest.MonkeyPatch.context() as patch:
         if limit is not None:
             patch.setattr(mrope, "_PACKED_LIMIT", limit)
+        if packed_by == "torch":
+            patch.setattr(mrope, "_packed_cumsum_numpy", mrope._packed_cumsum_torch)
         ids, deltas = mrope_position_ids(torch.tensor(types), as_grids(images), as_grids(videos),
                                          attention_mask=torch.tensor(mask), pad_position=pad)
     assert torch.equal(ids, expected) and torch.equal(deltas, expected_deltas)
