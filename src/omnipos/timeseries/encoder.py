@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -16,6 +17,7 @@ from ..core import (
     check_positive_int,
     new_buffer,
     put_rows,
+    take_rows,
 )
 from .absolute import absolute_cycles, absolute_features
 from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
@@ -261,7 +263,7 @@ class TimelineEncoder(ConstantBuffers):
                    if self._writes_in_place(out_dtype, times) else None)
         for start in range(0, slots.numel(), step):
             block = slice(start, start + step)
-            c = None if rows_c is None else (rows_c[row[block]], rows_cm[row[block]])
+            c = None if rows_c is None else (take_rows(rows_c, row[block]), take_rows(rows_cm, row[block]))
             g = None if flat_g is None else flat_g[block]
             if scratch is None:
                 encoded = self._combined(flat_t[block], g, c).to(out_dtype)
@@ -286,10 +288,20 @@ class TimelineEncoder(ConstantBuffers):
         check_module_device(self.dtype_tracker.device, times)
         lengths = check_cu_seqlens(cu_seqlens, times.shape[0]).to(times.device)
         rows = lengths.shape[0]
-        row = torch.repeat_interleave(torch.arange(rows, device=times.device), lengths, output_size=times.shape[0])
-        gaps = torch.diff(times, prepend=times[:1])
-        gaps = gaps.index_fill(0, (cu_seqlens[:-1].to(times.device).long())[lengths > 0], 0.0)  # each row starts at 0
-        if can_inspect_values(times) and bool((gaps < 0).any()):
+        starts = (cu_seqlens[:-1].to(times.device).long())[lengths > 0]
+        if times.device.type == "cpu" and can_inspect_values(times) and not (torch.is_grad_enabled()
+                                                                             and times.requires_grad):
+            # the same values without torch's small-op overheads (~3x less time on millions of events)
+            row = torch.from_numpy(np.repeat(np.arange(rows, dtype=np.int64), lengths.numpy()))
+            gaps = torch.empty_like(times)
+            torch.sub(times[1:], times[:-1], out=gaps[1:])
+            gaps[:1] = 0
+            gaps[starts] = 0  # each row starts at 0
+        else:
+            row = torch.repeat_interleave(torch.arange(rows, device=times.device), lengths,
+                                          output_size=times.shape[0])
+            gaps = torch.diff(times, prepend=times[:1]).index_fill(0, starts, 0.0)  # each row starts at 0
+        if can_inspect_values(times) and gaps.numel() and bool(gaps.min() < 0):
             i = int((gaps < 0).nonzero()[0])
             b = int(row[i])
             raise ValueError(f"times must be sorted (non-decreasing) within each row; row {b} at position "
@@ -310,7 +322,7 @@ class TimelineEncoder(ConstantBuffers):
         for start in range(0, times.shape[0], step):
             block = slice(start, start + step)
             g = None if gaps is None else gaps[block]
-            c = None if row_clock is None else (row_clock[row[block]], row_clock_mod[row[block]])
+            c = None if row_clock is None else (take_rows(row_clock, row[block]), take_rows(row_clock_mod, row[block]))
             if in_place:
                 self._combined(times[block], g, c, into=out[block])
             else:
