@@ -293,9 +293,12 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     workers = cpu_parallelism()  # (read before one_thread(), inside which it reads 1)
     # a batch of small graphs is many small ops: one thread each, in this thread only (omnipos.graph.small_eigh);
     # a large matrix keeps torch's threads
+    # (the grouping and a large graph's sparse solve and scatter are small ops too, whatever the graph's size:
+    # with torch's 2 threads they cost a 1,000-node graph ~1.5x the CPU time)
+    cpu = one_thread if device.type == "cpu" else contextlib.nullcontext
     small = device.type == "cpu" and g.num_nodes and int(g.counts.max()) <= SMALL_MAX_NODES
     small_work = one_thread if small else contextlib.nullcontext
-    with small_work():
+    with cpu():
         groups = size_groups(g, keep=g.edge_index[0] != g.edge_index[1])  # self-loops dropped
     dense: list[SizeGroup] = []
     for group in groups:
@@ -308,9 +311,10 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
             continue
         for slot in range(group.graphs.numel()):
             one = group if group.graphs.numel() == 1 else group.graph(slot)  # (one graph: no masking pass)
-            values, vectors = _large_graph(one, start + min(k, n - start), normalization, dense_max_nodes, solver,
-                                           workers)
-            _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
+            with cpu():
+                values, vectors = _large_graph(one, start + min(k, n - start), normalization, dense_max_nodes,
+                                               solver, workers)
+                _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
 
     def build(group: SizeGroup) -> tuple[torch.Tensor, tuple[torch.Tensor, Any]]:
         laplacian, d_scale = dense_laplacian(_symmetric_adjacency(group), normalization, overwrite=True)
