@@ -62,7 +62,7 @@ import torch
 from ._input import SizeGroup
 from ._workers import parallel_map
 from .sign import CANONICAL_TOL, EIGENVALUE_TOL, canonical_basis, eigenvalue_clusters
-from .small_eigh import small_eigh
+from .small_eigh import one_thread, small_eigh
 
 __all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "SYMMETRY_ROUNDS", "Symmetry", "batched_eigh", "solve_dense_groups",
            "graph_eigenpairs", "sparse_eigenpairs", "symmetry_probe", "check_solver"]
@@ -301,8 +301,9 @@ def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30)
     v = v / np.linalg.norm(v)
     previous = np.zeros_like(v)
     alpha, beta = [], [0.0]
+    product = _matvec(lap)
     for _ in range(steps):
-        w = _deflate(null, lap @ v) - beta[-1] * previous
+        w = _deflate(null, product(v)) - beta[-1] * previous
         a = float(np.real(np.vdot(v, w)))
         w = w - a * v
         alpha.append(a)
@@ -322,6 +323,28 @@ def _deflate(null: np.ndarray | None, x: np.ndarray) -> np.ndarray:
     if x.ndim == 1:
         return x - null * (null.conj() @ x)
     return x - np.outer(null, null.conj() @ x)
+
+
+def _matvec(matrix: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """``x -> matrix @ x`` for a SciPy CSR matrix and one vector, without SciPy's per-call dispatch where its
+    kernel is reachable (``scipy.sparse._sparsetools.csr_matvec``; ~9 of ~12 us a product on a 1,000-node graph
+    are dispatch, and ARPACK takes a few hundred products)."""
+    try:
+        from scipy.sparse._sparsetools import csr_matvec
+    except ImportError:  # (a SciPy without it: the public product)
+        csr_matvec = None
+    if csr_matvec is None or getattr(matrix, "format", None) != "csr" or matrix.data.dtype != matrix.dtype:
+        return lambda x: matrix @ x
+    rows, cols = matrix.shape
+    indptr, indices, data, dtype = matrix.indptr, matrix.indices, matrix.data, matrix.dtype
+
+    def product(x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=dtype).reshape(-1)
+        out = np.zeros(rows, dtype=dtype)
+        csr_matvec(rows, cols, indptr, indices, data, x, out)
+        return out
+
+    return product
 
 
 def _arpack(matvec: Any, n: int, width: int, dtype: np.dtype, tol: float, largest: bool = True) -> np.ndarray:
@@ -361,10 +384,17 @@ def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.
     n = lap.shape[0]
     single = np.complex64 if np.iscomplexobj(lap.data) else np.float32
     shifted = (bound * sp.identity(n, dtype=lap.dtype, format="csr") - lap).tocsr().astype(single)
-    null32 = null.astype(single) if null is not None else None
+    product = _matvec(shifted)
+    if null is None:
+        matvec = product
+    else:
+        # (bound I - L) - bound u u^H: the null vector u (an eigenvector of bound I - L, of its largest eigenvalue
+        # bound) moves to eigenvalue 0, the others stay; one rank-one term a product instead of two projections
+        null32, weight = null.astype(single), single(bound)
 
-    def matvec(x: np.ndarray) -> np.ndarray:
-        return _deflate(null32, shifted @ _deflate(null32, x))
+        def matvec(x: np.ndarray) -> np.ndarray:
+            x = x.reshape(-1)
+            return product(x) - null32 * (weight * np.vdot(null32, x))
 
     return _arpack(matvec, n, width, np.dtype(single), tol=1e-5).astype(lap.dtype)
 
@@ -568,40 +598,42 @@ def _block_krylov(lap: Any, solve: Callable[[np.ndarray], np.ndarray], width: in
     ``bound / mu`` times it); the ``L`` residual is checked once at the end."""
     n = lap.shape[0]
     most = max(2 * width + 2 * block, min(_KRYLOV_ELEMENTS // n, 30 * block + width))
-    basis = [np.linalg.qr(_deflate(null, _start_block(n, block, lap.dtype)))[0]]
-    projected = np.zeros((0, 0), dtype=lap.dtype)
-    size = 0
+    # the basis in one array (untouched columns cost no memory): Gram-Schmidt against all of it is two matrix
+    # products a step, not two per earlier block
+    basis = np.empty((n, most), dtype=lap.dtype, order="F")  # (column blocks contiguous for the solve)
+    basis[:, :block] = np.linalg.qr(_deflate(null, _start_block(n, block, lap.dtype)))[0]
+    projected = np.zeros((most, most), dtype=lap.dtype)
+    size, check_at = 0, 2 * width
     while True:
-        image = _deflate(null, solve(basis[-1]))
-        coefficients = []
-        for previous in basis:  # classical Gram-Schmidt twice (Kahan: twice is enough), one block at a time
-            c = previous.conj().T @ image
-            image = image - previous @ c
-            coefficients.append(c)
-        for i, previous in enumerate(basis):
-            c = previous.conj().T @ image
-            image = image - previous @ c
-            coefficients[i] = coefficients[i] + c
+        image = _deflate(null, solve(basis[:, size:size + block]))
         size += block
-        column = np.concatenate(coefficients, 0)  # [size, block]: H's new columns
-        grown = np.zeros((size, size), dtype=lap.dtype)
-        grown[:size - block, :size - block] = projected
-        grown[:, size - block:] = column
-        grown[size - block:, :size - block] = column[:size - block].conj().T
-        projected = grown
+        done = basis[:, :size]
+        column = done.conj().T @ image  # classical Gram-Schmidt twice (Kahan: twice is enough)
+        image = image - done @ column
+        again = done.conj().T @ image
+        image = image - done @ again
+        column += again  # [size, block]: H's new columns
+        projected[:size, size - block:size] = column
+        projected[size - block:size, :size - block] = column[:size - block].conj().T
         following, tail = np.linalg.qr(image)
-        if size >= 2 * width:
-            mu, small = np.linalg.eigh((projected + projected.conj().T) / 2)
+        if size >= check_at or size + block > most:
+            h = projected[:size, :size]
+            mu, small = np.linalg.eigh((h + h.conj().T) / 2)
             mu, small = mu[::-1][:width], small[:, ::-1][:, :width]
             residual = np.linalg.norm(tail @ small[size - block:], axis=0)
-            if np.all(residual * bound <= 1e-9 * bound * np.abs(mu)):
-                vectors = np.concatenate(basis, 1) @ small
+            distance = float(np.max(residual / np.maximum(1e-9 * np.abs(mu), np.finfo(float).tiny)))
+            if distance <= 1.0:
+                vectors = done @ small
                 values, vectors = _rayleigh_ritz(lap, vectors, null)
                 if np.linalg.norm(lap @ vectors - vectors * values, axis=0).max() <= 1e-9 * bound:
                     return values, vectors
+            # the residuals fall about a decade a step near the end (2-D grids, 1k-10k nodes): while far from
+            # the tolerance, the next check waits a step or two (an eigh of H each; at worst one step too many)
+            skip = 2 if distance > 1e6 else 1 if distance > 1e3 else 0
+            check_at = size + (skip + 1) * block
         if size + block > most:
             return None
-        basis.append(following)
+        basis[:, size:size + block] = following
 
 
 def _dense_lowest(lap: Any, null: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -663,7 +695,19 @@ def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bo
 
     Returns:
         ``(values [count], vectors [n, count], solvers used)`` float64 / complex128.
+
+    Runs inside :func:`omnipos.graph.small_eigh.one_thread`: besides SciPy's sparse kernels the solve is many
+    small torch and LAPACK ops (Rayleigh-Ritz, eigenvalue clusters, the canonical basis), which torch's OpenMP
+    team made 2-4x slower in CPU time with 2 threads on a 2-core machine (2-D grid of 1,024 nodes: 47 ms of CPU
+    vs 14 ms with 1).
     """
+    with one_thread():
+        return _graph_eigenpairs(lap, count, null_weight=null_weight, bound=bound, dense_max_nodes=dense_max_nodes,
+                                 solver=solver, workers=workers)
+
+
+def _graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bound: float, dense_max_nodes: int,
+                      solver: str, workers: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
     import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components
 
