@@ -51,6 +51,8 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -59,6 +61,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import ProgressReporter
 from ._input import SizeGroup
 from ._workers import parallel_map
 from .sign import CANONICAL_TOL, EIGENVALUE_TOL, canonical_basis, eigenvalue_clusters
@@ -88,6 +91,26 @@ EXTRA = 2
 _PARALLEL_MIN_WORK = 2_000_000
 # Elements of dense [G, n, n] blocks solved at once on the large-graph path (float64: 256 MB).
 _CHUNK_ELEMENTS = 32_000_000
+# The progress reporter of the graph_eigenpairs call running in this context (None: silent); the solvers count
+# their steps on it through _step() rather than through every signature.
+_PROGRESS: contextvars.ContextVar[ProgressReporter | None] = contextvars.ContextVar("omnipos_graph_progress",
+                                                                                    default=None)
+
+
+def _step(n: int = 1) -> None:
+    """One more solver step done (an operator product or solve, a LOBPCG iteration, a probe, a factorisation)."""
+    report = _PROGRESS.get()
+    if report is not None:
+        report.update(n)
+
+
+@contextlib.contextmanager
+def _reporting(progress: ProgressReporter | None) -> Iterator[None]:
+    token = _PROGRESS.set(progress)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 def check_solver(solver: Any) -> str:
@@ -259,13 +282,19 @@ def _choose(lap: Any, null: np.ndarray | None, bound: float) -> tuple[str, str |
     products, no factorisation) unless :func:`symmetry_probe` finds a symmetry that can repeat an eigenvalue, then
     block LOBPCG. A small gap: block shift-invert where the factor stays small (meshes, geometric graphs, rings
     with chords), LOBPCG + AMG where it would not."""
-    if _probe_gap(lap, null, bound) >= GAP_PROBE * bound:
+    gap = _probe_gap(lap, null, bound)
+    _step()
+    if gap >= GAP_PROBE * bound:
         symmetry = symmetry_probe(lap)
+        _step()
         if symmetry.symmetric:
             return "lobpcg", _preconditioner(lap), symmetry
         return "lanczos", None, symmetry
-    if rcm_envelope(lap) <= FILL_BUDGET:
+    envelope = rcm_envelope(lap)
+    _step()
+    if envelope <= FILL_BUDGET:
         symmetry = symmetry_probe(lap)
+        _step()
         return ("block shift-invert" if symmetry.symmetric else "shift-invert"), None, symmetry
     return ("lobpcg", "amg", None) if _have_pyamg() else ("lanczos", None, None)
 
@@ -351,7 +380,11 @@ def _arpack(matvec: Any, n: int, width: int, dtype: np.dtype, tol: float, larges
     """``width`` eigenvectors of the Hermitian operator ``matvec`` at the top (or bottom) of its spectrum."""
     from scipy.sparse.linalg import LinearOperator, eigs, eigsh
 
-    op = LinearOperator((n, n), matvec=matvec, dtype=dtype)
+    def counted(x: np.ndarray) -> np.ndarray:
+        _step()
+        return matvec(x)
+
+    op = LinearOperator((n, n), matvec=counted, dtype=dtype)
     start = _start_block(n, 1, dtype)[:, 0]
     ncv = min(n - 1, max(3 * width, 20))  # measured: fewer restarts pay for the larger basis
     if np.issubdtype(dtype, np.complexfloating):  # ARPACK has no complex Hermitian driver
@@ -369,6 +402,7 @@ def _shift_invert(lap: Any, width: int, null: np.ndarray | None, bound: float) -
     sigma = 1e-6 * bound
     factor = splu((lap + sigma * sp.identity(n, dtype=lap.dtype, format="csr")).tocsc(),
                   permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+    _step()
     # (L + sigma)^-1 on the complement of the null vector: its largest eigenvalues are L's smallest there
     return _arpack(lambda x: _deflate(null, factor.solve(_deflate(null, x))), n, width, lap.dtype, tol=1e-12)
 
@@ -441,7 +475,11 @@ def _lobpcg(lap: Any, width: int, null: np.ndarray | None, preconditioner: Calla
         block[:, :min(width, start.shape[1])] = start[:, :width]
     operator = None
     if preconditioner is not None:
-        operator = LinearOperator((n, n), matvec=preconditioner, matmat=preconditioner, dtype=lap.dtype)
+        def counted(x: np.ndarray) -> np.ndarray:  # applied once an iteration: count the iterations
+            _step()
+            return preconditioner(x)
+
+        operator = LinearOperator((n, n), matvec=counted, matmat=counted, dtype=lap.dtype)
     constraint = null[:, None] if null is not None else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "not reaching the requested tolerance": checked after
@@ -606,6 +644,7 @@ def _block_krylov(lap: Any, solve: Callable[[np.ndarray], np.ndarray], width: in
     size, check_at = 0, 2 * width
     while True:
         image = _deflate(null, solve(basis[:, size:size + block]))
+        _step()
         size += block
         done = basis[:, :size]
         column = done.conj().T @ image  # classical Gram-Schmidt twice (Kahan: twice is enough)
@@ -654,6 +693,7 @@ def _preconditioner_operator(lap: Any, null: np.ndarray | None, bound: float,
 
         factor = splu((lap + 1e-6 * bound * sp.identity(n, dtype=lap.dtype, format="csr")).tocsc(),
                       permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+        _step()
         return factor.solve
     if kind == "amg":
         import pyamg
@@ -662,6 +702,7 @@ def _preconditioner_operator(lap: Any, null: np.ndarray | None, bound: float,
         near_null = null[:, None] if null is not None else np.ones((n, 1), dtype=lap.dtype)
         hierarchy = pyamg.smoothed_aggregation_solver(
             shifted, B=near_null, symmetry="hermitian" if np.iscomplexobj(lap.data) else "symmetric")
+        _step()
         return BlockVCycle(hierarchy)
     return None
 
@@ -681,7 +722,8 @@ class _Piece:
 
 
 def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bound: float, dense_max_nodes: int,
-                     solver: str = "auto", workers: int = 1) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                     solver: str = "auto", workers: int = 1,
+                     progress: ProgressReporter | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The ``count`` lowest eigenpairs of a graph's Hermitian positive semi-definite sparse ``lap [n, n]``, in
     the canonical basis, without densifying it (see the module docstring).
 
@@ -692,6 +734,9 @@ def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bo
             space when it is non-zero there (``sqrt(degree)`` or ones); ``None``: no known null space.
         bound: upper bound of the spectrum (eigenspace clusters use ``EIGENVALUE_TOL * bound``).
         dense_max_nodes: components up to this size are solved densely.
+        progress: advanced by one per solver step (an operator product or solve, a LOBPCG iteration, a probe, a
+            factorisation, a chunk of dense components); the total is not known in advance (None). A 1e6-node
+            graph takes a few hundred to a few thousand steps.
 
     Returns:
         ``(values [count], vectors [n, count], solvers used)`` float64 / complex128.
@@ -701,7 +746,7 @@ def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bo
     team made 2-4x slower in CPU time with 2 threads on a 2-core machine (2-D grid of 1,024 nodes: 47 ms of CPU
     vs 14 ms with 1).
     """
-    with one_thread():
+    with one_thread(), _reporting(progress):
         return _graph_eigenpairs(lap, count, null_weight=null_weight, bound=bound, dense_max_nodes=dense_max_nodes,
                                  solver=solver, workers=workers)
 
@@ -792,6 +837,7 @@ def _dense_components(lap: Any, labels: np.ndarray, position: np.ndarray, sizes:
                      torch.from_numpy(position[cols[e_lo:e_hi]]))
             dense.index_put_(index, torch.from_numpy(data[e_lo:e_hi]).to(dtype), accumulate=True)
             values, vectors = batched_eigh([dense], workers)[0]
+            _step()
             m = min(keep, int(s))
             chunk = comps[lo:hi]
             nodes = order[first[chunk][:, None] + np.arange(s)]
