@@ -282,7 +282,7 @@ def _choose(lap: Any, null: np.ndarray | None, bound: float) -> tuple[str, str |
     products, no factorisation) unless :func:`symmetry_probe` finds a symmetry that can repeat an eigenvalue, then
     block LOBPCG. A small gap: block shift-invert where the factor stays small (meshes, geometric graphs, rings
     with chords), LOBPCG + AMG where it would not."""
-    gap = _probe_gap(lap, null, bound)
+    gap = _probe_gap(lap, null, bound, below=GAP_PROBE * bound)
     _step()
     if gap >= GAP_PROBE * bound:
         symmetry = symmetry_probe(lap)
@@ -318,12 +318,14 @@ def _may_miss_copies(values: np.ndarray, wanted: int, bound: float, symmetry: Sy
     return bool(twins.size) and bool(twins.min() <= values[-1] + EIGENVALUE_TOL * bound)
 
 
-def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30) -> float:
+def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30, below: float | None = None) -> float:
     """Second-lowest Ritz value of a ``steps``-step Lanczos run (plain three-term recurrence, orthogonal to
     ``null``): an upper estimate of the second-lowest eigenvalue there, good to its order of magnitude where that
     is large (the second, so that one isolated small eigenvalue, e.g. a magnetic Laplacian's lowest, does not
     decide). Measured: Barabasi-Albert graphs ~0.3-0.4 (also magnetic), grids, geometric graphs and rings with
-    chords < 0.01."""
+    chords < 0.01. With ``below``, the run stops once the estimate is under it (checked every 5 steps from the
+    10th): the Ritz values of a Lanczos run only fall as it goes on (Cauchy interlacing), so the answer to
+    "is it below?" is already known."""
     n = lap.shape[0]
     steps = min(steps, n - 2)
     v = _deflate(null, _start_block(n, 1, lap.dtype)[:, 0])
@@ -341,6 +343,13 @@ def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30)
             break
         beta.append(b)
         previous, v = v, w / b
+        if below is not None and len(alpha) >= 10 and len(alpha) % 5 == 0 and _second_ritz(alpha, beta) < below:
+            break
+    return _second_ritz(alpha, beta)
+
+
+def _second_ritz(alpha: list[float], beta: list[float]) -> float:
+    """Second-lowest eigenvalue of the Lanczos tridiagonal ``(alpha, beta[1:])`` (the lowest where it has one)."""
     off = np.array(beta[1:len(alpha)])
     ritz = np.linalg.eigvalsh(np.diag(alpha) + np.diag(off, 1) + np.diag(off, -1))  # (NumPy: no scipy.linalg import)
     return float(ritz[min(1, ritz.size - 1)])
@@ -666,9 +675,10 @@ def _block_krylov(lap: Any, solve: Callable[[np.ndarray], np.ndarray], width: in
                 values, vectors = _rayleigh_ritz(lap, vectors, null)
                 if np.linalg.norm(lap @ vectors - vectors * values, axis=0).max() <= 1e-9 * bound:
                     return values, vectors
-            # the residuals fall about a decade a step near the end (2-D grids, 1k-10k nodes): while far from
-            # the tolerance, the next check waits a step or two (an eigh of H each; at worst one step too many)
-            skip = 2 if distance > 1e6 else 1 if distance > 1e3 else 0
+            # the residuals fall at most about a decade a step (2-D grids, 1k-10k nodes: 0.2-1): while far from
+            # the tolerance, the next check waits a step per two decades (an eigh of H each; at worst a step or
+            # two too many)
+            skip = min(4, int(np.log10(distance) // 2)) if distance > 1.0 else 0
             check_at = size + (skip + 1) * block
         if size + block > most:
             return None
