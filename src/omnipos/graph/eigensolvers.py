@@ -290,19 +290,28 @@ def _choose(lap: Any, null: np.ndarray | None, bound: float) -> tuple[str, str |
         if symmetry.symmetric:
             return "lobpcg", _preconditioner(lap), symmetry
         return "lanczos", None, symmetry
-    envelope = rcm_envelope(lap)
-    _step()
-    if envelope <= FILL_BUDGET:
+    if _factor_fits(lap):
         symmetry = symmetry_probe(lap)
         _step()
         return ("block shift-invert" if symmetry.symmetric else "shift-invert"), None, symmetry
     return ("lobpcg", "amg", None) if _have_pyamg() else ("lanczos", None, None)
 
 
+def _factor_fits(lap: Any) -> bool:
+    """Whether the reverse Cuthill-McKee envelope of ``lap`` is at most :data:`FILL_BUDGET` entries; without
+    computing it where even a full triangle, ``n (n + 1) / 2``, is (graphs up to ~7,700 nodes)."""
+    n = lap.shape[0]
+    if n * (n + 1) // 2 <= FILL_BUDGET:
+        return True
+    fits = rcm_envelope(lap) <= FILL_BUDGET
+    _step()
+    return fits
+
+
 def _preconditioner(lap: Any) -> str | None:
     """The block solver's preconditioner: the factor of ``L + sigma I`` where it stays small (then LOBPCG converges
     in a few iterations, as shift-invert does), else AMG (pyamg), else none."""
-    if rcm_envelope(lap) <= FILL_BUDGET:
+    if _factor_fits(lap):
         return "lu"
     return "amg" if _have_pyamg() else None
 
@@ -568,9 +577,10 @@ def symmetry_probe(lap: Any, max_rounds: int = SYMMETRY_ROUNDS) -> Symmetry:
         refined = int(colour.max()) + 1
         settled = refined in (classes, n)  # (refinement only splits: 4 rounds without a split is stable)
         classes = refined
-        if not settled and round_ >= 8 and 8 * classes < n:
-            # few colours after 8 rounds: a symmetric or long, thin graph (a grid); counting it symmetric early
-            # only costs speed (the block solvers are exact on any graph), and saves the remaining rounds
+        if not settled and (8 * classes < n if round_ >= 8 else 16 * classes < n):
+            # few colours after 4 or 8 rounds: a symmetric or long, thin graph (a 2-D grid: 21 colours after 4
+            # rounds at any size; rings with chords and Barabasi-Albert graphs: over n / 3); counting it symmetric
+            # early only costs speed (the block solvers are exact on any graph), and saves the remaining rounds
             return Symmetry(True, np.zeros(0))
     if not settled:
         return Symmetry(True, np.zeros(0))
