@@ -29,21 +29,28 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
    round) and picks per component:
 
    - a large spectral gap (the second Ritz value of a 30-step Lanczos probe at least :data:`GAP_PROBE` times
-     ``bound``): Lanczos where the graph has no symmetry beyond twins, at any size; then, if the eigenvalues
-     found show a repeated one or reach an eigenvalue of twin nodes, the block solver from its vectors. A
+     ``bound``; the probe stops at the 10th step where the value is already below): Lanczos where the graph has
+     no symmetry beyond twins, at any size; then, if the eigenvalues found show a repeated one or reach an
+     eigenvalue of twin nodes, the block solver from its vectors. A
      symmetric graph (a hypercube) goes to the block solver, preconditioned by the LU where its reverse
      Cuthill-McKee envelope is at most :data:`FILL_BUDGET` entries, else AMG.
    - a small gap and an envelope of at most :data:`FILL_BUDGET` (meshes, geometric graphs, rings with chords):
      shift-invert; on a symmetric graph (a grid) block shift-invert, block Lanczos on the same inverse whose
-     block grows past the largest multiplicity found (measured on 2-D grids: ~1.4x single-vector shift-invert).
+     block grows past the largest multiplicity found (measured on 2-D grids of 1k nodes: ~1.3x single-vector
+     shift-invert). (The envelope is computed only where a full triangle, ``n (n + 1) / 2``, exceeds the budget.)
    - a small gap and a larger envelope: LOBPCG + AMG (Lanczos without pyamg).
 
-   Every solver starts from fixed vectors (a seeded generator), so results are the same run to run, and ends
+   Every solver starts from fixed vectors (a seeded generator), so results are the same run to run (except
+   LOBPCG with the AMG preconditioner: pyamg estimates spectral radii from NumPy's global random state, ~1e-8
+   apart run to run), and ends
    with a float64 Rayleigh-Ritz step on ``L`` (orthonormal vectors, eigenvalues as Rayleigh quotients).
    Accuracy reached (residual ``||L v - lambda v||``; eigenvalues are good to about its square, vectors to about
    residual / gap): shift-invert ~1e-12 (ARPACK at tolerance 1e-12), LOBPCG ~1e-8, Lanczos ~1e-5 (it runs in
    single precision, as PyG's LapPE does: twice as fast, and float32 is the output's precision); measured
    against dense float64 ``eigh`` in the tests. A residual above ``1e-4 * bound`` warns (RuntimeWarning).
+   The whole solve runs inside :func:`omnipos.graph.small_eigh.one_thread` (most of it is small NumPy, SciPy and
+   torch ops between the sparse products, which torch's OpenMP team only slowed down), and counts its steps on
+   ``progress=`` (probes, factorisations, operator products and solves, LOBPCG iterations).
 3. The components' eigenpairs are merged (the lowest ``count`` overall; the eigenspace at the cut is completed
    where the solvers found all of it) and given the canonical basis of :func:`omnipos.graph.canonical_basis`,
    computed per component and merged in pivot order, which equals the canonical basis of the whole graph.
