@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omnipos.graph import eigensolvers
 from omnipos.graph.eigensolvers import graph_eigenpairs, rcm_envelope, sparse_eigenpairs
@@ -230,3 +232,104 @@ def test_repeated_eigenvalues_keep_the_encoding_batch_invariant():
     batch = torch.repeat_interleave(torch.arange(2), torch.tensor([150, n]))
     both = laplacian_pe(torch.cat([hubs, cube + 150], 1), 150 + n, 8, batch=batch, dense_max_nodes=32)
     assert torch.equal(both[150:], alone)
+
+
+@pytest.mark.parametrize("budget", [None, 400 * 24], ids=["krylov", "basis over budget: LOBPCG"])
+def test_block_shift_invert_matches_dense_on_a_grid(budget, monkeypatch, reference_basis):
+    """A square grid (eigenvalue pairs) through "auto"'s block shift-invert: the canonical basis of dense float64
+    eigh, every copy of each pair; with a Krylov memory budget too small to converge in, the LOBPCG fallback
+    gives the same."""
+    if budget is not None:
+        monkeypatch.setattr(eigensolvers, "_KRYLOV_ELEMENTS", budget)
+    rows, cols = grid_edges(20)
+    lap, null_weight = symmetric_laplacian(rows, cols, 400)
+    values, vectors = np.linalg.eigh(lap.toarray())
+    calls = []
+    original = eigensolvers._block_krylov
+
+    def spy(*args, **kwargs):
+        calls.append(original(*args, **kwargs))
+        return calls[-1]
+
+    monkeypatch.setattr(eigensolvers, "_block_krylov", spy)
+    ours, basis, used = graph_eigenpairs(lap, 10, null_weight=null_weight, bound=2.0, dense_max_nodes=32)
+    assert calls and (calls[-1] is None) == (budget is not None)
+    assert used == ["shift-invert"]  # (the name of the family, whichever block solver finished)
+    np.testing.assert_allclose(ours, values[:10], atol=1e-10)
+    expected = reference_basis(vectors, values, 10, value_tol=1e-8 / 2)
+    np.testing.assert_allclose(basis, expected, atol=1e-7)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 40), density=st.floats(0.0, 0.5), dtype=st.sampled_from(["f4", "f8", "c8", "c16"]),
+       fmt=st.sampled_from(["csr", "csc"]), seed=st.integers(0, 2**31 - 1))
+def test_matvec_equals_scipy_product(n, density, dtype, fmt, seed):
+    """The ARPACK / probe product (SciPy's CSR kernel called directly) gives SciPy's own product bit for bit, on
+    any shape, dtype and format (a non-CSR matrix takes the public product)."""
+    rng = np.random.default_rng(seed)
+    matrix = sp.random(n, n, density=density, format=fmt, random_state=rng, dtype=np.float64)
+    if dtype.startswith("c"):
+        matrix = matrix + 1j * sp.random(n, n, density=density, format=fmt, random_state=rng)
+    matrix = matrix.astype(dtype).asformat(fmt)
+    x = rng.standard_normal(n).astype(dtype)
+    assert np.array_equal(eigensolvers._matvec(matrix)(x), matrix @ x)
+
+
+def _progress_graph(shape):
+    if shape == "grid":
+        rows, cols = grid_edges(20)
+        n = 400
+    else:
+        rows, cols = hub_edges(400, 3)
+        n = 400
+    return torch.from_numpy(np.stack([np.r_[rows, cols], np.r_[cols, rows]])), n
+
+
+@pytest.mark.parametrize("solver,shape", [("auto", "grid"), ("auto", "hubs"), ("shift-invert", "hubs"),
+                                          ("lobpcg", "grid"), ("lanczos", "hubs")])
+def test_progress_counts_solver_steps(solver, shape):
+    """``progress=`` of laplacian_pe / magnetic_laplacian_pe: called once per solver step with done = 1, 2, 3, ...
+    and total None; the encoding is the same bits with and without it (LOBPCG + AMG aside: pyamg draws its
+    spectral-radius estimates from NumPy's global random state, so that path differs run to run by ~1e-8 with or
+    without progress, on main too)."""
+    from omnipos.graph import laplacian_pe, magnetic_laplacian_pe
+
+    edge_index, n = _progress_graph(shape)
+    for encode in (laplacian_pe, magnetic_laplacian_pe):
+        calls = []
+        quiet = encode(edge_index, n, 6, dense_max_nodes=32, solver=solver)
+        watched = encode(edge_index, n, 6, dense_max_nodes=32, solver=solver,
+                         progress=lambda done, total: calls.append((done, total)))
+        if solver != "lobpcg":
+            assert torch.equal(quiet, watched)
+        else:
+            torch.testing.assert_close(quiet, watched, atol=1e-6, rtol=0)
+        assert len(calls) >= 5, calls  # probes / factor and the iterations
+        assert [c[0] for c in calls] == list(range(1, len(calls) + 1)) and {c[1] for c in calls} == {None}
+
+
+def test_progress_true_writes_a_line_and_bad_values_are_refused(capsys):
+    from omnipos.graph import laplacian_pe, magnetic_laplacian_pe
+
+    edge_index, n = _progress_graph("grid")
+    laplacian_pe(edge_index, n, 4, dense_max_nodes=32, progress=True)
+    assert "laplacian_pe: " in capsys.readouterr().err
+    for encode in (laplacian_pe, magnetic_laplacian_pe):
+        with pytest.raises(TypeError, match="progress must be True, False or a callable"):
+            encode(edge_index, n, 4, dense_max_nodes=32, progress="yes")
+
+
+def test_sparse_path_leaves_thread_settings_alone():
+    """The sparse path runs its small ops on one thread (omnipos.graph.small_eigh.one_thread) and restores the
+    caller's torch thread count; the result does not depend on it."""
+    from omnipos.graph import laplacian_pe
+
+    edge_index, n = _progress_graph("grid")
+    before = torch.get_num_threads()
+    first = laplacian_pe(edge_index, n, 6, dense_max_nodes=32)
+    assert torch.get_num_threads() == before
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(laplacian_pe(edge_index, n, 6, dense_max_nodes=32), first)
+    finally:
+        torch.set_num_threads(before)

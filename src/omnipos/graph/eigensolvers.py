@@ -29,21 +29,28 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
    round) and picks per component:
 
    - a large spectral gap (the second Ritz value of a 30-step Lanczos probe at least :data:`GAP_PROBE` times
-     ``bound``): Lanczos where the graph has no symmetry beyond twins, at any size; then, if the eigenvalues
-     found show a repeated one or reach an eigenvalue of twin nodes, the block solver from its vectors. A
+     ``bound``; the probe stops at the 10th step where the value is already below): Lanczos where the graph has
+     no symmetry beyond twins, at any size; then, if the eigenvalues found show a repeated one or reach an
+     eigenvalue of twin nodes, the block solver from its vectors. A
      symmetric graph (a hypercube) goes to the block solver, preconditioned by the LU where its reverse
      Cuthill-McKee envelope is at most :data:`FILL_BUDGET` entries, else AMG.
    - a small gap and an envelope of at most :data:`FILL_BUDGET` (meshes, geometric graphs, rings with chords):
      shift-invert; on a symmetric graph (a grid) block shift-invert, block Lanczos on the same inverse whose
-     block grows past the largest multiplicity found (measured on 2-D grids: ~1.4x single-vector shift-invert).
+     block grows past the largest multiplicity found (measured on 2-D grids of 1k nodes: ~1.3x single-vector
+     shift-invert). (The envelope is computed only where a full triangle, ``n (n + 1) / 2``, exceeds the budget.)
    - a small gap and a larger envelope: LOBPCG + AMG (Lanczos without pyamg).
 
-   Every solver starts from fixed vectors (a seeded generator), so results are the same run to run, and ends
+   Every solver starts from fixed vectors (a seeded generator), so results are the same run to run (except
+   LOBPCG with the AMG preconditioner: pyamg estimates spectral radii from NumPy's global random state, ~1e-8
+   apart run to run), and ends
    with a float64 Rayleigh-Ritz step on ``L`` (orthonormal vectors, eigenvalues as Rayleigh quotients).
    Accuracy reached (residual ``||L v - lambda v||``; eigenvalues are good to about its square, vectors to about
    residual / gap): shift-invert ~1e-12 (ARPACK at tolerance 1e-12), LOBPCG ~1e-8, Lanczos ~1e-5 (it runs in
    single precision, as PyG's LapPE does: twice as fast, and float32 is the output's precision); measured
    against dense float64 ``eigh`` in the tests. A residual above ``1e-4 * bound`` warns (RuntimeWarning).
+   The whole solve runs inside :func:`omnipos.graph.small_eigh.one_thread` (most of it is small NumPy, SciPy and
+   torch ops between the sparse products, which torch's OpenMP team only slowed down), and counts its steps on
+   ``progress=`` (probes, factorisations, operator products and solves, LOBPCG iterations).
 3. The components' eigenpairs are merged (the lowest ``count`` overall; the eigenspace at the cut is completed
    where the solvers found all of it) and given the canonical basis of :func:`omnipos.graph.canonical_basis`,
    computed per component and merged in pivot order, which equals the canonical basis of the whole graph.
@@ -51,6 +58,8 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -59,10 +68,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import ProgressReporter
 from ._input import SizeGroup
 from ._workers import parallel_map
 from .sign import CANONICAL_TOL, EIGENVALUE_TOL, canonical_basis, eigenvalue_clusters
-from .small_eigh import small_eigh
+from .small_eigh import one_thread, small_eigh
 
 __all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "SYMMETRY_ROUNDS", "Symmetry", "batched_eigh", "solve_dense_groups",
            "graph_eigenpairs", "sparse_eigenpairs", "symmetry_probe", "check_solver"]
@@ -88,6 +98,26 @@ EXTRA = 2
 _PARALLEL_MIN_WORK = 2_000_000
 # Elements of dense [G, n, n] blocks solved at once on the large-graph path (float64: 256 MB).
 _CHUNK_ELEMENTS = 32_000_000
+# The progress reporter of the graph_eigenpairs call running in this context (None: silent); the solvers count
+# their steps on it through _step() rather than through every signature.
+_PROGRESS: contextvars.ContextVar[ProgressReporter | None] = contextvars.ContextVar("omnipos_graph_progress",
+                                                                                    default=None)
+
+
+def _step(n: int = 1) -> None:
+    """One more solver step done (an operator product or solve, a LOBPCG iteration, a probe, a factorisation)."""
+    report = _PROGRESS.get()
+    if report is not None:
+        report.update(n)
+
+
+@contextlib.contextmanager
+def _reporting(progress: ProgressReporter | None) -> Iterator[None]:
+    token = _PROGRESS.set(progress)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 def check_solver(solver: Any) -> str:
@@ -259,21 +289,36 @@ def _choose(lap: Any, null: np.ndarray | None, bound: float) -> tuple[str, str |
     products, no factorisation) unless :func:`symmetry_probe` finds a symmetry that can repeat an eigenvalue, then
     block LOBPCG. A small gap: block shift-invert where the factor stays small (meshes, geometric graphs, rings
     with chords), LOBPCG + AMG where it would not."""
-    if _probe_gap(lap, null, bound) >= GAP_PROBE * bound:
+    gap = _probe_gap(lap, null, bound, below=GAP_PROBE * bound)
+    _step()
+    if gap >= GAP_PROBE * bound:
         symmetry = symmetry_probe(lap)
+        _step()
         if symmetry.symmetric:
             return "lobpcg", _preconditioner(lap), symmetry
         return "lanczos", None, symmetry
-    if rcm_envelope(lap) <= FILL_BUDGET:
+    if _factor_fits(lap):
         symmetry = symmetry_probe(lap)
+        _step()
         return ("block shift-invert" if symmetry.symmetric else "shift-invert"), None, symmetry
     return ("lobpcg", "amg", None) if _have_pyamg() else ("lanczos", None, None)
+
+
+def _factor_fits(lap: Any) -> bool:
+    """Whether the reverse Cuthill-McKee envelope of ``lap`` is at most :data:`FILL_BUDGET` entries; without
+    computing it where even a full triangle, ``n (n + 1) / 2``, is (graphs up to ~7,700 nodes)."""
+    n = lap.shape[0]
+    if n * (n + 1) // 2 <= FILL_BUDGET:
+        return True
+    fits = rcm_envelope(lap) <= FILL_BUDGET
+    _step()
+    return fits
 
 
 def _preconditioner(lap: Any) -> str | None:
     """The block solver's preconditioner: the factor of ``L + sigma I`` where it stays small (then LOBPCG converges
     in a few iterations, as shift-invert does), else AMG (pyamg), else none."""
-    if rcm_envelope(lap) <= FILL_BUDGET:
+    if _factor_fits(lap):
         return "lu"
     return "amg" if _have_pyamg() else None
 
@@ -289,20 +334,23 @@ def _may_miss_copies(values: np.ndarray, wanted: int, bound: float, symmetry: Sy
     return bool(twins.size) and bool(twins.min() <= values[-1] + EIGENVALUE_TOL * bound)
 
 
-def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30) -> float:
+def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30, below: float | None = None) -> float:
     """Second-lowest Ritz value of a ``steps``-step Lanczos run (plain three-term recurrence, orthogonal to
     ``null``): an upper estimate of the second-lowest eigenvalue there, good to its order of magnitude where that
     is large (the second, so that one isolated small eigenvalue, e.g. a magnetic Laplacian's lowest, does not
     decide). Measured: Barabasi-Albert graphs ~0.3-0.4 (also magnetic), grids, geometric graphs and rings with
-    chords < 0.01."""
+    chords < 0.01. With ``below``, the run stops once the estimate is under it (checked every 5 steps from the
+    10th): the Ritz values of a Lanczos run only fall as it goes on (Cauchy interlacing), so the answer to
+    "is it below?" is already known."""
     n = lap.shape[0]
     steps = min(steps, n - 2)
     v = _deflate(null, _start_block(n, 1, lap.dtype)[:, 0])
     v = v / np.linalg.norm(v)
     previous = np.zeros_like(v)
     alpha, beta = [], [0.0]
+    product = _matvec(lap)
     for _ in range(steps):
-        w = _deflate(null, lap @ v) - beta[-1] * previous
+        w = _deflate(null, product(v)) - beta[-1] * previous
         a = float(np.real(np.vdot(v, w)))
         w = w - a * v
         alpha.append(a)
@@ -311,6 +359,13 @@ def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30)
             break
         beta.append(b)
         previous, v = v, w / b
+        if below is not None and len(alpha) >= 10 and len(alpha) % 5 == 0 and _second_ritz(alpha, beta) < below:
+            break
+    return _second_ritz(alpha, beta)
+
+
+def _second_ritz(alpha: list[float], beta: list[float]) -> float:
+    """Second-lowest eigenvalue of the Lanczos tridiagonal ``(alpha, beta[1:])`` (the lowest where it has one)."""
     off = np.array(beta[1:len(alpha)])
     ritz = np.linalg.eigvalsh(np.diag(alpha) + np.diag(off, 1) + np.diag(off, -1))  # (NumPy: no scipy.linalg import)
     return float(ritz[min(1, ritz.size - 1)])
@@ -324,11 +379,37 @@ def _deflate(null: np.ndarray | None, x: np.ndarray) -> np.ndarray:
     return x - np.outer(null, null.conj() @ x)
 
 
+def _matvec(matrix: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """``x -> matrix @ x`` for a SciPy CSR matrix and one vector, without SciPy's per-call dispatch where its
+    kernel is reachable (``scipy.sparse._sparsetools.csr_matvec``; ~9 of ~12 us a product on a 1,000-node graph
+    are dispatch, and ARPACK takes a few hundred products)."""
+    try:
+        from scipy.sparse._sparsetools import csr_matvec
+    except ImportError:  # (a SciPy without it: the public product)
+        csr_matvec = None
+    if csr_matvec is None or getattr(matrix, "format", None) != "csr" or matrix.data.dtype != matrix.dtype:
+        return lambda x: matrix @ x
+    rows, cols = matrix.shape
+    indptr, indices, data, dtype = matrix.indptr, matrix.indices, matrix.data, matrix.dtype
+
+    def product(x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=dtype).reshape(-1)
+        out = np.zeros(rows, dtype=dtype)
+        csr_matvec(rows, cols, indptr, indices, data, x, out)
+        return out
+
+    return product
+
+
 def _arpack(matvec: Any, n: int, width: int, dtype: np.dtype, tol: float, largest: bool = True) -> np.ndarray:
     """``width`` eigenvectors of the Hermitian operator ``matvec`` at the top (or bottom) of its spectrum."""
     from scipy.sparse.linalg import LinearOperator, eigs, eigsh
 
-    op = LinearOperator((n, n), matvec=matvec, dtype=dtype)
+    def counted(x: np.ndarray) -> np.ndarray:
+        _step()
+        return matvec(x)
+
+    op = LinearOperator((n, n), matvec=counted, dtype=dtype)
     start = _start_block(n, 1, dtype)[:, 0]
     ncv = min(n - 1, max(3 * width, 20))  # measured: fewer restarts pay for the larger basis
     if np.issubdtype(dtype, np.complexfloating):  # ARPACK has no complex Hermitian driver
@@ -346,6 +427,7 @@ def _shift_invert(lap: Any, width: int, null: np.ndarray | None, bound: float) -
     sigma = 1e-6 * bound
     factor = splu((lap + sigma * sp.identity(n, dtype=lap.dtype, format="csr")).tocsc(),
                   permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+    _step()
     # (L + sigma)^-1 on the complement of the null vector: its largest eigenvalues are L's smallest there
     return _arpack(lambda x: _deflate(null, factor.solve(_deflate(null, x))), n, width, lap.dtype, tol=1e-12)
 
@@ -361,10 +443,17 @@ def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.
     n = lap.shape[0]
     single = np.complex64 if np.iscomplexobj(lap.data) else np.float32
     shifted = (bound * sp.identity(n, dtype=lap.dtype, format="csr") - lap).tocsr().astype(single)
-    null32 = null.astype(single) if null is not None else None
+    product = _matvec(shifted)
+    if null is None:
+        matvec = product
+    else:
+        # (bound I - L) - bound u u^H: the null vector u (an eigenvector of bound I - L, of its largest eigenvalue
+        # bound) moves to eigenvalue 0, the others stay; one rank-one term a product instead of two projections
+        null32, weight = null.astype(single), single(bound)
 
-    def matvec(x: np.ndarray) -> np.ndarray:
-        return _deflate(null32, shifted @ _deflate(null32, x))
+        def matvec(x: np.ndarray) -> np.ndarray:
+            x = x.reshape(-1)
+            return product(x) - null32 * (weight * np.vdot(null32, x))
 
     return _arpack(matvec, n, width, np.dtype(single), tol=1e-5).astype(lap.dtype)
 
@@ -411,7 +500,11 @@ def _lobpcg(lap: Any, width: int, null: np.ndarray | None, preconditioner: Calla
         block[:, :min(width, start.shape[1])] = start[:, :width]
     operator = None
     if preconditioner is not None:
-        operator = LinearOperator((n, n), matvec=preconditioner, matmat=preconditioner, dtype=lap.dtype)
+        def counted(x: np.ndarray) -> np.ndarray:  # applied once an iteration: count the iterations
+            _step()
+            return preconditioner(x)
+
+        operator = LinearOperator((n, n), matvec=counted, matmat=counted, dtype=lap.dtype)
     constraint = null[:, None] if null is not None else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "not reaching the requested tolerance": checked after
@@ -491,9 +584,10 @@ def symmetry_probe(lap: Any, max_rounds: int = SYMMETRY_ROUNDS) -> Symmetry:
         refined = int(colour.max()) + 1
         settled = refined in (classes, n)  # (refinement only splits: 4 rounds without a split is stable)
         classes = refined
-        if not settled and round_ >= 8 and 8 * classes < n:
-            # few colours after 8 rounds: a symmetric or long, thin graph (a grid); counting it symmetric early
-            # only costs speed (the block solvers are exact on any graph), and saves the remaining rounds
+        if not settled and (8 * classes < n if round_ >= 8 else 16 * classes < n):
+            # few colours after 4 or 8 rounds: a symmetric or long, thin graph (a 2-D grid: 21 colours after 4
+            # rounds at any size; rings with chords and Barabasi-Albert graphs: over n / 3); counting it symmetric
+            # early only costs speed (the block solvers are exact on any graph), and saves the remaining rounds
             return Symmetry(True, np.zeros(0))
     if not settled:
         return Symmetry(True, np.zeros(0))
@@ -568,40 +662,44 @@ def _block_krylov(lap: Any, solve: Callable[[np.ndarray], np.ndarray], width: in
     ``bound / mu`` times it); the ``L`` residual is checked once at the end."""
     n = lap.shape[0]
     most = max(2 * width + 2 * block, min(_KRYLOV_ELEMENTS // n, 30 * block + width))
-    basis = [np.linalg.qr(_deflate(null, _start_block(n, block, lap.dtype)))[0]]
-    projected = np.zeros((0, 0), dtype=lap.dtype)
-    size = 0
+    # the basis in one array (untouched columns cost no memory): Gram-Schmidt against all of it is two matrix
+    # products a step, not two per earlier block
+    basis = np.empty((n, most), dtype=lap.dtype, order="F")  # (column blocks contiguous for the solve)
+    basis[:, :block] = np.linalg.qr(_deflate(null, _start_block(n, block, lap.dtype)))[0]
+    projected = np.zeros((most, most), dtype=lap.dtype)
+    size, check_at = 0, 2 * width
     while True:
-        image = _deflate(null, solve(basis[-1]))
-        coefficients = []
-        for previous in basis:  # classical Gram-Schmidt twice (Kahan: twice is enough), one block at a time
-            c = previous.conj().T @ image
-            image = image - previous @ c
-            coefficients.append(c)
-        for i, previous in enumerate(basis):
-            c = previous.conj().T @ image
-            image = image - previous @ c
-            coefficients[i] = coefficients[i] + c
+        image = _deflate(null, solve(basis[:, size:size + block]))
+        _step()
         size += block
-        column = np.concatenate(coefficients, 0)  # [size, block]: H's new columns
-        grown = np.zeros((size, size), dtype=lap.dtype)
-        grown[:size - block, :size - block] = projected
-        grown[:, size - block:] = column
-        grown[size - block:, :size - block] = column[:size - block].conj().T
-        projected = grown
+        done = basis[:, :size]
+        column = done.conj().T @ image  # classical Gram-Schmidt twice (Kahan: twice is enough)
+        image = image - done @ column
+        again = done.conj().T @ image
+        image = image - done @ again
+        column += again  # [size, block]: H's new columns
+        projected[:size, size - block:size] = column
+        projected[size - block:size, :size - block] = column[:size - block].conj().T
         following, tail = np.linalg.qr(image)
-        if size >= 2 * width:
-            mu, small = np.linalg.eigh((projected + projected.conj().T) / 2)
+        if size >= check_at or size + block > most:
+            h = projected[:size, :size]
+            mu, small = np.linalg.eigh((h + h.conj().T) / 2)
             mu, small = mu[::-1][:width], small[:, ::-1][:, :width]
             residual = np.linalg.norm(tail @ small[size - block:], axis=0)
-            if np.all(residual * bound <= 1e-9 * bound * np.abs(mu)):
-                vectors = np.concatenate(basis, 1) @ small
+            distance = float(np.max(residual / np.maximum(1e-9 * np.abs(mu), np.finfo(float).tiny)))
+            if distance <= 1.0:
+                vectors = done @ small
                 values, vectors = _rayleigh_ritz(lap, vectors, null)
                 if np.linalg.norm(lap @ vectors - vectors * values, axis=0).max() <= 1e-9 * bound:
                     return values, vectors
+            # the residuals fall at most about a decade a step (2-D grids, 1k-10k nodes: 0.2-1): while far from
+            # the tolerance, the next check waits a step per two decades (an eigh of H each; at worst a step or
+            # two too many)
+            skip = min(4, int(np.log10(distance) // 2)) if distance > 1.0 else 0
+            check_at = size + (skip + 1) * block
         if size + block > most:
             return None
-        basis.append(following)
+        basis[:, size:size + block] = following
 
 
 def _dense_lowest(lap: Any, null: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -622,6 +720,7 @@ def _preconditioner_operator(lap: Any, null: np.ndarray | None, bound: float,
 
         factor = splu((lap + 1e-6 * bound * sp.identity(n, dtype=lap.dtype, format="csr")).tocsc(),
                       permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+        _step()
         return factor.solve
     if kind == "amg":
         import pyamg
@@ -630,6 +729,7 @@ def _preconditioner_operator(lap: Any, null: np.ndarray | None, bound: float,
         near_null = null[:, None] if null is not None else np.ones((n, 1), dtype=lap.dtype)
         hierarchy = pyamg.smoothed_aggregation_solver(
             shifted, B=near_null, symmetry="hermitian" if np.iscomplexobj(lap.data) else "symmetric")
+        _step()
         return BlockVCycle(hierarchy)
     return None
 
@@ -649,7 +749,8 @@ class _Piece:
 
 
 def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bound: float, dense_max_nodes: int,
-                     solver: str = "auto", workers: int = 1) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                     solver: str = "auto", workers: int = 1,
+                     progress: ProgressReporter | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The ``count`` lowest eigenpairs of a graph's Hermitian positive semi-definite sparse ``lap [n, n]``, in
     the canonical basis, without densifying it (see the module docstring).
 
@@ -660,10 +761,25 @@ def graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bo
             space when it is non-zero there (``sqrt(degree)`` or ones); ``None``: no known null space.
         bound: upper bound of the spectrum (eigenspace clusters use ``EIGENVALUE_TOL * bound``).
         dense_max_nodes: components up to this size are solved densely.
+        progress: advanced by one per solver step (an operator product or solve, a LOBPCG iteration, a probe, a
+            factorisation, a chunk of dense components); the total is not known in advance (None). A 1e6-node
+            graph takes a few hundred to a few thousand steps.
 
     Returns:
         ``(values [count], vectors [n, count], solvers used)`` float64 / complex128.
+
+    Runs inside :func:`omnipos.graph.small_eigh.one_thread`: besides SciPy's sparse kernels the solve is many
+    small torch and LAPACK ops (Rayleigh-Ritz, eigenvalue clusters, the canonical basis), which torch's OpenMP
+    team made 2-4x slower in CPU time with 2 threads on a 2-core machine (2-D grid of 1,024 nodes: 47 ms of CPU
+    vs 14 ms with 1).
     """
+    with one_thread(), _reporting(progress):
+        return _graph_eigenpairs(lap, count, null_weight=null_weight, bound=bound, dense_max_nodes=dense_max_nodes,
+                                 solver=solver, workers=workers)
+
+
+def _graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, bound: float, dense_max_nodes: int,
+                      solver: str, workers: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
     import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components
 
@@ -748,6 +864,7 @@ def _dense_components(lap: Any, labels: np.ndarray, position: np.ndarray, sizes:
                      torch.from_numpy(position[cols[e_lo:e_hi]]))
             dense.index_put_(index, torch.from_numpy(data[e_lo:e_hi]).to(dtype), accumulate=True)
             values, vectors = batched_eigh([dense], workers)[0]
+            _step()
             m = min(keep, int(s))
             chunk = comps[lo:hi]
             nodes = order[first[chunk][:, None] + np.arange(s)]

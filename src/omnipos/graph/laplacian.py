@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_choice, check_positive_int
+from ..core import ProgressReporter, check_choice, check_positive_int, progress_reporter
 from ._input import (
     DENSE_MAX_ELEMENTS,
     GraphBatch,
@@ -204,6 +204,7 @@ def laplacian_pe(
     dense_max_nodes: int = DENSE_MAX_NODES,
     solver: str = "auto",
     generator: torch.Generator | None = None,
+    progress: Any = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Laplacian eigenvector encoding of every node of a graph or of a PyG batch of graphs.
 
@@ -225,6 +226,8 @@ def laplacian_pe(
         solver: the sparse path's solver for large components: ``"auto"`` (chosen per component, see
             :mod:`omnipos.graph.eigensolvers`), ``"shift-invert"``, ``"lobpcg"`` or ``"lanczos"``.
         generator: random source for ``sign="random"``.
+        progress: ``True``, a callable ``(done, total)`` or ``None`` (see :mod:`omnipos.core.progress`): the sparse
+            path's solver steps, ``total`` None (unknown in advance); a 1e6-node graph takes minutes.
 
     Returns:
         ``pe [N, k]`` float32 on the input's device; with ``return_eigenvalues`` also ``eigenvalues [B, k]``
@@ -238,9 +241,10 @@ def laplacian_pe(
     solver = check_solver(solver)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    pe, values, mask = run_cpu_work(edge_index, _laplacian_pe, edge_index, num_nodes, k, batch, edge_weight,
-                                    normalization, bool(drop_trivial), sign, per_component, dense_max_nodes,
-                                    solver, generator)
+    with progress_reporter(progress, desc="laplacian_pe", name="progress") as report:
+        pe, values, mask = run_cpu_work(edge_index, _laplacian_pe, edge_index, num_nodes, k, batch, edge_weight,
+                                        normalization, bool(drop_trivial), sign, per_component, dense_max_nodes,
+                                        solver, generator, report)
     if return_eigenvalues:
         return pe, values, mask
     return pe
@@ -258,8 +262,8 @@ def scaled_weights(g: GraphBatch) -> tuple[GraphBatch, float]:
 
 def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weight: Any,
                   normalization: str | None, drop_trivial: bool, sign: str, per_component: bool,
-                  dense_max_nodes: int, solver: str,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  dense_max_nodes: int, solver: str, generator: torch.Generator | None,
+                  report: ProgressReporter | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = check_graph(edge_index, num_nodes, batch, edge_weight)
     order = position = None
     if per_component:
@@ -270,7 +274,7 @@ def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weig
         g = check_graph(position[g.edge_index], g.num_nodes, labels[order], g.edge_weight)
     check_output_size(g, "k", k, k, k)
     g, weight_scale = scaled_weights(g)
-    pe, values, mask = _encode(g, k, normalization, drop_trivial, sign, dense_max_nodes, solver, generator)
+    pe, values, mask = _encode(g, k, normalization, drop_trivial, sign, dense_max_nodes, solver, generator, report)
     if normalization is None and weight_scale != 1.0:
         values = values.double() * weight_scale
         if not bool(torch.isfinite(values.float()).all()):
@@ -283,7 +287,8 @@ def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weig
 
 
 def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool, sign: str,
-            dense_max_nodes: int, solver: str, generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
+            dense_max_nodes: int, solver: str, generator: torch.Generator | None,
+            report: ProgressReporter | None = None) -> tuple[torch.Tensor, ...]:
     start = int(drop_trivial)
     device = g.device
     pe = torch.zeros(g.num_nodes, k, dtype=torch.float32, device=device)
@@ -293,9 +298,12 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     workers = cpu_parallelism()  # (read before one_thread(), inside which it reads 1)
     # a batch of small graphs is many small ops: one thread each, in this thread only (omnipos.graph.small_eigh);
     # a large matrix keeps torch's threads
+    # (the grouping and a large graph's sparse solve and scatter are small ops too, whatever the graph's size:
+    # with torch's 2 threads they cost a 1,000-node graph ~1.5x the CPU time)
+    cpu = one_thread if device.type == "cpu" else contextlib.nullcontext
     small = device.type == "cpu" and g.num_nodes and int(g.counts.max()) <= SMALL_MAX_NODES
     small_work = one_thread if small else contextlib.nullcontext
-    with small_work():
+    with cpu():
         groups = size_groups(g, keep=g.edge_index[0] != g.edge_index[1])  # self-loops dropped
     dense: list[SizeGroup] = []
     for group in groups:
@@ -308,9 +316,10 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
             continue
         for slot in range(group.graphs.numel()):
             one = group if group.graphs.numel() == 1 else group.graph(slot)  # (one graph: no masking pass)
-            values, vectors = _large_graph(one, start + min(k, n - start), normalization, dense_max_nodes, solver,
-                                           workers)
-            _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
+            with cpu():
+                values, vectors = _large_graph(one, start + min(k, n - start), normalization, dense_max_nodes,
+                                               solver, workers, report)
+                _store(pe, eigenvalues, g, one, values[None, start:], vectors[None, :, start:], sign, generator)
 
     def build(group: SizeGroup) -> tuple[torch.Tensor, tuple[torch.Tensor, Any]]:
         laplacian, d_scale = dense_laplacian(_symmetric_adjacency(group), normalization, overwrite=True)
@@ -333,13 +342,14 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
 
 
 def _large_graph(group: SizeGroup, wanted: int, normalization: str | None, dense_max_nodes: int, solver: str,
-                 workers: int) -> tuple[torch.Tensor, torch.Tensor]:
+                 workers: int, report: ProgressReporter | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``wanted`` lowest eigenpairs of one big graph in the canonical basis: ``([wanted], [n, wanted])``."""
     laplacian, degree, null_weight = sparse_laplacian(group.row.cpu().numpy(), group.col.cpu().numpy(),
                                                       group.weight.cpu().numpy(), group.n, normalization)
     bound = _spectrum_bound(normalization, float(degree.max()) if degree.size else 0.0)
     values, vectors, _ = graph_eigenpairs(laplacian, wanted, null_weight=null_weight, bound=bound,
-                                          dense_max_nodes=dense_max_nodes, solver=solver, workers=workers)
+                                          dense_max_nodes=dense_max_nodes, solver=solver, workers=workers,
+                                          progress=report)
     vectors = torch.from_numpy(np.ascontiguousarray(vectors))
     if normalization == "rw":
         d_scale = np.where(degree > 0, 1.0 / np.sqrt(np.where(degree > 0, degree, 1.0)), 1.0)

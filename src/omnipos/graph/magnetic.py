@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_positive_int
+from ..core import ProgressReporter, check_positive_int, progress_reporter
 from ._input import (
     GraphBatch,
     SizeGroup,
@@ -117,6 +117,7 @@ def magnetic_laplacian_pe(
     return_eigenvalues: bool = False,
     dense_max_nodes: int = DENSE_MAX_NODES,
     solver: str = "auto",
+    progress: Any = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Magnetic Laplacian eigenvector encoding of every node of a directed graph or of a PyG batch of graphs.
 
@@ -131,6 +132,8 @@ def magnetic_laplacian_pe(
         return_eigenvalues: also return the eigenvalues and the validity mask.
         dense_max_nodes: graphs with more nodes use the sparse path.
         solver: the sparse path's solver (see :mod:`omnipos.graph.eigensolvers`).
+        progress: ``True``, a callable ``(done, total)`` or ``None`` (see :mod:`omnipos.core.progress`): the sparse
+            path's solver steps, ``total`` None (unknown in advance).
 
     Returns:
         ``pe [N, 2k]`` float32 on the input's device: ``[Re | Im]`` of the ``k`` lowest eigenvectors (canonical
@@ -142,15 +145,17 @@ def magnetic_laplacian_pe(
     q = check_q(q)
     dense_max_nodes = check_positive_int(dense_max_nodes, "dense_max_nodes")
     solver = check_solver(solver)
-    pe, values, mask = run_cpu_work(edge_index, _magnetic_pe, edge_index, num_nodes, k, q, batch, edge_weight,
-                                    dense_max_nodes, solver)
+    with progress_reporter(progress, desc="magnetic_laplacian_pe", name="progress") as report:
+        pe, values, mask = run_cpu_work(edge_index, _magnetic_pe, edge_index, num_nodes, k, q, batch, edge_weight,
+                                        dense_max_nodes, solver, report)
     if return_eigenvalues:
         return pe, values, mask
     return pe
 
 
 def _magnetic_pe(edge_index: Any, num_nodes: Any, k: int, q: float, batch: Any, edge_weight: Any,
-                 dense_max_nodes: int, solver: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 dense_max_nodes: int, solver: str,
+                 report: ProgressReporter | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = check_graph(edge_index, num_nodes, batch, edge_weight)
     check_output_size(g, "k", k, 2 * k, k)
     if q:  # the phase reads the weights themselves: no rescaling (it would change the phases)
@@ -160,12 +165,12 @@ def _magnetic_pe(edge_index: Any, num_nodes: Any, k: int, q: float, batch: Any, 
                              "weights up to 1e150 are supported")
     else:
         g, _ = scaled_weights(g)
-    pe, values, mask = _encode(g, k, q, dense_max_nodes, solver)
+    pe, values, mask = _encode(g, k, q, dense_max_nodes, solver, report)
     return pe, g.rows_per_id(values), g.rows_per_id(mask, False)
 
 
-def _encode(g: GraphBatch, k: int, q: float, dense_max_nodes: int,
-            solver: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _encode(g: GraphBatch, k: int, q: float, dense_max_nodes: int, solver: str,
+            report: ProgressReporter | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     device = g.device
     pe = torch.zeros(g.num_nodes, 2 * k, dtype=torch.float32, device=device)
     eigenvalues = torch.zeros(g.num_graphs, k, dtype=torch.float32, device=device)
@@ -185,7 +190,8 @@ def _encode(g: GraphBatch, k: int, q: float, dense_max_nodes: int,
                                                           one.weight.cpu().numpy(), one.n, q)
             null_weight = np.sqrt(degree) if not q else None
             values, vectors, _ = graph_eigenpairs(laplacian, min(k, one.n), null_weight=null_weight, bound=2.0,
-                                                  dense_max_nodes=dense_max_nodes, solver=solver, workers=workers)
+                                                  dense_max_nodes=dense_max_nodes, solver=solver, workers=workers,
+                                                  progress=report)
             _store(pe, eigenvalues, g, one, torch.from_numpy(values)[None].to(device),
                    torch.from_numpy(np.ascontiguousarray(vectors))[None].to(device), k)
     build = lambda group: (magnetic_laplacian(group.dense(), q), None)  # noqa: E731
