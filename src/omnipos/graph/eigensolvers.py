@@ -40,9 +40,8 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
      shift-invert). (The envelope is computed only where a full triangle, ``n (n + 1) / 2``, exceeds the budget.)
    - a small gap and a larger envelope: LOBPCG + AMG (Lanczos without pyamg).
 
-   Every solver starts from fixed vectors (a seeded generator), so results are the same run to run (except
-   LOBPCG with the AMG preconditioner: pyamg estimates spectral radii from NumPy's global random state, ~1e-8
-   apart run to run), and ends
+   Every solver starts from fixed vectors (a seeded generator), so results are the same run to run (pyamg's own
+   random draws, for its spectral-radius estimates, come from a fixed seed: ``_pyamg_random_state``), and ends
    with a float64 Rayleigh-Ritz step on ``L`` (orthonormal vectors, eigenvalues as Rayleigh quotients).
    Accuracy reached (residual ``||L v - lambda v||``; eigenvalues are good to about its square, vectors to about
    residual / gap): shift-invert ~1e-12 (ARPACK at tolerance 1e-12), LOBPCG ~1e-8, Lanczos ~1e-5 (it runs in
@@ -60,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -458,6 +458,25 @@ def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.
     return _arpack(matvec, n, width, np.dtype(single), tol=1e-5).astype(lap.dtype)
 
 
+_PYAMG_SEED = 0
+_PYAMG_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _pyamg_random_state() -> Iterator[None]:
+    """pyamg draws its spectral-radius estimates from NumPy's legacy global random state (``np.random.rand``):
+    inside this block that state is seeded with a fixed seed, and the caller's state is put back afterwards, so
+    the AMG hierarchy (and the eigenvectors) are the same run to run and the caller's random stream is neither
+    consumed nor moved. (A thread drawing from ``np.random`` during the block would see the fixed stream.)"""
+    with _PYAMG_LOCK:
+        state = np.random.get_state()
+        np.random.seed(_PYAMG_SEED)
+        try:
+            yield
+        finally:
+            np.random.set_state(state)
+
+
 class BlockVCycle:
     """One AMG V-cycle applied to a block of vectors at once: pyamg's smoothed-aggregation hierarchy, damped
     Jacobi smoothing (one sweep, ``omega = 4 / (3 rho(D^-1 A))``), a dense solve on the coarsest level. pyamg's
@@ -727,10 +746,12 @@ def _preconditioner_operator(lap: Any, null: np.ndarray | None, bound: float,
 
         shifted = (lap + 1e-5 * sp.identity(n, dtype=lap.dtype, format="csr")).tocsr()
         near_null = null[:, None] if null is not None else np.ones((n, 1), dtype=lap.dtype)
-        hierarchy = pyamg.smoothed_aggregation_solver(
-            shifted, B=near_null, symmetry="hermitian" if np.iscomplexobj(lap.data) else "symmetric")
+        with _pyamg_random_state():
+            hierarchy = pyamg.smoothed_aggregation_solver(
+                shifted, B=near_null, symmetry="hermitian" if np.iscomplexobj(lap.data) else "symmetric")
+            cycle = BlockVCycle(hierarchy)
         _step()
-        return BlockVCycle(hierarchy)
+        return cycle
     return None
 
 
