@@ -347,3 +347,21 @@ def test_lobpcg_with_amg_is_the_same_run_to_run_and_leaves_numpys_global_stream_
     second = laplacian_pe(edge_index, n, 6, dense_max_nodes=32, solver="lobpcg")
     assert torch.equal(first, second)
     assert np.array_equal(after_call, expected_draw)
+
+
+def test_matvec_falls_back_to_the_public_product_when_scipys_private_kernel_changes(monkeypatch):
+    """A SciPy whose private CSR kernel takes other arguments: the product is SciPy's public one (the check
+    against the public product's value cannot be staged here: SciPy's own product calls the same kernel)."""
+    import scipy.sparse as sp
+    import scipy.sparse._sparsetools as sparsetools
+
+    def changed(*args):
+        raise TypeError("csr_matvec() takes 6 arguments")
+
+    matrix = sp.random(50, 50, density=0.1, format="csr", random_state=np.random.default_rng(3))
+    x = np.random.default_rng(4).standard_normal(50)
+    expected = matrix @ x
+    with monkeypatch.context() as patch:
+        patch.setattr(sparsetools, "csr_matvec", changed)
+        product = eigensolvers._matvec(matrix)
+    assert np.array_equal(product(x), expected)
