@@ -6,7 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omnipos.core import new_buffer
+from omnipos.core import allocation_guard, new_buffer
 
 DTYPES = [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.float32, torch.float64,
           torch.bfloat16, torch.complex64]
@@ -75,3 +75,12 @@ def test_a_numpy_allocated_buffer_is_an_ordinary_tensor_to_autograd_and_pickling
     assert torch.equal(weights.grad, torch.full((4,), 2.0))
     again = pickle.loads(pickle.dumps(out.detach()))
     assert torch.equal(again, out.detach()) and isinstance(again.numpy(), np.ndarray)
+
+
+@pytest.mark.parametrize("shape", [(1 << 40, 1 << 10), (1 << 62, 1 << 10)])
+def test_a_buffer_beyond_memory_is_a_valueerror_naming_the_request_under_the_allocation_guard(shape):
+    """4 PiB (the allocator refuses) and a byte count beyond int64 (NumPy refuses the shape): both read as bad
+    input naming what asked for them, as torch's allocator's refusal does."""
+    with pytest.raises(ValueError, match=r"max_len=7 \(a test\) does not fit in memory"):
+        with allocation_guard("max_len=7 (a test)"):
+            new_buffer(shape, torch.float32)

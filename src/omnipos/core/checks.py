@@ -156,6 +156,12 @@ def allocation_guard(what: str) -> Iterator[None]:
         yield
     except torch.OutOfMemoryError as exc:
         raise ValueError(f"{what} does not fit in memory: {str(exc).splitlines()[0]}") from None
+    except MemoryError as exc:  # NumPy's allocator (omnipos.core.new_buffer)
+        raise ValueError(f"{what} does not fit in memory: {str(exc).splitlines()[0][:200]}") from None
+    except ValueError as exc:
+        if "array is too big" in str(exc):  # NumPy: the byte count overflows its size type
+            raise ValueError(f"{what} does not fit in memory: {str(exc).splitlines()[0][:200]}") from None
+        raise
     except RuntimeError as exc:
         message = str(exc)
         if "allocate" in message or "overflow" in message or "out of memory" in message:
