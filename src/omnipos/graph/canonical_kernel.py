@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+
+from .lane_eigh import compiled
 
 __all__ = ["canonical_columns"]
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _canonical_columns(w, cluster, count, tol, out, pivot_node, pivot_size):
     graphs, n, width = w.shape
     work = np.empty((n, width))

@@ -31,7 +31,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["LANES", "MAX_SWEEPS", "lane_eigh"]
+__all__ = ["LANES", "MAX_SWEEPS", "compiled", "lane_eigh"]
 
 #: Matrices solved side by side (4 AVX-512 vectors of float64). LLVM vectorises a lane loop only from 24
 #: iterations on (shorter ones stay scalar); more lanes waste more steps on lanes that wait for the slowest one.
@@ -50,7 +50,17 @@ _ROWS = 20
     np.uint64(r * LANES) for r in range(_ROWS))
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+def compiled(function):
+    """``numba.njit`` as the graph kernels use it: no GIL (the graph worker pool runs threads), NumPy's error model
+    (a division by zero gives inf/NaN, not an exception, and no check per division), IEEE arithmetic, and the
+    machine code cached on disk; where numba finds no writable cache directory, compiled in each process."""
+    try:
+        return numba.njit(cache=True, nogil=True, error_model="numpy")(function)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True, error_model="numpy")(function)
+
+
+@compiled
 def _load(a, start, lanes, n, V, st, expo):
     """Copy matrices ``start .. start + lanes - 1`` into the lanes, scaled by powers of two; empty lanes get 0."""
     for w in range(LANES):
@@ -78,7 +88,7 @@ def _load(a, start, lanes, n, V, st, expo):
                 V[np.uint64(j * n + i) * _L + wu] = x
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _tred2(n, V, d, e, st, nl):
     """Householder reduction of the lanes' matrices to tridiagonal form ``(d, e)``, the orthogonal transformation
     accumulated in ``V`` (JAMA's ``tred2``; ``V[(col * n + row) * LANES + lane]``). A zero column (``scale == 0``)
@@ -205,7 +215,7 @@ def _tred2(n, V, d, e, st, nl):
         e[w] = 0.0
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _advance(w, n, d, e, st):
     """Lane ``w`` after its eigenvalue ``l`` converged (or at the start): finish every ``l`` that needs no sweep,
     then find the split point ``m`` of the next one (JAMA's ``tql2``: ``tst1`` grows once per ``l``)."""
@@ -234,7 +244,7 @@ def _advance(w, n, d, e, st):
     st[_ACT + wu] = 1.0 if l < n and st[_BAD + wu] == 0.0 else 0.0
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _tql2(n, V, d, e, st, nl):
     """Implicit QL on the tridiagonal ``(d, e)`` of every lane, rotations applied to ``V`` (JAMA's ``tql2``), each
     lane at its own eigenvalue ``l``; a sweep runs over the union of the lanes' ranges ``l .. m`` and a lane outside
@@ -366,7 +376,7 @@ def _tql2(n, V, d, e, st, nl):
                 st[_ACT + wu] = 0.0
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _store(start, lanes, n, V, d, st, expo, values, vectors, failed, order):
     """Each lane's eigenpairs in ascending order (stable: equal eigenvalues keep the algorithm's order)."""
     L = LANES
@@ -390,7 +400,7 @@ def _store(start, lanes, n, V, d, st, expo, values, vectors, failed, order):
                 vectors[start + w, r, j] = V[(order[j] * n + r) * L + w]
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _lane_eigh(a, values, vectors, failed, nl):
     count, n = a.shape[0], a.shape[1]
     V = np.empty(n * n * LANES)
