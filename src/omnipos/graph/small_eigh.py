@@ -127,7 +127,7 @@ def small_eigh(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             and not matrices.requires_grad and matrices.shape[0]):
         kernel = lane_kernel()
         if kernel is not None:
-            values, vectors, failed = kernel(matrices.numpy())
+            values, vectors, failed = kernel(matrices.resolve_neg().numpy())
             values, vectors = torch.from_numpy(values), torch.from_numpy(vectors)
             if failed.any():
                 redo = torch.from_numpy(np.flatnonzero(failed))
