@@ -3,7 +3,10 @@
 (a) 10,000 molecule-sized graphs (10-40 nodes: a random tree plus ring closures, fixed seed), k=8, the whole
     dataset: omnipos `laplacian_pe` on the collated batch (with torch's default threads and with 1 thread; and
     `precompute` over the list of Data, collation included) vs PyG's transform applied graph by graph; and the
-    floor of the dense path, its batched LAPACK eigh alone on the same Laplacians (built before timing).
+    floor of the dense path, its batched eigh alone on the same Laplacians (built before timing). With numba
+    installed (`omnipos[fast]`) the dense path runs the compiled lane eigh and canonical basis; the rows "without
+    numba" run the same call as it runs without it (LAPACK's eigh, the tensor program), after checking that the
+    two agree (max_diff there: |with - without| over all graphs).
 (b) one 50,000-node sparse graph (a symmetrised 6-nearest-neighbour graph of random points in the unit square,
     mesh-like), k=8: omnipos's shift-invert eigsh vs PyG's eigsh(which='SA'), timed once.
 (c) random-walk PE, 20 steps, on (a): omnipos `random_walk_pe` (float64 powers, the default, and float32, PyG's
@@ -182,6 +185,20 @@ def torch_threads(count: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextmanager
+def without_numba():
+    """The dense path as it runs where numba is not installed: LAPACK's eigh one matrix at a time and the tensor
+    program of the canonical basis (for the side-by-side rows of (a))."""
+    from omnipos.graph import sign, small_eigh
+
+    kernels = small_eigh.lane_kernel, sign._compiled
+    small_eigh.lane_kernel = sign._compiled = lambda: None
+    try:
+        yield
+    finally:
+        small_eigh.lane_kernel, sign._compiled = kernels
 
 
 def grit_rrwp(data: Data, walk_length: int = 8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -684,10 +701,21 @@ def main() -> None:
         stacks = dense_laplacians(edge_index, num_nodes, batch)
         floor = wall_and_cpu_medians(lambda: run_cpu_work(device, batched_eigh, stacks, cpu_parallelism()),
                                      repeats=repeats, warmup=1)
+        compiled = laplacian_pe(edge_index, num_nodes, 8, batch=batch)
+        with without_numba():  # checked equal first: |with numba - without| over all 10k graphs
+            lapack_diff = float((laplacian_pe(edge_index, num_nodes, 8, batch=batch) - compiled).abs().max())
+            ours_lapack = wall_and_cpu_medians(lambda: laplacian_pe(edge_index, num_nodes, 8, batch=batch),
+                                               repeats=repeats, warmup=1)
+            floor_lapack = wall_and_cpu_medians(
+                lambda: run_cpu_work(device, batched_eigh, stacks, cpu_parallelism()), repeats=repeats, warmup=1)
         row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)", diff)
         row("(a) LapPE k=8, laplacian_pe(batch), torch 1 thread", ours_1, pyg_sym,
             "AddLaplacianEigenvectorPE(is_undirected=True)")
         row("(a) floor: its batched eigh alone", floor, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
+        row("(a) LapPE k=8, laplacian_pe(batch), without numba", ours_lapack, pyg_sym,
+            "AddLaplacianEigenvectorPE(is_undirected=True)", f"{lapack_diff:.2e} (vs with numba)")
+        row("(a) floor without numba: LAPACK's eigh alone", floor_lapack, pyg_sym,
+            "AddLaplacianEigenvectorPE(is_undirected=True)")
         row("(a) LapPE k=8, precompute(list)", pre, pyg_sym, "AddLaplacianEigenvectorPE(is_undirected=True)")
         row("(a) LapPE k=8, laplacian_pe(batch)", ours, pyg_default, "AddLaplacianEigenvectorPE() (default: eig)")
 

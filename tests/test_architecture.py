@@ -32,6 +32,7 @@ INTEGRATIONS = {
     "dnaio": {"omnipos.dna.dnaio"},
     "ray": {"omnipos.scale.engine"},
     "pyamg": {"omnipos.graph.eigensolvers"},
+    "numba": {"omnipos.graph.lane_eigh", "omnipos.graph.canonical_kernel"},
     "matplotlib": set(),
     "tqdm": set(),
 }

@@ -1,4 +1,4 @@
-"""Integrations are optional: with timm, PyG, networkx, pandas, pyarrow, dnaio, matplotlib, tqdm and ray hidden,
+"""Integrations are optional: with timm, PyG, networkx, pandas, pyarrow, dnaio, matplotlib, tqdm, ray and numba hidden,
 every domain imports and computes, and each integration refuses with an ImportError naming its extra.
 
 Runs in a subprocess whose import system refuses those packages, as a fresh ``pip install -e .`` would.
@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 HIDDEN = ("timm", "torch_geometric", "networkx", "pandas", "pyarrow", "dnaio", "matplotlib", "tqdm", "ray",
-          "torchvision", "transformers", "pyamg")
+          "torchvision", "transformers", "pyamg", "numba")
 
 SCRIPT = textwrap.dedent('''
     import importlib.abc, sys

@@ -39,7 +39,9 @@ and each group is solved with batched ``torch.linalg.eigh`` in float64 on the in
 to float64 rounding. On the CPU the LAPACK calls run on omnipos's worker threads, and a batch of graphs of at
 most ``SMALL_MAX_NODES`` (128) nodes on one thread per piece (MKL and torch's OpenMP limited in those threads
 only: see ``omnipos.graph.small_eigh`` and ``omnipos.graph._workers`` for why), never changing torch's thread
-count. Larger graphs go to
+count; where numba is installed (``omnipos[fast]``) graphs of at most 64 nodes are solved by the compiled lane
+kernel of ``omnipos.graph.lane_eigh`` instead (about twice as fast, as accurate) and their canonical basis by
+``omnipos.graph.canonical_kernel``. Larger graphs go to
 :func:`omnipos.graph.eigensolvers.graph_eigenpairs` (never a dense ``n x n``, never an LU beyond
 :data:`~omnipos.graph.eigensolvers.FILL_BUDGET` entries): connected components, each small one dense, each large
 one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with

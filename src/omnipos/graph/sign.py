@@ -21,6 +21,10 @@ For a simple eigenvalue this is ``v * conj(v_i) / |v_i|`` with ``i`` the largest
 several connected components gets, for a repeated eigenvalue shared by components, vectors that each live on one
 component (the projector is block diagonal, so each pivot's ``P e_i`` stays inside its component).
 
+Real float64 vectors on the CPU are handed, where numba is installed (``omnipos[fast]``), to the compiled
+:mod:`omnipos.graph.canonical_kernel` (the same definition graph by graph; on 10,000 molecules ~10 ms instead of
+~0.1 s of tensor ops); other dtypes and devices, and tensors that need gradients, run the tensor program below.
+
 Where the definition is ambiguous it depends on node order (not permutation-equivariant): tied pivots (e.g. a
 cycle, where every node looks the same) and eigenvalue gaps right at ``value_tol``. Two solvers that return the
 same eigenspace to ~1e-10 give the same canonical vectors to about that accuracy, away from such ties.
@@ -156,7 +160,11 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
     else:
         cluster = clusters.reshape(graphs, width).to(device=w.device, dtype=torch.long)
         cluster = cluster - cluster[:, :1]
-    if count and n and graphs:
+    kernel = _compiled() if (w.device.type == "cpu" and w.dtype == torch.float64 and not w.requires_grad) else None
+    if kernel is not None and count and n and graphs:
+        columns, nodes, sizes = kernel(w.resolve_neg().numpy(), cluster.numpy(), count, tol)
+        out, pivot_node, pivot_size = torch.from_numpy(columns), torch.from_numpy(nodes), torch.from_numpy(sizes)
+    elif count and n and graphs:
         # graphs whose first `count` columns are all simple eigenvalues: the sign / phase rule, column by column
         head = cluster[:, :count + 1]
         simple = (head[:, 1:] != head[:, :-1]).all(1)
@@ -174,6 +182,15 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
     if return_pivots:
         return out, pivot_node.reshape(lead + (count,)), pivot_size.reshape(lead + (count,))
     return out
+
+
+def _compiled() -> Any:
+    """:func:`omnipos.graph.canonical_kernel.canonical_columns`, or None where numba is not installed."""
+    try:
+        from .canonical_kernel import canonical_columns
+    except ImportError:
+        return None
+    return canonical_columns
 
 
 def _simple_columns(v: torch.Tensor, tol: float, out: torch.Tensor, pivot_node: torch.Tensor,
