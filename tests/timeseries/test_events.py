@@ -464,3 +464,21 @@ def test_a_missing_clock_is_refused_where_the_row_has_events():
         TimelineEncoder(8)(times, mask, torch.tensor([float("nan"), 5.0]))
     with pytest.raises(ValueError, match="clock must be a finite time"):
         periodic_encoding(times, mask=mask, clock=torch.tensor([5.0, float("inf")]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([np.int8, np.int16, np.int32, np.int64]), st.integers(1, 300), st.integers(0, 2**32 - 1),
+       st.sampled_from([0, 1, 10**6, 10**12]))
+def test_integer_subject_ids_are_numbered_as_pandas_factorize_numbers_them(dtype, rows, seed, spread):
+    """Integer subject ids (dense through a range table, or sparse through pandas' hash table): the same codes
+    and the same sorted uniques as ``pd.factorize(sort=True)``, at the type's extremes too."""
+    from omnipos.timeseries.events import _factorize_subjects
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, min(spread, int(info.max) - int(info.min)) + 1, rows)
+    ids = (ids + (int(info.min) if seed % 3 == 0 else -(spread // 2) if seed % 3 == 1 else 0))
+    column = pd.Series(np.clip(ids, info.min, info.max).astype(dtype), name="subject_id")
+    codes, uniques = _factorize_subjects(pd, column, "subject_id")
+    expected_codes, expected_uniques = pd.factorize(column, sort=True)
+    assert np.array_equal(codes, expected_codes) and uniques.tolist() == expected_uniques.tolist()

@@ -291,7 +291,7 @@ class EventTable:
         if absent:
             raise ValueError(f"column(s) {', '.join(absent)} not in the frame; its columns: {list(df.columns)}")
 
-        subject_ix, subjects = _factorize(pd, df[subject], subject)
+        subject_ix, subjects = _factorize_subjects(pd, df[subject], subject)
         subjects = subjects.tolist()
         times, awareness = read_times(df[time], f"column {time!r}", naive_as=naive_as)
         code_ix, code_names = _encode_codes(pd, df[code], vocab, unknown_code)
@@ -478,7 +478,8 @@ def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray) -> np.ndarray
     if times.dtype.kind in "Mm":
         key = times.view(np.int64)
         for step in (60 * 10**9, 10**9, 10**6, 10**3, 60):  # drop resolution the timestamps do not use
-            if key.size and not (key % step).any():
+            # (the first rows reject most steps without a pass over millions of keys)
+            if key.size and not (key[:256] % step).any() and not (key % step).any():
                 key = key // step
                 break
     else:
@@ -493,6 +494,23 @@ def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray) -> np.ndarray
         return torch.sort(combined, stable=True).indices.numpy()
     order = torch.sort(torch.from_numpy(key), stable=True).indices
     return order[torch.sort(subjects[order], stable=True).indices].numpy()
+
+
+def _factorize_subjects(pd: Any, column: Any, name: str) -> tuple[np.ndarray, Any]:
+    """:func:`_factorize` of the subject column; integer ids spanning a range not much larger than the table (the
+    usual MEDS ``subject_id``) are numbered through a table of that range instead of a hash table (2x faster on
+    millions of rows, the same codes and uniques)."""
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind == "i" and len(column):
+        ids = column.to_numpy().astype(np.int64, copy=False)
+        low, high = int(ids.min()), int(ids.max())
+        if high - low <= 4 * ids.size + 65536:
+            shifted = ids - np.int64(low)  # in [0, high - low]: no overflow
+            present = np.zeros(high - low + 1, dtype=bool)
+            present[shifted] = True
+            number = np.cumsum(present, dtype=np.int64) - 1
+            return number[shifted], np.flatnonzero(present) + np.int64(low)
+    return _factorize(pd, column, name)
 
 
 def _factorize(pd: Any, column: Any, name: str) -> tuple[np.ndarray, Any]:
