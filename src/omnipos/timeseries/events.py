@@ -315,9 +315,9 @@ class EventTable:
         t_subject, t_times = (subject_ix, times) if every_row_timed else (subject_ix[timed], times[timed])
         if kind in "Mm":
             (t_times,), fixed = align_origin([t_times], fixed, f"column {time!r}")
-        order = _subject_time_order(t_subject, t_times)
         lengths = np.bincount(t_subject, minlength=len(subjects)).astype(np.int64)
-        t_times = np.take(t_times, order)
+        order, sorted_times = _subject_time_order(t_subject, t_times, lengths)
+        t_times = np.take(t_times, order) if sorted_times is None else sorted_times
         offsets, clock = offsets_from_origin(t_times, lengths, fixed=fixed, unit=unit, name=f"column {time!r}")
         if fixed is None:
             clock[lengths == 0] = np.nan  # no first event, no clock: missing, never 1970-01-01
@@ -467,33 +467,46 @@ def _read_values(pd: Any, df: Any, value: str | None, subject_ix: np.ndarray, su
     return wide.astype(np.float32)
 
 
-def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Stable order by (subject, time): same-time events keep their table order.
+def _subject_time_order(subject_ix: np.ndarray, times: np.ndarray,
+                        lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Stable order by (subject, time): same-time events keep their table order; with the times in that order
+    when the sort gives them for free (else None: ``times[order]``).
 
     Integer keys sorted by torch's stable (radix) sort, several times faster than ``np.lexsort`` on millions of
     rows. When ``subject * span + time`` fits in int64 (always for second- or minute-resolution timestamps, the
-    usual MEDS case) that is one pass; otherwise two (time, then subject). Float times become order-preserving
-    int64 first (IEEE bits, negatives flipped).
+    usual MEDS case) that is one pass, and the sorted keys give back the sorted timestamps exactly (subject ids
+    in order are ``lengths`` repeated: no random gather); otherwise two (time, then subject). Float times become
+    order-preserving int64 first (IEEE bits, negatives flipped). ``lengths``: events per subject id.
     """
+    step = 1
     if times.dtype.kind in "Mm":
         key = times.view(np.int64)
-        for step in (60 * 10**9, 10**9, 10**6, 10**3, 60):  # drop resolution the timestamps do not use
+        for resolution in (60 * 10**9, 10**9, 10**6, 10**3, 60):  # drop resolution the timestamps do not use
             # (the first rows reject most steps without a pass over millions of keys)
-            if key.size and not (key[:256] % step).any() and not (key % step).any():
-                key = key // step
+            if key.size and not (key[:256] % resolution).any() and not (key % resolution).any():
+                key, step = key // resolution, resolution
                 break
     else:
         bits = (times + 0.0).view(np.int64)  # + 0.0 turns -0.0 into 0.0: equal times must tie
         key = np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
     if key.size == 0:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), None
     low, span, count = int(key.min()), int(key.max()) - int(key.min()) + 1, int(subject_ix.max()) + 1
     subjects = torch.from_numpy(subject_ix.astype(np.int64, copy=False))
     if span * count < 2**62:
         combined = subjects * span + torch.from_numpy(key - low)
-        return torch.sort(combined, stable=True).indices.numpy()
+        ordered = torch.sort(combined, stable=True)
+        if times.dtype.kind not in "Mm":
+            return ordered.indices.numpy(), None
+        # the timestamps back from the sorted keys: key = combined - subject * span + low, times = key * step
+        sorted_key = ordered.values.numpy()
+        sorted_key -= np.repeat(np.arange(lengths.size, dtype=np.int64) * span, lengths)
+        sorted_key += low
+        if step != 1:
+            sorted_key *= step
+        return ordered.indices.numpy(), sorted_key.view(times.dtype)
     order = torch.sort(torch.from_numpy(key), stable=True).indices
-    return order[torch.sort(subjects[order], stable=True).indices].numpy()
+    return order[torch.sort(subjects[order], stable=True).indices].numpy(), None
 
 
 def _factorize_subjects(pd: Any, column: Any, name: str) -> tuple[np.ndarray, Any]:
