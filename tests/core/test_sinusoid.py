@@ -362,7 +362,7 @@ def test_centered_sincos_into_is_the_centered_sinusoid_to_the_bit(n, h, scale, s
     expected = sinusoid_of_turns(turns, layout="split", centered=True)
     sin, cos = torch.empty(n, h), torch.empty(n, h)
     reference = turns.numpy().copy()
-    centered_sincos_into(turns.clone(), sin, cos, scratch=np.empty((n, h)), phase=np.empty((n, h), np.float32))
+    centered_sincos_into(turns.clone(), sin, cos, scratch=np.empty((n, h)))
     assert torch.equal(torch.cat([sin, cos], -1), expected)
     again_sin, again_cos = torch.empty(n, h), torch.empty(n, h)
     centered_sincos_into(torch.from_numpy(reference.copy()), again_sin, again_cos)  # its own work space
@@ -392,5 +392,5 @@ def test_centered_sincos_into_refuses_bad_buffers_by_name():
         centered_sincos_into(turns, torch.empty(3, 2, requires_grad=True), cos)
     with pytest.raises(ValueError, match="scratch must be a contiguous float64"):
         centered_sincos_into(turns, sin, cos, scratch=np.empty((3, 2), np.float32))
-    with pytest.raises(ValueError, match="phase must be a contiguous float32"):
-        centered_sincos_into(turns, sin, cos, phase=np.empty((2, 3), np.float32))
+    with pytest.raises(ValueError, match="scratch must be a contiguous float64"):
+        centered_sincos_into(turns, sin, cos, scratch=np.empty((2, 3)))

@@ -61,9 +61,13 @@ def encode_summed_blocks(
     # wider buffer measured 3-6x slower per element)
     sinusoids = {c: (cycles if c == "absolute" else gap_cycles, torch.empty(sub, half, dtype=torch.float64),
                      torch.empty(sub, half), torch.empty(sub, half)) for c in components if c != "periodic"}
-    scratch, phase = np.empty((sub, half)), np.empty((sub, half), dtype=np.float32)
-    # the sum is built de-interleaved (even channels, odd channels) and interleaved once at the end
-    even_sum, odd_sum, term = torch.empty(sub, half), torch.empty(sub, half), torch.empty(sub, half)
+    scratch = np.empty((sub, half))
+    # the sum is built de-interleaved (even channels, odd channels) and interleaved once at the end; when a
+    # sinusoid comes first, its sin and cos buffers are the sums
+    first = components[0] if components[0] != "periodic" else None
+    even_sum, odd_sum = (sinusoids[first][2], sinusoids[first][3]) if first else (torch.empty(sub, half),
+                                                                                  torch.empty(sub, half))
+    term = torch.empty(sub, half)
     lifted = [] if lift_rows is None else [(row[0::2].contiguous(), row[1::2].contiguous()) for row in lift_rows]
     staged = torch.empty(sub, dim) if slots is not None else None
     step = sub * BLOCKS_PER_EVENT_BLOCK
@@ -81,7 +85,7 @@ def encode_summed_blocks(
                 block = torch.mul(inputs[name][i:j], rates, out=turns[:n])  # as the component path forms it
                 if big and name == "absolute":
                     block.copy_(whole_turns_as_zero(block))
-                centered_sincos_into(block, sin[:n], cos[:n], scratch=scratch[:n], phase=phase[:n])
+                centered_sincos_into(block, sin[:n], cos[:n], scratch=scratch[:n])
             even, odd = even_sum[:n], odd_sum[:n]
             written = False
             for name in components:
@@ -95,14 +99,11 @@ def encode_summed_blocks(
                             torch.mul(column[i:j], row_odd, out=odd)
                             written = True
                     continue
-                _, _, sin, cos = sinusoids[name]
                 if written:
+                    _, _, sin, cos = sinusoids[name]
                     even.add_(sin[:n])
                     odd.add_(cos[:n])
-                else:
-                    even.copy_(sin[:n])
-                    odd.copy_(cos[:n])
-                written = True
+                written = True  # (first: even and odd are its sin and cos)
             target = out[lo:hi] if slots is None else staged[:n]
             torch.complex(even, odd, out=target.view(torch.complex64))  # real, imaginary: interleaved
             if slots is not None:
