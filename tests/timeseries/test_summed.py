@@ -89,3 +89,21 @@ def test_the_block_kernel_against_the_float64_formula():
     expected[:, 0::2] += np.sin(x)
     expected[:, 1::2] += np.cos(x)
     assert np.abs(ours - expected).max() < 2e-6
+
+
+def test_which_calls_the_block_kernel_takes():
+    """float32 CPU sums of absolute / periodic / gap with an even dim, no gradient: the kernel; anything else (an
+    odd periodic-only dim, float64, float16, learned components, gradients, concat) the component path, with the
+    same numbers as before."""
+    times, mask, clock = timelines(3)
+    with torch.no_grad():
+        assert TimelineEncoder(8)._sums_in_blocks(torch.float32, times)
+        odd = TimelineEncoder(5, components=("periodic",))
+        assert not odd._sums_in_blocks(torch.float32, times)
+        assert odd(times, mask, clock=clock).shape == (*times.shape, 5)
+        assert not TimelineEncoder(8, dtype=torch.float64)._sums_in_blocks(torch.float64, times)
+        assert not TimelineEncoder(8).half()._sums_in_blocks(torch.float16, times)
+        assert not TimelineEncoder(8, components=("absolute", "time2vec"))._sums_in_blocks(torch.float32, times)
+        assert not TimelineEncoder(8, combine="concat", components=("absolute", "gap"))._sums_in_blocks(
+            torch.float32, times)
+    assert not TimelineEncoder(8)._sums_in_blocks(torch.float32, times)  # the lift wants its gradient

@@ -368,9 +368,9 @@ class TimelineEncoder(ConstantBuffers):
         return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
     def _sums_in_blocks(self, out_dtype: torch.dtype, times: torch.Tensor) -> bool:
-        """Whether :func:`encode_summed_blocks` (the CPU kernel, float32) encodes this call."""
-        return (times.device.type == "cpu" and out_dtype == torch.float32 and set(self.components) <= SUMMED_COMPONENTS
-                and self._writes_in_place(out_dtype, times))
+        """Whether :func:`encode_summed_blocks` (the CPU kernel: float32, an even ``dim``) encodes this call."""
+        return (times.device.type == "cpu" and out_dtype == torch.float32 and self.dim % 2 == 0
+                and set(self.components) <= SUMMED_COMPONENTS and self._writes_in_place(out_dtype, times))
 
     def _summed_blocks(self, out: torch.Tensor, times: torch.Tensor, gaps: torch.Tensor | None,
                        row_clock: torch.Tensor | None, row_clock_mod: torch.Tensor | None, row: torch.Tensor,

@@ -2,13 +2,15 @@
 
 Each output value is the same sequence of float32 operations as the component-by-component path (the first
 component written, each later one added; the periodic lift one product and one sum per feature), so the numbers
-are equal bit for bit; what changes is how often memory is touched. Per-event work (float64 times, log-gaps,
-clock phases of the periodic features) runs on blocks of ``16 * chunk`` events, where a torch call's overhead is
-small against its work; per-channel work runs on sub-blocks of ``chunk`` events whose buffers stay in the CPU's
-cache and are reused: both sinusoids' phases in one float64 buffer, their sines and cosines computed on
-contiguous arrays (NumPy's vectorised float32 kernels), the periodic lift added on the plain (non-interleaved)
-sum, and each sin/cos pair interleaved into its output slots by one copy (``torch.complex``: real = sin,
-imaginary = cos is the interleaved layout) instead of two strided copies per component.
+are equal bit for bit; what changes is how often memory is touched and how many calls are made. Per-event work
+(float64 times, log-gaps, the periodic features' clock phases) runs on blocks of ``16 * chunk`` events, where a
+torch call's overhead is small against its work. Per-channel work runs on sub-blocks of ``chunk`` events in
+buffers made once and reused: each sinusoid's float64 phases, sines and cosines in contiguous ``[n, dim / 2]``
+arrays (NumPy's vectorised float32 kernels), the sum kept de-interleaved (even channels, odd channels: the lift's
+rows split the same way), and the two halves interleaved into the output once per sub-block by
+``torch.complex`` (real = even channel, imaginary = odd channel is the interleaved layout) instead of two strided
+copies and two strided adds per sinusoid. The padded layout stages each sub-block and moves its rows into their
+slots (:func:`omnipos.core.put_rows`).
 """
 
 from __future__ import annotations
