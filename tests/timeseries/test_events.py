@@ -509,3 +509,21 @@ def test_subject_time_order_is_a_stable_lexsort_and_gives_the_sorted_times(resol
         assert sorted_times.dtype == times.dtype
         assert np.array_equal(sorted_times.view(np.int64), times[order].view(np.int64))
     assert (sorted_times is None) == (kind == "f" or rows == 0)
+
+
+def test_padding_every_row_in_order_equals_padding_them_through_a_gather():
+    """EventTable.pad of every row in table order (from_frame: no gather) holds what the gather path gives for
+    the same rows in another order, row for row."""
+    from omnipos.timeseries.events import EventTable
+
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({"subject_id": rng.integers(0, 7, 80),
+                       "time": np.datetime64("2023-01-01", "ns") + rng.integers(0, 10**6, 80).astype("timedelta64[s]"),
+                       "code": rng.choice(["A", "B", "C"], 80), "numeric_value": rng.normal(size=80)})
+    table = EventTable.build(df)
+    rows = np.arange(table.rows)
+    direct, gathered = table.pad(rows), table.pad(rows[::-1].copy())
+    for name in ("times", "codes", "mask", "clock"):
+        assert torch.equal(getattr(direct, name), getattr(gathered, name).flip(0)), name
+    assert torch.equal(direct.values.isnan(), gathered.values.flip(0).isnan())
+    assert torch.equal(direct.values.nan_to_num(), gathered.values.flip(0).nan_to_num())

@@ -391,11 +391,17 @@ class EventTable:
         lengths = self.lengths[rows]
         longest = int(lengths.max()) if lengths.size else 0
         _check_padded_size(rows.size, longest, int(self.static_lengths[rows].max()) if rows.size else 0)
-        take = _gather_index(self.lengths, rows)
         mask = lengths_to_mask(torch.from_numpy(lengths), longest)
-        times = pad_packed(torch.from_numpy(np.ascontiguousarray(self.times[take])), mask, 0.0)
-        codes = pad_packed(torch.from_numpy(self.codes[take]), mask, 0)
-        values = pad_packed(torch.from_numpy(np.ascontiguousarray(self.values[take])), mask, float("nan"))
+        if rows.size == self.rows and bool((rows == np.arange(self.rows)).all()):
+            # every row in table order (from_frame): the events are already in place, no gather to make (a
+            # batch without padding then shares the table's arrays: the table is not used after this batch)
+            flat_times, flat_codes, flat_values = self.times, self.codes, self.values
+        else:
+            take = _gather_index(self.lengths, rows)
+            flat_times, flat_codes, flat_values = self.times[take], self.codes[take], self.values[take]
+        times = pad_packed(torch.from_numpy(np.ascontiguousarray(flat_times)), mask, 0.0)
+        codes = pad_packed(torch.from_numpy(np.ascontiguousarray(flat_codes)), mask, 0)
+        values = pad_packed(torch.from_numpy(np.ascontiguousarray(flat_values)), mask, float("nan"))
         s_lengths = self.static_lengths[rows]
         s_take = _gather_index(self.static_lengths, rows)
         s_mask = lengths_to_mask(torch.from_numpy(s_lengths), int(s_lengths.max()) if s_lengths.size else 0)
