@@ -464,3 +464,66 @@ def test_a_missing_clock_is_refused_where_the_row_has_events():
         TimelineEncoder(8)(times, mask, torch.tensor([float("nan"), 5.0]))
     with pytest.raises(ValueError, match="clock must be a finite time"):
         periodic_encoding(times, mask=mask, clock=torch.tensor([5.0, float("inf")]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([np.int8, np.int16, np.int32, np.int64]), st.integers(1, 300), st.integers(0, 2**32 - 1),
+       st.sampled_from([0, 1, 10**6, 10**12]))
+def test_integer_subject_ids_are_numbered_as_pandas_factorize_numbers_them(dtype, rows, seed, spread):
+    """Integer subject ids (dense through a range table, or sparse through pandas' hash table): the same codes
+    and the same sorted uniques as ``pd.factorize(sort=True)``, at the type's extremes too."""
+    from omnipos.timeseries.events import _factorize_subjects
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, min(spread, int(info.max) - int(info.min)) + 1, rows)
+    ids = (ids + (int(info.min) if seed % 3 == 0 else -(spread // 2) if seed % 3 == 1 else 0))
+    column = pd.Series(np.clip(ids, info.min, info.max).astype(dtype), name="subject_id")
+    codes, uniques = _factorize_subjects(pd, column, "subject_id")
+    expected_codes, expected_uniques = pd.factorize(column, sort=True)
+    assert np.array_equal(codes, expected_codes) and uniques.tolist() == expected_uniques.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["ns", "us", "ms", "s", "m"]), st.sampled_from(["M", "m", "f"]), st.integers(0, 300),
+       st.integers(0, 2**32 - 1))
+def test_subject_time_order_is_a_stable_lexsort_and_gives_the_sorted_times(resolution, kind, rows, seed):
+    """The (subject, time) order equals NumPy's stable lexsort, ties (duplicate times) in table order, and the
+    sorted times it hands back (rebuilt from the sorted keys) equal ``times[order]`` to the bit, at every
+    timestamp resolution, before 1970 too, with subjects that have no event."""
+    from omnipos.timeseries.events import _subject_time_order
+
+    rng = np.random.default_rng(seed)
+    subjects = rng.integers(0, 12, rows) * 2  # odd ids: no events
+    ticks = rng.integers(-10**6, 10**6, rows)
+    ticks[rng.random(rows) < 0.3] = 7  # duplicates
+    if kind == "f":
+        times = ticks * 0.25
+    else:
+        times = ticks.astype(f"{'datetime64' if kind == 'M' else 'timedelta64'}[{resolution}]").astype(
+            f"{'datetime64' if kind == 'M' else 'timedelta64'}[ns]")
+    lengths = np.bincount(subjects, minlength=24).astype(np.int64)
+    order, sorted_times = _subject_time_order(subjects, times, lengths)
+    assert np.array_equal(order, np.lexsort((times, subjects)))
+    if sorted_times is not None:
+        assert sorted_times.dtype == times.dtype
+        assert np.array_equal(sorted_times.view(np.int64), times[order].view(np.int64))
+    assert (sorted_times is None) == (kind == "f" or rows == 0)
+
+
+def test_padding_every_row_in_order_equals_padding_them_through_a_gather():
+    """EventTable.pad of every row in table order (from_frame: no gather) holds what the gather path gives for
+    the same rows in another order, row for row."""
+    from omnipos.timeseries.events import EventTable
+
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({"subject_id": rng.integers(0, 7, 80),
+                       "time": np.datetime64("2023-01-01", "ns") + rng.integers(0, 10**6, 80).astype("timedelta64[s]"),
+                       "code": rng.choice(["A", "B", "C"], 80), "numeric_value": rng.normal(size=80)})
+    table = EventTable.build(df)
+    rows = np.arange(table.rows)
+    direct, gathered = table.pad(rows), table.pad(rows[::-1].copy())
+    for name in ("times", "codes", "mask", "clock"):
+        assert torch.equal(getattr(direct, name), getattr(gathered, name).flip(0)), name
+    assert torch.equal(direct.values.isnan(), gathered.values.flip(0).isnan())
+    assert torch.equal(direct.values.nan_to_num(), gathered.values.flip(0).nan_to_num())

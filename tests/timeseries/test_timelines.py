@@ -62,3 +62,18 @@ def test_the_real_events_are_checked_as_the_padded_checks_check_them(seed, rows,
     assert torch.equal(slots, mask.reshape(-1).nonzero().squeeze(1))
     assert torch.equal(flat, times[mask]) and torch.equal(rows_of, mask.nonzero()[:, 0])
     assert torch.equal(gaps, expected[mask])
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 9), st.sampled_from([torch.float64, torch.float16]))
+def test_the_real_events_through_numpy_equal_those_through_torch(seed, rows, length, dtype):
+    """checked_real_events on the CPU (NumPy: a gather, repeated row ids, one subtraction) and on the autograd
+    path (torch indexing, integer division, a masked fill): the same slots, times, gaps and rows, bit for bit."""
+    from omnipos.timeseries.timelines import checked_real_events
+
+    times, mask = _padded_timelines(seed, rows, length, "none")
+    times = times.to(dtype)
+    fast = checked_real_events(times, mask)
+    with torch.enable_grad():
+        slow = checked_real_events(times.clone().requires_grad_(), mask)
+    for ours, theirs in zip(fast, slow):
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs.detach())

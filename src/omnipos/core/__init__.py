@@ -63,6 +63,7 @@ from .sinusoid import LAYOUTS as SINUSOID_LAYOUTS
 from .sinusoid import (
     SinusoidalEncoding,
     add_positional,
+    centered_sincos_into,
     layout_frequencies,
     sinusoid_of_turns,
     sinusoidal,
@@ -79,6 +80,7 @@ __all__ = [
     "layout_frequencies",
     "sinusoidal",
     "sinusoid_of_turns",
+    "centered_sincos_into",
     "cos_sin_of_turns",
     "cos_sin_of_angles",
     "SinusoidalEncoding",

@@ -41,6 +41,7 @@ __all__ = [
     "sinusoidal",
     "sinusoid_of_angles",
     "sinusoid_of_turns",
+    "centered_sincos_into",
     "SinusoidalEncoding",
     "add_positional",
 ]
@@ -137,6 +138,43 @@ def _numpy_sincos_into(phase: torch.Tensor, sin_slot: torch.Tensor, cos_slot: to
     else:
         sin_slot.copy_(sin)
         cos_slot.copy_(phase)
+
+
+def centered_sincos_into(turns: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, *,
+                         scratch: np.ndarray | None = None) -> None:
+    """float64 CPU ``turns [n, h]`` -> their float32 ``sin`` and ``cos`` (``[n, h]`` each, contiguous), written
+    there: the numbers of ``sinusoid_of_turns(turns, centered=True)`` bit for bit, without its interleaving.
+
+    For a caller that encodes many small blocks into buffers it reuses (no fresh temporaries, so nothing is
+    page-faulted in per block; a kernel that sums several sinusoids interleaves once, after the sums). ``turns``
+    (contiguous, not differentiable) is consumed: it ends holding the float64 phase. ``scratch``, a float64
+    ``[n, h]`` contiguous NumPy array, is used as work space when given (the float32 phase is formed in ``cos``).
+    """
+    _check_sincos_into(turns, sin, cos, scratch)
+    array = turns.numpy()
+    whole = np.rint(array, out=scratch)
+    np.subtract(array, whole, out=array)
+    np.multiply(array, TWO_PI, out=array)
+    phase = cos.numpy()
+    np.copyto(phase, array, casting="same_kind")  # one rounding of the float64 phase, as .astype(float32)
+    np.sin(phase, out=sin.numpy())
+    np.cos(phase, out=phase)
+
+
+def _check_sincos_into(turns: Any, sin: Any, cos: Any, scratch: Any) -> None:
+    if not (isinstance(turns, torch.Tensor) and isinstance(sin, torch.Tensor) and isinstance(cos, torch.Tensor)):
+        raise TypeError("turns, sin and cos must be tensors")
+    if turns.dtype != torch.float64 or sin.dtype != torch.float32 or cos.dtype != torch.float32:
+        raise TypeError(f"turns must be float64 and sin, cos float32, got {turns.dtype}, {sin.dtype}, {cos.dtype}")
+    if turns.ndim != 2 or sin.shape != turns.shape or cos.shape != turns.shape:
+        raise ValueError(f"turns, sin and cos must be [n, h] of one shape, got {tuple(turns.shape)}, "
+                         f"{tuple(sin.shape)}, {tuple(cos.shape)}")
+    if any(x.device.type != "cpu" or not x.is_contiguous() or x.requires_grad for x in (turns, sin, cos)):
+        raise ValueError("turns, sin and cos must be contiguous CPU tensors that require no gradient")
+    if scratch is not None and not (isinstance(scratch, np.ndarray) and scratch.dtype == np.float64
+                                    and scratch.shape == tuple(turns.shape) and scratch.flags.c_contiguous):
+        raise ValueError(f"scratch must be a contiguous float64 NumPy array of shape {tuple(turns.shape)}, got "
+                         f"{getattr(scratch, 'dtype', type(scratch).__name__)} {getattr(scratch, 'shape', '')}")
 
 
 def sinusoid_of_turns(

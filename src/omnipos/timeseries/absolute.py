@@ -24,7 +24,8 @@ from ..core import (
 from .durations import check_unit, positive_duration
 from .timelines import check_times, encode_valid
 
-__all__ = ["absolute_time_encoding", "absolute_cycles", "absolute_features"]
+__all__ = ["absolute_time_encoding", "absolute_cycles", "absolute_features", "reaches_whole_turns",
+           "whole_turns_as_zero"]
 
 _WHOLE_TURNS = 2.0**53
 
@@ -86,10 +87,21 @@ def absolute_features(t: torch.Tensor, cycles: torch.Tensor, layout: str, dtype:
     into (or with ``accumulate``, added to) ``out`` when given (see the core's ``sinusoid_of_turns``)."""
     # the product is a fresh float64 buffer: let the core consume it instead of copying it again
     turns = t.to(torch.float64).unsqueeze(-1) * cycles
-    # beyond 2**53 turns a float64 phase is a whole number of turns (phase 0); a product that overflowed to inf
-    # is read the same way instead of becoming NaN (eager skips the pass when no phase gets that large)
-    if not can_inspect_values(t) or (t.numel() and bool(t.abs().max() * cycles.max() >= _WHOLE_TURNS)):
-        turns = torch.where(turns.abs() < _WHOLE_TURNS, turns, torch.zeros((), dtype=turns.dtype,
-                                                                           device=turns.device))
+    if reaches_whole_turns(t, cycles):
+        turns = whole_turns_as_zero(turns)
     return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True, out=out, accumulate=accumulate,
                              centered=True)
+
+
+# Beyond 2**53 turns a float64 phase is a whole number of turns (phase 0); a product that overflowed to inf is read
+# the same way instead of becoming NaN. Eager code skips the pass when no phase of a block gets that large.
+
+
+def reaches_whole_turns(t: torch.Tensor, cycles: torch.Tensor) -> bool:
+    """Whether some phase ``t * cycles`` may reach 2**53 turns (always True where values cannot be read)."""
+    return not can_inspect_values(t) or bool(t.numel() and bool(t.abs().max() * cycles.max() >= _WHOLE_TURNS))
+
+
+def whole_turns_as_zero(turns: torch.Tensor) -> torch.Tensor:
+    """``turns`` with every phase of 2**53 turns or more (or infinite) read as 0."""
+    return torch.where(turns.abs() < _WHOLE_TURNS, turns, torch.zeros((), dtype=turns.dtype, device=turns.device))

@@ -28,7 +28,7 @@ from ..core import (
 from .durations import check_unit, parse_durations, positive_duration
 from .timelines import check_module_device, check_times, checked_gaps, encode_valid
 
-__all__ = ["time_gaps", "log_gap_encoding", "log_gap_cycles", "log_gap_features", "GapBucketEmbedding",
+__all__ = ["time_gaps", "log_gap_encoding", "log_gap_cycles", "log_gap", "log_gap_features", "GapBucketEmbedding",
            "DEFAULT_GAP_BOUNDARIES"]
 
 DEFAULT_GAP_BOUNDARIES = ("1h", "1d", "7d", "30d", "90d", "180d", "365d")
@@ -93,11 +93,9 @@ def log_gap_cycles(dim: int, base: float, layout: str, device: torch.device | st
     return layout_frequencies(dim, base=base, layout=layout, device=device) / (2 * math.pi)
 
 
-def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str,
-                     dtype: torch.dtype, out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
-    """The encoding of real events' gaps ``g [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``: the core's
-    sinusoid of ``x = log1p(g / scale)``, with the frequencies computed once by the caller; written into (or
-    with ``accumulate``, added to) ``out`` when given."""
+def log_gap(g: torch.Tensor, scale: float) -> torch.Tensor:
+    """``x = log1p(g / scale)`` of real events' gaps ``g [N]`` in float64 (no checks): what the log-gap
+    sinusoid encodes."""
     g = g.to(torch.float64)
     ratio = g / scale
     x = torch.log1p(ratio)
@@ -106,7 +104,15 @@ def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout
         big = torch.isinf(ratio)
         safe = torch.where(big, g, torch.ones((), dtype=g.dtype, device=g.device))  # no inf/NaN gradient
         x = torch.where(big, torch.log(safe) - math.log(scale), x)
-    turns = x.unsqueeze(-1) * cycles
+    return x
+
+
+def log_gap_features(g: torch.Tensor, cycles: torch.Tensor, scale: float, layout: str,
+                     dtype: torch.dtype, out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
+    """The encoding of real events' gaps ``g [N]`` (no mask, no checks) -> ``[N, 2 * len(cycles)]``: the core's
+    sinusoid of ``x = log1p(g / scale)``, with the frequencies computed once by the caller; written into (or
+    with ``accumulate``, added to) ``out`` when given."""
+    turns = log_gap(g, scale).unsqueeze(-1) * cycles
     return sinusoid_of_turns(turns, layout=layout, dtype=dtype, inplace=True, out=out, accumulate=accumulate,
                              centered=True)
 

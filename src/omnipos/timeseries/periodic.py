@@ -123,7 +123,8 @@ def clock_shift(t: torch.Tensor, clock: torch.Tensor, clock_mod: torch.Tensor, t
     period (a caller with few rows reduces it once per row), ``phase_mod [P]`` the phase origin modulo each
     period. Only the zone's offset at ``t + clock`` (looked up; the sum may overflow harmlessly) is per event.
     """
-    offset = local_offset(t + clock, transitions, offsets)  # 0-d for a fixed offset
+    # 0-d for a fixed offset (no per-event lookup, so no per-event sum to look up)
+    offset = offsets[0] if transitions.numel() == 0 else local_offset(t + clock, transitions, offsets)
     if offset.ndim:
         offset = offset.unsqueeze(-1)
     return clock_mod + (offset - phase_mod)
@@ -151,6 +152,7 @@ def periodic_columns(t: torch.Tensor, periods: torch.Tensor, harmonics: int, dty
         shifted = x if shift is None else x + shift[..., p]
         fraction = torch.remainder(shifted, periods[p]) / periods[p]  # [N] in [0, 1)
         for harmonic in range(1, harmonics + 1):
-            cos, sin = cos_sin_of_turns(fraction * float(harmonic), dtype)
+            # (x * 1.0 is x, bit for bit: the first harmonic skips the pass)
+            cos, sin = cos_sin_of_turns(fraction * float(harmonic) if harmonic > 1 else fraction, dtype)
             channels += [sin, cos]
     return channels

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..core import can_inspect_values, pad_packed, true_positions
@@ -106,15 +107,28 @@ def checked_real_events(times: torch.Tensor, mask: torch.Tensor, *,
     padded batch is often half padding, and nothing here reads it twice."""
     length = times.shape[-1]
     slots = true_positions(mask)
-    flat = times.reshape(-1)[slots]
+    numpy_path = (times.device.type == "cpu" and not torch.compiler.is_compiling() and times.dtype != torch.bfloat16
+                  and times.numel() > 0 and not (torch.is_grad_enabled() and times.requires_grad))
+    # (the same numbers through NumPy on the CPU: a gather, a repeat and one subtraction instead of torch's
+    # indexing, an integer division and a masked fill of the whole batch)
+    flat = (torch.from_numpy(np.take(times.detach().contiguous().numpy().reshape(-1), slots.numpy())) if numpy_path
+            else times.reshape(-1)[slots])
     finite = torch.isfinite(flat)
     if not bool(finite.all()):
         at = int((~finite).nonzero()[0])
         raise ValueError(f"{name} must be finite at real events; found {flat[at].item()} at "
                          f"{_slot_index(int(slots[at]), times.shape)}")
-    rows = slots // length
-    within_row = (flat[1:] - flat[:-1]).masked_fill(rows[1:] != rows[:-1], 0)
-    gaps = torch.cat([flat.new_zeros(min(1, flat.shape[0])), within_row])
+    if numpy_path:
+        counts = mask.reshape(-1, length).sum(1).numpy()
+        rows = torch.from_numpy(np.repeat(np.arange(counts.size, dtype=np.int64), counts))  # slots are row-major
+        gaps = torch.empty_like(flat)
+        torch.sub(flat[1:], flat[:-1], out=gaps[1:])
+        firsts = (np.cumsum(counts) - counts)[counts > 0]  # each row's first event (and the first of all) gets 0
+        gaps.numpy()[firsts] = 0
+    else:
+        rows = slots // length
+        within_row = (flat[1:] - flat[:-1]).masked_fill(rows[1:] != rows[:-1], 0)
+        gaps = torch.cat([flat.new_zeros(min(1, flat.shape[0])), within_row])
     if gaps.numel() and bool(gaps.min() < 0):
         at = int((gaps < 0).nonzero()[0])
         raise ValueError(
