@@ -21,7 +21,9 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
      so every copy of a repeated eigenvalue is found.
    - ``"lanczos"``: implicitly restarted Lanczos (ARPACK, single precision) on ``bound * I - L`` restricted to
      the complement of the null vector, largest algebraic: a few hundred matrix-vector products on graphs with a
-     large spectral gap (hubs, expanders: Barabasi-Albert), where the factor fills in and AMG coarsens badly.
+     large spectral gap (hubs, expanders: Barabasi-Albert), where the factor fills in and AMG coarsens badly; a
+     few thousand at 1e6 nodes, where the lowest eigenvalues crowd against the bulk (Barabasi-Albert, 100k
+     nodes: the 9 lowest within 0.0016 of each other).
 
    Single-vector Krylov solvers (Lanczos, shift-invert) find one vector per distinct eigenvalue: in exact
    arithmetic they never see a second copy of a repeated one. Repeated eigenvalues come from symmetry, so
@@ -393,10 +395,12 @@ def _deflate(null: np.ndarray | None, x: np.ndarray) -> np.ndarray:
     return x - np.outer(null, null.conj() @ x)
 
 
-def _matvec(matrix: Any) -> Callable[[np.ndarray], np.ndarray]:
+def _matvec(matrix: Any, reuse: bool = False) -> Callable[[np.ndarray], np.ndarray]:
     """``x -> matrix @ x`` for a SciPy CSR matrix and one vector, without SciPy's per-call dispatch where its
     kernel is reachable (``scipy.sparse._sparsetools.csr_matvec``; ~9 of ~12 us a product on a 1,000-node graph
-    are dispatch, and ARPACK takes a few hundred products)."""
+    are dispatch, and ARPACK takes a few hundred products). ``reuse=True``: every call returns the same output
+    array, overwritten (for a caller that copies it before the next call, as ARPACK does: no allocation a
+    product)."""
     try:
         from scipy.sparse._sparsetools import csr_matvec
     except ImportError:  # (a SciPy without it: the public product)
@@ -406,9 +410,15 @@ def _matvec(matrix: Any) -> Callable[[np.ndarray], np.ndarray]:
     rows, cols = matrix.shape
     indptr, indices, data, dtype = matrix.indptr, matrix.indices, matrix.data, matrix.dtype
 
+    buffer = np.empty(rows, dtype=dtype) if reuse else None
+
     def product(x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=dtype).reshape(-1)
-        out = np.zeros(rows, dtype=dtype)
+        if buffer is None:
+            out = np.zeros(rows, dtype=dtype)
+        else:
+            out = buffer
+            out.fill(0)
         csr_matvec(rows, cols, indptr, indices, data, x, out)
         return out
 
@@ -481,19 +491,25 @@ def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.
     with residual ~1e-5 (the smallest-algebraic form of the same operator reached only 3e-4)."""
     n = lap.shape[0]
     single = np.complex64 if np.iscomplexobj(lap.data) else np.float32
-    product = _matvec(_shifted(lap, bound).astype(single))
+    # (ARPACK copies each product into its own work array: one output buffer serves every call)
+    product = _matvec(_shifted(lap, bound).astype(single), reuse=True)
     if null is None:
-        return _arpack(product, n, width, np.dtype(single), tol=1e-5).astype(lap.dtype)
-    # the null vector u is bound I - L's top eigenvector (eigenvalue bound, isolated by the spectral gap): ARPACK
-    # is asked for it too, on the plain matrix, and it is dropped afterwards (the Rayleigh-Ritz step projects the
-    # rest off u exactly), without the rank-one term (bound I - L) - bound u u^H and its three vector passes a
-    # product (1,000 nodes: 4.7 vs 5.4 ms; 1e6 nodes: ~4 of ~22 ms a product). Asked to 5e-6 rather than 1e-5: so
-    # many products as before (Barabasi-Albert, 1k-100k nodes: 196-893 vs 200-887), residuals after the float64
-    # Rayleigh-Ritz 2.4e-6 to 9e-6 (before: 4e-6 to 1.1e-5), eigenvalues within 5e-10 of dense eigh.
-    # (width + 1 < n: sparse_eigenpairs keeps width <= n - 3 where a null vector is known)
-    vectors = _arpack(product, n, width + 1, np.dtype(single), tol=5e-6, ncv=max(3 * width, 20))
-    along = np.abs(null.astype(single).conj() @ vectors)
-    return np.delete(vectors, int(np.argmax(along)), axis=1).astype(lap.dtype)
+        matvec = product
+    else:
+        # (bound I - L) - bound u u^H: the null vector u (an eigenvector of bound I - L, of its largest eigenvalue
+        # bound) moves to eigenvalue 0, the others stay; one rank-one term a product instead of two projections.
+        # (Asking ARPACK for u too on the plain matrix saves this term, but needed 60% more products at 1e6 nodes
+        # for the same residuals: measured, not kept.)
+        null32, weight = null.astype(single), single(bound)
+        term = np.empty_like(null32)
+
+        def matvec(x: np.ndarray) -> np.ndarray:
+            out = product(x)
+            np.multiply(null32, weight * np.vdot(null32, x), out=term)
+            out -= term
+            return out
+
+    return _arpack(matvec, n, width, np.dtype(single), tol=1e-5).astype(lap.dtype)
 
 
 _PYAMG_SEED = 0
