@@ -49,6 +49,7 @@ given both in process CPU time (`time.process_time`, summed over threads; other 
 do not inflate it) and in wall-clock time (which they do).
 
     python benchmarks/bench_graph.py [--quick] [--only a,b,c,d,e,f,g] [--cap 300] [--cap-gib 3]
+        [--sizes 1000000] [--shapes 'Barabasi-Albert m=3;ring + n/10 chords']   # (e), (f): chosen cases only
 """
 
 from __future__ import annotations
@@ -481,8 +482,21 @@ def simple_column_diff(ours: np.ndarray, values: np.ndarray, theirs: np.ndarray)
 
 
 def large_sizes_and_cap(args: Any) -> tuple[list[int], float]:
-    """(e) and (f)'s graph sizes and per-case time cap."""
+    """(e) and (f)'s graph sizes (``--sizes`` where given) and per-case time cap."""
+    if args.sizes:
+        return [int(size) for size in args.sizes.split(",")], args.cap
     return ([2_000, 10_000], 60.0) if args.quick else ([20_000, 100_000, 1_000_000], args.cap)
+
+
+def chosen_shapes(args: Any) -> list[str]:
+    """(e) and (f)'s graph shapes: ``--shapes`` (names of SHAPES, ';'-separated) where given, else all."""
+    if not args.shapes:
+        return list(SHAPES)
+    shapes = args.shapes.split(";")
+    unknown = [shape for shape in shapes if shape not in SHAPES]
+    if unknown:
+        raise SystemExit(f"--shapes: unknown {unknown}; choose from {list(SHAPES)}")
+    return shapes
 
 
 def columns(side: str, result: dict, cap: float, cap_gib: float) -> dict[str, Any]:
@@ -508,7 +522,8 @@ def spectral_section(args: Any) -> None:
     import tempfile
 
     sizes, cap = large_sizes_and_cap(args)
-    sizes = sorted({1_000, 2_000, 3_000, *sizes})  # (the small shapes where a fixed cost could lose to PyG)
+    if not args.sizes:
+        sizes = sorted({1_000, 2_000, 3_000, *sizes})  # (the small shapes where a fixed cost could lose to PyG)
     threads = 1
     bench = Bench("graph_eigen_large", notes=(
         f"(f) k=8 eigenvectors of one large graph, each case in its own process after a warm-up solve; capped at "
@@ -520,9 +535,10 @@ def spectral_section(args: Any) -> None:
         "LapPE peer: PyG's AddLaplacianEigenvectorPE(is_undirected=True); magnetic (q=0.25, edges lower -> higher "
         "id) peer: SciPy eigsh(L_q, 8, which='SA') on the sparse Hermitian matrix."))
     cases = [("LapPE", "omnipos-lappe", "pyg-lappe", n) for n in sizes]
-    cases += [("magnetic", "omnipos-magnetic", "scipy-magnetic", n) for n in sizes if n <= 100_000]
+    # (magnetic up to 1e5 nodes unless --sizes names the sizes: SciPy's eigsh runs into the cap above)
+    cases += [("magnetic", "omnipos-magnetic", "scipy-magnetic", n) for n in sizes if n <= 100_000 or args.sizes]
     with tempfile.TemporaryDirectory() as tmp:
-        for shape in SHAPES:
+        for shape in chosen_shapes(args):
             for encoding, ours_method, peer_method, n in cases:
                 results = {}
                 for method in (ours_method, peer_method):
@@ -582,7 +598,7 @@ def large_graph_section(args: Any) -> None:
         "(the graph itself excluded). s = wall seconds, cpu_s = process CPU seconds (what the work costs on a shared "
         "machine); speedup_cpu = PyG / omnipos CPU time; max_diff = max |omnipos - PyG|."))
     with tempfile.TemporaryDirectory() as tmp:
-        for shape in SHAPES:
+        for shape in chosen_shapes(args):
             for n in sizes:
                 results = {}
                 for method in ("omnipos", "pyg"):
@@ -646,6 +662,8 @@ def main() -> None:
     parser.add_argument("--only", default="a,b,c,d,e,f,g", help="sections to run, e.g. 'd,e'")
     parser.add_argument("--cap", type=float, default=300.0, help="(e): seconds per case")
     parser.add_argument("--cap-gib", type=float, default=3.0, help="(e): resident GiB per case")
+    parser.add_argument("--sizes", help="(e), (f): node counts instead of the defaults, e.g. '1000000'")
+    parser.add_argument("--shapes", help="(e), (f): graph shapes, ';'-separated, e.g. 'Barabasi-Albert m=3'")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -365,3 +365,74 @@ def test_matvec_falls_back_to_the_public_product_when_scipys_private_kernel_chan
         patch.setattr(sparsetools, "csr_matvec", changed)
         product = eigensolvers._matvec(matrix)
     assert np.array_equal(product(x), expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), size=st.integers(0, 60), complex_=st.booleans())
+def test_value_keys_partition_entries_as_unique_does(seed, size, complex_):
+    """The symmetry probe's edge keys (mixed bit patterns) are equal exactly where NumPy's ``unique`` ids are:
+    repeated values, +0.0 and -0.0, values one ulp apart, complex parts swapped."""
+    rng = np.random.default_rng(seed)
+    pool = np.array([0.0, -0.0, 1.0, np.nextafter(1.0, 2.0), -0.5, 0.25, 1e-300, -1e300])
+    values = rng.choice(pool, size) * rng.choice([1.0, -1.0], size)
+    if complex_:
+        values = values + 1j * rng.choice(pool, size)
+        values[: size // 3] = values[: size // 3].imag + 1j * values[: size // 3].real
+    _, ids = np.unique(values, return_inverse=True)
+    keys = eigensolvers._value_keys(values)
+    assert np.array_equal(ids.ravel()[:, None] == ids.ravel()[None, :], keys[:, None] == keys[None, :])
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 30), width=st.integers(1, 8), repeats=st.integers(0, 3),
+       tie=st.booleans(), complex_=st.booleans())
+def test_canonical_one_is_canonical_basis(seed, n, width, repeats, tie, complex_):
+    """The single-graph NumPy canonical basis of the sparse path equals ``canonical_basis`` (the torch function
+    the batches use): bit for bit on real columns of simple eigenvalues (ties in the largest magnitude within
+    its tolerance included), to rounding where an eigenvalue repeats or the vectors are complex."""
+    from omnipos.graph import canonical_basis
+
+    rng = np.random.default_rng(seed)
+    width = min(width, n)
+    start = rng.standard_normal((n, width)) + (1j * rng.standard_normal((n, width)) if complex_ else 0)
+    vectors = np.linalg.qr(start)[0]
+    if tie and n > 1 and not complex_:  # two entries of (almost) the same magnitude at the top of column 0
+        top = np.abs(vectors[:, 0]).max() * 1.5
+        vectors[0, 0], vectors[n - 1, 0] = -top, top * (1 - 1e-12)
+    values = np.sort(rng.uniform(0, 2, width))
+    for _ in range(repeats):  # a repeated eigenvalue somewhere
+        i = int(rng.integers(0, width))
+        values[i:i + 2] = values[i]
+    count = int(rng.integers(1, width + 1))
+    ours = eigensolvers._canonical_one(vectors, values, count, 2.0)
+    expected = canonical_basis(torch.from_numpy(vectors)[None], torch.from_numpy(values)[None], count,
+                               scale=2.0)[0].numpy()
+    if not complex_ and np.all(np.diff(values[:count + 1]) != 0):
+        assert np.array_equal(ours, expected)
+    else:
+        np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), size=st.integers(0, 30))
+def test_clusters_equal_eigenvalue_clusters(seed, size):
+    from omnipos.graph.sign import eigenvalue_clusters
+
+    rng = np.random.default_rng(seed)
+    values = np.sort(np.concatenate([rng.uniform(0, 2, size), rng.uniform(0, 2, size // 3)]))
+    values[1::4] = values[0::4][:values[1::4].size] + rng.choice([0.0, 1e-9, 1e-7], values[1::4].size)
+    values = np.sort(values)
+    assert np.array_equal(eigensolvers._clusters(values, 2.0),
+                          eigenvalue_clusters(torch.from_numpy(values), scale=2.0).numpy())
+
+
+def test_shifted_equals_scipys_subtraction():
+    """``bound I - L`` built in place of SciPy's sparse subtraction: the same entries, on a Laplacian (every
+    diagonal entry stored) and on a matrix with diagonal entries missing (SciPy's subtraction then)."""
+    rng = np.random.default_rng(3)
+    rows, cols = hub_edges(120, 4)
+    lap, _ = symmetric_laplacian(rows, cols, 120, rng.uniform(0.1, 3.0, rows.size))
+    holes = sp.csr_matrix(lap.toarray() * (rng.random((120, 120)) < 0.5))
+    for matrix in (lap, holes, lap.astype(np.complex128) * np.exp(0.3j)):
+        expected = (2.0 * sp.identity(120, format="csr") - matrix).toarray()
+        assert np.array_equal(eigensolvers._shifted(matrix, 2.0).toarray(), expected)

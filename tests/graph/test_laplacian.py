@@ -202,6 +202,35 @@ def test_directed_edge_list_is_symmetrised(graph_factory):
     torch.testing.assert_close(laplacian_pe(mixed, 12, 5), both, atol=1e-6, rtol=0)
 
 
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 25), edges=st.integers(0, 70), seed=st.integers(0, 2**31 - 1),
+       normalization=st.sampled_from(["sym", None]))
+def test_sparse_laplacian_is_the_float64_formula_in_canonical_csr(n, edges, seed, normalization):
+    """The large-graph path's CSR Laplacian (diagonal inserted into each sorted row) equals the definition on a
+    directed list with self-loops, duplicates and zero weights (summed, then ``max(A, A^T)``), its null weight
+    is ``sqrt(degree)`` / ones, and it is canonical CSR (sorted, no duplicates, every diagonal entry stored)."""
+    from omnipos.graph.laplacian import sparse_laplacian
+
+    rng = np.random.default_rng(seed)
+    row, col = rng.integers(0, n, edges), rng.integers(0, n, edges)
+    weight = rng.uniform(0.0, 3.0, edges) * (rng.random(edges) > 0.2)
+    a = np.zeros((n, n))
+    np.add.at(a, (row, col), weight)
+    np.fill_diagonal(a, 0.0)
+    expected = numpy_laplacian(np.maximum(a, a.T), normalization)
+    lap, degree, null_weight = sparse_laplacian(row, col, weight, n, normalization)
+    np.testing.assert_allclose(lap.toarray(), expected, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(degree, np.maximum(a, a.T).sum(1), rtol=1e-13)
+    np.testing.assert_allclose(null_weight, np.sqrt(degree) if normalization else np.ones(n))
+    canonical = lap.copy()
+    canonical.sum_duplicates()
+    canonical.sort_indices()
+    assert lap.has_sorted_indices and np.array_equal(canonical.indices, lap.indices)
+    assert np.array_equal(canonical.indptr, lap.indptr)
+    assert np.array_equal(np.repeat(np.arange(n), np.diff(lap.indptr))[lap.indices == np.repeat(
+        np.arange(n), np.diff(lap.indptr))], np.arange(n))
+
+
 def test_two_runs_identical_and_random_sign_reproducible(graph_factory):
     e = graph_factory(40, 30, 9)
     assert torch.equal(laplacian_pe(e, 40, 8), laplacian_pe(e, 40, 8))

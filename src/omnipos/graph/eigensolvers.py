@@ -21,7 +21,9 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
      so every copy of a repeated eigenvalue is found.
    - ``"lanczos"``: implicitly restarted Lanczos (ARPACK, single precision) on ``bound * I - L`` restricted to
      the complement of the null vector, largest algebraic: a few hundred matrix-vector products on graphs with a
-     large spectral gap (hubs, expanders: Barabasi-Albert), where the factor fills in and AMG coarsens badly.
+     large spectral gap (hubs, expanders: Barabasi-Albert), where the factor fills in and AMG coarsens badly; a
+     few thousand at 1e6 nodes, where the lowest eigenvalues crowd against the bulk (Barabasi-Albert, 100k
+     nodes: the 9 lowest within 0.0016 of each other).
 
    Single-vector Krylov solvers (Lanczos, shift-invert) find one vector per distinct eigenvalue: in exact
    arithmetic they never see a second copy of a repeated one. Repeated eigenvalues come from symmetry, so
@@ -71,7 +73,7 @@ import torch
 from ..core import ProgressReporter
 from ._input import SizeGroup
 from ._workers import parallel_map
-from .sign import CANONICAL_TOL, EIGENVALUE_TOL, canonical_basis, eigenvalue_clusters
+from .sign import CANONICAL_TOL, EIGENVALUE_TOL, canonical_basis
 from .small_eigh import one_thread, small_eigh
 
 __all__ = ["SOLVERS", "FILL_BUDGET", "GAP_PROBE", "SYMMETRY_ROUNDS", "Symmetry", "batched_eigh", "solve_dense_groups",
@@ -323,11 +325,20 @@ def _preconditioner(lap: Any) -> str | None:
     return "amg" if _have_pyamg() else None
 
 
+def _clusters(values: np.ndarray, scale: float) -> np.ndarray:
+    """:func:`omnipos.graph.eigenvalue_clusters` of ascending float64 ``values [M]`` with a float ``scale``, in
+    NumPy (the same comparisons, so the same ids; without a torch round trip, ~0.1 ms on the solver's few
+    values)."""
+    starts = np.ones(values.size, dtype=np.int64)
+    starts[1:] = np.diff(values) > EIGENVALUE_TOL * scale
+    return np.cumsum(starts) - 1
+
+
 def _may_miss_copies(values: np.ndarray, wanted: int, bound: float, symmetry: Symmetry) -> bool:
     """Whether a single-vector solver's eigenvalues (without the null one) need the block solver after all: a
     repeated one among those wanted (the rounding errors of the run surfaced a second copy: others may be
     missing), or an eigenvalue of twin nodes (:func:`symmetry_probe`) at or below the largest one found."""
-    clusters = eigenvalue_clusters(torch.from_numpy(values), scale=bound).numpy()
+    clusters = _clusters(values, bound)
     if np.any(np.bincount(clusters[:min(wanted + 1, values.size)]) > 1):
         return True
     twins = symmetry.twin_values
@@ -339,8 +350,8 @@ def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30,
     ``null``): an upper estimate of the second-lowest eigenvalue there, good to its order of magnitude where that
     is large (the second, so that one isolated small eigenvalue, e.g. a magnetic Laplacian's lowest, does not
     decide). Measured: Barabasi-Albert graphs ~0.3-0.4 (also magnetic), grids, geometric graphs and rings with
-    chords < 0.01. With ``below``, the run stops once the estimate is under it (checked every 5 steps from the
-    10th): the Ritz values of a Lanczos run only fall as it goes on (Cauchy interlacing), so the answer to
+    chords < 0.01. With ``below``, the run stops once the estimate is under it (checked at the 10th and 20th
+    step): the Ritz values of a Lanczos run only fall as it goes on (Cauchy interlacing), so the answer to
     "is it below?" is already known."""
     n = lap.shape[0]
     steps = min(steps, n - 2)
@@ -349,17 +360,24 @@ def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30,
     previous = np.zeros_like(v)
     alpha, beta = [], [0.0]
     product = _matvec(lap)
-    for _ in range(steps):
-        w = _deflate(null, product(v)) - beta[-1] * previous
-        a = float(np.real(np.vdot(v, w)))
-        w = w - a * v
-        alpha.append(a)
-        b = float(np.linalg.norm(w))
+    null_h = null.conj() if null is not None else None  # (once, not a conjugate copy a step)
+    for _ in range(steps):  # (few NumPy calls a step: on a 1,000-node graph their overhead is most of the probe)
+        w = product(v)
+        if null is not None:
+            w -= null * null_h.dot(w)
+        w -= beta[-1] * previous
+        a = np.vdot(v, w).real
+        w -= a * v
+        alpha.append(float(a))
+        b = float(np.sqrt(np.vdot(w, w).real))
         if b < 1e-12:
             break
         beta.append(b)
-        previous, v = v, w / b
-        if below is not None and len(alpha) >= 10 and len(alpha) % 5 == 0 and _second_ritz(alpha, beta) < below:
+        w /= b
+        previous, v = v, w
+        # (checked at the 10th and 20th step: an eigvalsh a check was a fifth of the probe on 1,000 nodes; the
+        # verdict is the same, a run stops early only where it is already below)
+        if below is not None and len(alpha) in (10, 20) and _second_ritz(alpha, beta) < below:
             break
     return _second_ritz(alpha, beta)
 
@@ -379,10 +397,12 @@ def _deflate(null: np.ndarray | None, x: np.ndarray) -> np.ndarray:
     return x - np.outer(null, null.conj() @ x)
 
 
-def _matvec(matrix: Any) -> Callable[[np.ndarray], np.ndarray]:
+def _matvec(matrix: Any, reuse: bool = False) -> Callable[[np.ndarray], np.ndarray]:
     """``x -> matrix @ x`` for a SciPy CSR matrix and one vector, without SciPy's per-call dispatch where its
     kernel is reachable (``scipy.sparse._sparsetools.csr_matvec``; ~9 of ~12 us a product on a 1,000-node graph
-    are dispatch, and ARPACK takes a few hundred products)."""
+    are dispatch, and ARPACK takes a few hundred products). ``reuse=True``: every call returns the same output
+    array, overwritten (for a caller that copies it before the next call, as ARPACK does: no allocation a
+    product)."""
     try:
         from scipy.sparse._sparsetools import csr_matvec
     except ImportError:  # (a SciPy without it: the public product)
@@ -392,9 +412,15 @@ def _matvec(matrix: Any) -> Callable[[np.ndarray], np.ndarray]:
     rows, cols = matrix.shape
     indptr, indices, data, dtype = matrix.indptr, matrix.indices, matrix.data, matrix.dtype
 
+    buffer = np.empty(rows, dtype=dtype) if reuse else None
+
     def product(x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=dtype).reshape(-1)
-        out = np.zeros(rows, dtype=dtype)
+        if buffer is None:
+            out = np.zeros(rows, dtype=dtype)
+        else:
+            out = buffer
+            out.fill(0)
         csr_matvec(rows, cols, indptr, indices, data, x, out)
         return out
 
@@ -416,6 +442,9 @@ def _arpack(matvec: Any, n: int, width: int, dtype: np.dtype, tol: float, larges
         return matvec(x)
 
     op = LinearOperator((n, n), matvec=counted, dtype=dtype)
+    # ARPACK calls op.matvec once a step: bound straight to `counted`, without LinearOperator's per-call shape
+    # checks and reshapes (~5 us of ~25 us a step on a 1,000-node graph; ARPACK hands over 1-D vectors of length n)
+    op.matvec = counted
     start = _start_block(n, 1, dtype)[:, 0]
     ncv = min(n - 1, max(3 * width, 20))  # measured: fewer restarts pay for the larger basis
     if np.issubdtype(dtype, np.complexfloating):  # ARPACK has no complex Hermitian driver
@@ -438,28 +467,47 @@ def _shift_invert(lap: Any, width: int, null: np.ndarray | None, bound: float) -
     return _arpack(lambda x: _deflate(null, factor.solve(_deflate(null, x))), n, width, lap.dtype, tol=1e-12)
 
 
+def _shifted(lap: Any, bound: float) -> Any:
+    """``bound * I - lap`` as CSR, in ``lap``'s dtype: its data negated and ``bound`` added on the diagonal where
+    every diagonal entry is stored once (a Laplacian's), without SciPy's sparse subtraction (~0.1 ms a call)."""
+    import scipy.sparse as sp
+
+    n = lap.shape[0]
+    if sp.isspmatrix_csr(lap) and lap.has_canonical_format:
+        rows = np.repeat(np.arange(n, dtype=lap.indices.dtype), np.diff(lap.indptr))
+        on_diagonal = lap.indices == rows
+        if np.count_nonzero(on_diagonal) == n:
+            shifted = sp.csr_matrix((-lap.data, lap.indices.copy(), lap.indptr.copy()), shape=lap.shape)
+            shifted.data[on_diagonal] += bound
+            return shifted
+    return (bound * sp.identity(n, dtype=lap.dtype, format="csr") - lap).tocsr()
+
+
 def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.ndarray:
     """Lanczos in single precision (PyG's own: its LapPE runs ARPACK on a float32 matrix) on the complement of
     the null vector, largest algebraic of ``bound * I - L`` (formed in float64, then rounded: no cancellation
     between the identity and ``L``'s diagonal), then the float64 Rayleigh-Ritz of :func:`sparse_eigenpairs`.
     Measured on Barabasi-Albert graphs: float64 ARPACK to 1e-10 took 3.1 s at 100k nodes (PyG 2.4 s), this 1.3 s
     with residual ~1e-5 (the smallest-algebraic form of the same operator reached only 3e-4)."""
-    import scipy.sparse as sp
-
     n = lap.shape[0]
     single = np.complex64 if np.iscomplexobj(lap.data) else np.float32
-    shifted = (bound * sp.identity(n, dtype=lap.dtype, format="csr") - lap).tocsr().astype(single)
-    product = _matvec(shifted)
+    # (ARPACK copies each product into its own work array: one output buffer serves every call)
+    product = _matvec(_shifted(lap, bound).astype(single), reuse=True)
     if null is None:
         matvec = product
     else:
         # (bound I - L) - bound u u^H: the null vector u (an eigenvector of bound I - L, of its largest eigenvalue
-        # bound) moves to eigenvalue 0, the others stay; one rank-one term a product instead of two projections
+        # bound) moves to eigenvalue 0, the others stay; one rank-one term a product instead of two projections.
+        # (Asking ARPACK for u too on the plain matrix saves this term; at the tolerance that kept its residuals
+        # as low, 5e-6, it took 3,737 products instead of 2,328 on a 1e6-node Barabasi-Albert graph: not kept.)
         null32, weight = null.astype(single), single(bound)
+        term = np.empty_like(null32)
 
         def matvec(x: np.ndarray) -> np.ndarray:
-            x = x.reshape(-1)
-            return product(x) - null32 * (weight * np.vdot(null32, x))
+            out = product(x)
+            np.multiply(null32, weight * np.vdot(null32, x), out=term)
+            out -= term
+            return out
 
     return _arpack(matvec, n, width, np.dtype(single), tol=1e-5).astype(lap.dtype)
 
@@ -568,6 +616,19 @@ def _row_sums(terms: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     return total[indptr[1:]] - total[indptr[:-1]]
 
 
+def _value_keys(values: np.ndarray) -> np.ndarray:
+    """A 64-bit key per entry of ``values`` (float64 or complex128) that is equal exactly where the values are:
+    the mixed bit patterns (-0.0 made +0.0 first; complex: both parts, the imaginary one mixed twice). Equal
+    values give equal keys, and different ones different keys but for a 64-bit collision on complex entries
+    (which can only merge colours: towards "symmetric"). The same partition of the entries as ``np.unique``'s
+    ids, without its sort (a third of the probe on a 1,000-node graph)."""
+    if np.iscomplexobj(values):
+        values = values.astype(np.complex128) + 0.0
+        return _mix(np.ascontiguousarray(values.real).view(np.uint64) + _GOLDEN) \
+            ^ _mix(_mix(np.ascontiguousarray(values.imag).view(np.uint64)))
+    return _mix((np.asarray(values, dtype=np.float64) + 0.0).view(np.uint64) + _GOLDEN)
+
+
 def symmetry_probe(lap: Any, max_rounds: int = SYMMETRY_ROUNDS) -> Symmetry:
     """Colour refinement (1-dimensional Weisfeiler-Leman) of the weighted graph of ``lap`` (its diagonal the
     starting colours, each off-diagonal entry's exact value a label of its edge), hashed with wrapping 64-bit
@@ -589,8 +650,7 @@ def symmetry_probe(lap: Any, max_rounds: int = SYMMETRY_ROUNDS) -> Symmetry:
     off = lap.indices != rows
     cols = lap.indices[off]
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[off], minlength=n))])
-    _, value_id = np.unique(lap.data[off], return_inverse=True)
-    value_key = _mix(value_id.astype(np.uint64).ravel() + _GOLDEN)
+    value_key = _value_keys(lap.data[off])
     diagonal = lap.diagonal()
     _, colour = np.unique(diagonal, return_inverse=True)
     colour = colour.ravel()
@@ -643,7 +703,7 @@ def _block(lap: Any, wanted: int, null: np.ndarray | None, bound: float, precond
             return _dense_lowest(lap, null)
         vectors = _lobpcg(lap, width, null, apply, start)
         values, vectors = _rayleigh_ritz(lap, vectors, null)
-        clusters = eigenvalue_clusters(torch.from_numpy(values), scale=bound).numpy()
+        clusters = _clusters(values, bound)
         if clusters[-1] > clusters[wanted - 1]:
             return values, vectors
         start, width = vectors, min(2 * width, limit)
@@ -667,7 +727,7 @@ def _block_shift_invert(lap: Any, wanted: int, null: np.ndarray | None, bound: f
         if found is None:
             return _block(lap, wanted, null, bound, "lu")
         values, vectors = found
-        clusters = eigenvalue_clusters(torch.from_numpy(values), scale=bound).numpy()
+        clusters = _clusters(values, bound)
         copies = np.bincount(clusters)
         cut = clusters[wanted - 1]
         if copies[:cut + 1].max() < block and clusters[-1] > cut:
@@ -899,6 +959,35 @@ def _dense_components(lap: Any, labels: np.ndarray, position: np.ndarray, sizes:
     return pieces
 
 
+def _canonical_one(vectors: np.ndarray, values: np.ndarray, count: int, bound: float) -> np.ndarray:
+    """The first ``count`` columns of :func:`omnipos.graph.canonical_basis` of one graph's orthonormal
+    ``vectors [n, M]`` (ascending ``values [M]``, clusters at ``EIGENVALUE_TOL * bound``), in NumPy: the same
+    pivoted Cholesky of each eigenspace's projector, eigenspace by eigenspace (pivot: the largest
+    ``sqrt(P_ii)``, ties within ``CANONICAL_TOL`` to the lowest node; the column ``P e_i / sqrt(P_ii)``, then
+    ``P`` deflated by it). Equal to the torch function up to the rounding of its sums (bit for bit on real
+    columns of simple eigenvalues: the largest-magnitude entry made positive, a product by +-1), without its
+    torch ops on one graph (2-D grid of 1,024 nodes, eigenvalue pairs: ~0.2 ms instead of ~1-2 ms)."""
+    n = vectors.shape[0]
+    out = np.zeros((n, count), dtype=vectors.dtype)
+    cluster = _clusters(values, bound)
+    starts = np.flatnonzero(np.r_[True, cluster[1:] != cluster[:-1]])
+    ends = np.r_[starts[1:], values.size]
+    for start, end in zip(starts, ends):
+        if start >= count:
+            break
+        work = vectors[:, start:end]
+        for t in range(min(end - start, count - start)):
+            power = work.real ** 2 + work.imag ** 2 if np.iscomplexobj(work) else work ** 2
+            norms = np.sqrt(np.maximum(power.sum(axis=1), 0.0))
+            pivot = int(np.argmax(norms >= norms.max() - CANONICAL_TOL))  # (the first maximum)
+            size = norms[pivot]
+            unit = work[pivot] / size if size > 0 else np.zeros_like(work[pivot])  # a_hat^H, as a row
+            column = work @ unit.conj()  # P e_i / sqrt(P_ii)
+            out[:, start + t] = column
+            work = work - np.outer(column, unit)
+    return out
+
+
 def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
            dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """Lowest ``count`` eigenpairs over all components, canonical basis per eigenspace (module docstring)."""
@@ -908,10 +997,9 @@ def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
         return np.zeros(0), out
     if len(pieces) == 1 and pieces[0].values.shape[0] == 1:  # one component: its canonical basis, no merging
         piece = pieces[0]
-        values = torch.from_numpy(np.ascontiguousarray(piece.values[:, :piece.available[0]]))
-        vectors = torch.from_numpy(np.ascontiguousarray(piece.vectors[:, :, :piece.available[0]]))
-        basis = canonical_basis(vectors, values, count, scale=bound, check=False)[0].numpy()
-        out[piece.nodes[0]] = basis
+        available = int(piece.available[0])
+        out[piece.nodes[0]] = _canonical_one(piece.vectors[0, :, :available], piece.values[0, :available], count,
+                                             bound)
         return piece.values[0, :count].copy(), out
     # every candidate eigenpair: (value, piece, component within piece, column)
     cand_value, cand_piece, cand_comp, cand_col = [], [], [], []
@@ -926,7 +1014,7 @@ def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
     value, piece_of, comp_of, col_of = (np.concatenate(x) for x in (cand_value, cand_piece, cand_comp, cand_col))
     sort = np.lexsort((col_of, comp_of, piece_of, value))
     value, piece_of, comp_of, col_of = value[sort], piece_of[sort], comp_of[sort], col_of[sort]
-    cluster = eigenvalue_clusters(torch.from_numpy(value), scale=bound).numpy()
+    cluster = _clusters(value, bound)
     last = cluster[count - 1]
     members = cluster <= last
     value, piece_of, comp_of, col_of, cluster = (x[members] for x in (value, piece_of, comp_of, col_of, cluster))
