@@ -227,6 +227,31 @@ def test_without_numba_small_eigh_is_lapack(monkeypatch):
     assert torch.equal(values, expected[0]) and torch.equal(vectors, expected[1])
 
 
+def test_disable_numba_switch_gives_lapack_and_the_tensor_program(monkeypatch):
+    """``OMNIPOS_DISABLE_NUMBA=1`` (the user's switch, as ``OMNIPOS_DISABLE_TRITON``): with numba installed,
+    small_eigh returns LAPACK's bits and canonical_basis the tensor program's, as in a numba-free install."""
+    import omnipos.graph.sign as sign_module
+    from omnipos.graph import canonical_basis
+
+    a = torch.randn(24, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    a = a + a.transpose(1, 2)
+    compiled = small_eigh(a)
+    monkeypatch.setenv("OMNIPOS_DISABLE_NUMBA", "1")
+    assert small_eigh_module.lane_kernel() is None and sign_module._compiled() is None
+    values, vectors = small_eigh(a)
+    with one_thread():
+        expected = torch.linalg.eigh(a)
+    assert torch.equal(values, expected[0]) and torch.equal(vectors, expected[1])
+    assert torch.allclose(values, compiled[0], atol=1e-12)  # the kernel's eigenvalues, to rounding
+    switched_off = canonical_basis(vectors, values, 6)
+    with monkeypatch.context() as patch:
+        patch.setattr(sign_module, "_compiled", lambda: None)
+        tensor_program = canonical_basis(vectors, values, 6)
+    assert torch.equal(switched_off, tensor_program)
+    monkeypatch.setenv("OMNIPOS_DISABLE_NUMBA", "0")  # any other value leaves the kernels on
+    assert small_eigh_module.lane_kernel() is not None and sign_module._compiled() is not None
+
+
 def test_small_eigh_sends_other_cases_to_lapack(monkeypatch):
     """float32, complex, more than LANE_MAX_NODES rows, a leading shape other than [G]: LAPACK, as before."""
     def refuse(*args):

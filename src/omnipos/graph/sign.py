@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from ..core import check_finite, check_integer_tensor
+from .small_eigh import compiled_kernels_enabled
 
 __all__ = ["SIGNS", "CANONICAL_TOL", "EIGENVALUE_TOL", "NOISE_TOL", "canonical_basis", "canonical_sign",
            "eigenvalue_clusters", "random_sign", "random_sign_flip", "round_noise"]
@@ -185,7 +186,10 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
 
 
 def _compiled() -> Any:
-    """:func:`omnipos.graph.canonical_kernel.canonical_columns`, or None where numba is not installed."""
+    """:func:`omnipos.graph.canonical_kernel.canonical_columns`, or None where numba is not installed or is
+    switched off (``OMNIPOS_DISABLE_NUMBA=1``, :func:`omnipos.graph.small_eigh.compiled_kernels_enabled`)."""
+    if not compiled_kernels_enabled():
+        return None
     try:
         from .canonical_kernel import canonical_columns
     except ImportError:

@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["SMALL_MAX_NODES", "LANE_MAX_NODES", "lane_kernel", "small_eigh", "one_thread"]
+__all__ = ["SMALL_MAX_NODES", "LANE_MAX_NODES", "compiled_kernels_enabled", "lane_kernel", "small_eigh",
+           "one_thread"]
 
 #: Matrices of at most this many rows are "small": :func:`small_eigh` solves them inside :func:`one_thread`.
 #: (Above it a single matrix has enough work for MKL's threads to pay off in wall time.)
@@ -106,8 +107,18 @@ def one_thread() -> Iterator[None]:
             mkl_local(previous_mkl)
 
 
+def compiled_kernels_enabled() -> bool:
+    """Whether the graph domain may use its numba kernels: numba importable is checked by the callers; this is the
+    user's switch, ``OMNIPOS_DISABLE_NUMBA=1`` (LAPACK and the tensor programs then, as without numba: no compile
+    at the first call, numbers as in a numba-free install)."""
+    return os.environ.get("OMNIPOS_DISABLE_NUMBA") != "1"
+
+
 def lane_kernel() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-    """:func:`omnipos.graph.lane_eigh.lane_eigh`, or None where numba is not installed."""
+    """:func:`omnipos.graph.lane_eigh.lane_eigh`, or None where numba is not installed or is switched off
+    (:func:`compiled_kernels_enabled`)."""
+    if not compiled_kernels_enabled():
+        return None
     try:
         from .lane_eigh import lane_eigh
     except ImportError:
