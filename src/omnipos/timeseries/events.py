@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import check_choice, check_positive_int, lengths_to_mask, pad_packed, require
+from ..core import check_choice, check_positive_int, lengths_to_mask, mask_to_lengths, pad_packed, require
 from .calendar import (
     align_origin,
     check_awareness,
@@ -224,7 +224,7 @@ class EventBatch:
     @property
     def lengths(self) -> torch.Tensor:
         """Events per row ``[B]``."""
-        return self.mask.sum(dim=1)
+        return mask_to_lengths(self.mask)
 
     def __len__(self) -> int:
         return self.times.shape[0]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import can_inspect_values, pad_packed, true_positions
+from ..core import can_inspect_values, mask_to_lengths, pad_packed, true_positions
 
 __all__ = ["can_inspect_values", "check_times", "check_mask", "check_module_device", "checked_gaps",
            "checked_real_events", "previous_event_times", "encode_valid"]
@@ -119,7 +119,7 @@ def checked_real_events(times: torch.Tensor, mask: torch.Tensor, *,
         raise ValueError(f"{name} must be finite at real events; found {flat[at].item()} at "
                          f"{_slot_index(int(slots[at]), times.shape)}")
     if numpy_path:
-        counts = mask.reshape(-1, length).sum(1).numpy()
+        counts = mask_to_lengths(mask.reshape(-1, length)).numpy()  # (torch's bool sum widens to int64 first)
         rows = torch.from_numpy(np.repeat(np.arange(counts.size, dtype=np.int64), counts))  # slots are row-major
         gaps = torch.empty_like(flat)
         torch.sub(flat[1:], flat[:-1], out=gaps[1:])
