@@ -92,3 +92,21 @@ def test_float32_complex_and_gradients_stay_on_the_tensor_program(monkeypatch):
     canonical_basis(vectors.float(), values.float(), 3)
     canonical_basis(vectors.to(torch.complex128), values, 3)
     canonical_basis(vectors.clone().requires_grad_(), values, 3, check=False)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((np.zeros((4, 3)), np.zeros((4, 3)), 1, 0.0), r"w must have shape \[G, n, M\]"),
+    ((np.zeros((2, 4, 3)), np.zeros((2, 2)), 1, 0.0), r"cluster must have shape \(2, 3\)"),
+    ((np.zeros((2, 4, 3)), np.zeros((1, 3)), 1, 0.0), r"cluster must have shape \(2, 3\)"),
+    ((np.zeros((2, 4, 3)), np.zeros((2, 3)), 4, 0.0), r"count must be an integer in 0\.\.3"),
+    ((np.zeros((2, 4, 3)), np.zeros((2, 3)), -1, 0.0), r"count must be an integer in 0\.\.3"),
+    ((np.zeros((2, 4, 3)), np.zeros((2, 3)), 1.5, 0.0), r"count must be an integer"),
+    ((np.zeros((2, 4, 3)), np.zeros((2, 3)), 1, float("nan")), r"tol must be a finite number >= 0"),
+    ((np.zeros((2, 4, 3)), np.zeros((2, 3)), 1, -1e-3), r"tol must be a finite number >= 0"),
+])
+def test_canonical_columns_refuses_what_would_read_past_its_arrays(args, message):
+    """The compiled loop does not check indices: shapes, count and tol are checked before it runs."""
+    from omnipos.graph.canonical_kernel import canonical_columns
+
+    with pytest.raises(ValueError, match=message):
+        canonical_columns(*args)

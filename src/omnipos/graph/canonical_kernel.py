@@ -96,7 +96,17 @@ def canonical_columns(w: np.ndarray, cluster: np.ndarray, count: int, tol: float
     the ``M`` columns): ``(columns [G, n, count], pivot node [G, count] int64, pivot magnitude [G, count])``."""
     w = np.ascontiguousarray(w, dtype=np.float64)
     cluster = np.ascontiguousarray(cluster, dtype=np.int64)
-    graphs, n, _ = w.shape
+    # (the compiled loop does not check its indices: a wrong shape or count would read past the arrays)
+    if w.ndim != 3:
+        raise ValueError(f"w must have shape [G, n, M], got {w.shape}")
+    graphs, n, width = w.shape
+    if cluster.shape != (graphs, width):
+        raise ValueError(f"cluster must have shape {(graphs, width)} (one eigenspace id per column of w), "
+                         f"got {cluster.shape}")
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= width:
+        raise ValueError(f"count must be an integer in 0..{width}, got {count!r}")
+    if not (isinstance(tol, (int, float, np.floating)) and math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     out = np.zeros((graphs, n, count))
     pivot_node = np.zeros((graphs, count), dtype=np.int64)
     pivot_size = np.zeros((graphs, count))
