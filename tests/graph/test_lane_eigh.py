@@ -288,3 +288,39 @@ def test_kernels_compile_without_a_cache_directory(monkeypatch):
         return 2.0 * x
 
     assert compiled(twice)(1.5) == 3.0
+
+
+def test_an_unreadable_cache_file_is_a_miss_and_is_rewritten(tmp_path):
+    """Cached machine code is read back from disk, so it is untrusted: garbage in numba's index and data files
+    gives the right answer (compiled again), and the next process loads the rewritten cache."""
+    import subprocess
+
+    module = tmp_path / "tiny_kernel.py"
+    module.write_text(
+        "import numpy as np\n"
+        "from omnipos.graph.lane_eigh import compiled\n\n"
+        "@compiled\n"
+        "def twice_plus_one(x):\n"
+        "    out = np.empty_like(x)\n"
+        "    for i in range(x.size):\n"
+        "        out[i] = 2.0 * x[i] + 1.0\n"
+        "    return out\n\n"
+        "x = np.arange(5.0)\n"
+        "assert (twice_plus_one(x) == 2 * x + 1).all()\n"
+        "print('ok', sum(twice_plus_one.stats.cache_hits.values()))\n")
+    cache = tmp_path / "cache"
+    env = {**__import__("os").environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": __import__("os").pathsep.join(
+        [str(tmp_path)] + sys.path)}
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, str(module)], env=env, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert run().split() == ["ok", "0"]  # compiles, writes the cache
+    files = [f for f in cache.rglob("*") if f.suffix in (".nbi", ".nbc")]
+    assert {f.suffix for f in files} == {".nbi", ".nbc"}
+    for f in files:
+        f.write_bytes(b"\x80\x04not a pickle" + bytes(range(256)))
+    assert run().split() == ["ok", "0"]  # garbage read back: compiled again, not an unpickling error
+    assert run().split() == ["ok", "1"]  # the rewritten cache is loaded
