@@ -127,6 +127,24 @@ def test_laplacians_of_molecules_and_symmetric_graphs_match_numpy():
         assert_eigh_matches_numpy(a, values, vectors)
 
 
+def test_real_graphs_networkx_ships_match_numpy():
+    """Real graphs (the ones networkx ships, all <= LANE_MAX_NODES nodes, several with repeated eigenvalues):
+    Zachary's karate club (34), Davis's southern women (32), the Florentine families (15), Krackhardt's kite (10),
+    the Petersen graph (10), and the chvatal, frucht and heawood graphs."""
+    nx = pytest.importorskip("networkx")
+    graphs = [nx.karate_club_graph(), nx.davis_southern_women_graph(), nx.florentine_families_graph(),
+              nx.krackhardt_kite_graph(), nx.petersen_graph(), nx.chvatal_graph(), nx.frucht_graph(),
+              nx.heawood_graph()]
+    for graph in graphs:
+        graph = nx.convert_node_labels_to_integers(graph)
+        n = graph.number_of_nodes()
+        assert n <= LANE_MAX_NODES
+        a = laplacian(list(graph.edges()), n)[None]
+        values, vectors, failed = lane_eigh(a)
+        assert not failed.any()
+        assert_eigh_matches_numpy(a, values, vectors)
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 16), count=st.integers(1, 40), seed=st.integers(0, 2**32 - 1),
        repeat=st.integers(1, 4), exponent=st.integers(-200, 200))
