@@ -158,6 +158,25 @@ def test_half_keeps_float64_periods_and_rounds_the_float32_output():
         assert out.dtype == low and module.dtype == low
         tolerance = 5e-3 if low == torch.float16 else 2e-2
         assert (out.double() - reference.double()).abs().max() <= tolerance
+
+
+@pytest.mark.parametrize("combine", ["sum", "concat"])
+def test_half_encoder_refuses_an_output_beyond_float16(combine):
+    """A float16 TimelineEncoder with Time2Vec on times of 1e5 hours gave inf (the linear term w t + b passed
+    65504) with no error; the padded and the packed paths now raise naming the cause."""
+    torch.manual_seed(0)
+    encoder = TimelineEncoder(16, components=("absolute", "time2vec"), combine=combine).requires_grad_(False)
+    times, mask, clock = sample(3)
+    far = times * 1e4 / times.max()  # hours up to 1e4: in range for float16
+    assert torch.isfinite(copy.deepcopy(encoder).half()(far, mask, clock)).all()
+    half = encoder.half()
+    with pytest.raises(ValueError, match="the encoding reaches .*float16.*Time2Vec's linear term grows with time"):
+        half(far * 1e3, mask, clock)
+    packed_times = (far * 1e3)[mask]
+    cu = torch.cat([torch.zeros(1, dtype=torch.int32), mask.sum(1).cumsum(0).int()])
+    with pytest.raises(ValueError, match="the encoding reaches"):
+        half.encode_packed(packed_times, cu, clock)
+    assert torch.isfinite(encoder.bfloat16()(far * 1e3, mask, clock)).all()
     assert copy.deepcopy(encoder).double()(times, mask, clock).dtype == torch.float64
 
 

@@ -78,6 +78,15 @@ def test_half_time2vec_is_the_float32_result_rounded():
     torch.testing.assert_close(out.float(), reference, rtol=0, atol=2e-2)
 
 
+def test_half_time2vec_refuses_a_linear_term_beyond_float16():
+    """The float32 result cast to float16 was inf where |w t + b| > 65504 (t = 1e5 hours, w ~ 1): now refused."""
+    torch.manual_seed(0)
+    t2v = Time2Vec(6).half()
+    with pytest.raises(ValueError, match="Time2Vec's linear term reaches .* beyond what torch.float16 holds"):
+        t2v(torch.tensor([[0.0, 1e5 / float(t2v.linear.weight.abs().max())]]))
+    assert torch.isfinite(t2v.bfloat16()(torch.tensor([[0.0, 1e6]]))).all()  # bfloat16 has float32's range
+
+
 def test_time2vec_is_batch_invariant_to_the_bit():
     torch.manual_seed(1)
     t2v = Time2Vec(9)

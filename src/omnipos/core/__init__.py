@@ -27,6 +27,7 @@ from .checks import (
     check_float_dtype,
     check_integer_tensor,
     check_positive_int,
+    narrow_to,
     renamed_argument,
     to_device,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "check_finite",
     "check_float_dtype",
     "check_integer_tensor",
+    "narrow_to",
     "check_positive_int",
     "renamed_argument",
     "require",

@@ -4,6 +4,7 @@ Public: the domains import these from :mod:`omnipos.core`, so a given mistake re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,6 +22,7 @@ __all__ = [
     "check_finite",
     "check_float_dtype",
     "check_integer_tensor",
+    "narrow_to",
     "renamed_argument",
     "to_device",
 ]
@@ -121,6 +123,26 @@ def check_float_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"{name} must be a floating torch.dtype, got {dtype!r}")
     return dtype
+
+
+def narrow_to(values: torch.Tensor, dtype: torch.dtype, name: str, hint: str = "") -> torch.Tensor:
+    """``values.to(dtype)``, raising a ValueError naming ``name`` where a finite value lies beyond the range of a
+    narrower floating ``dtype`` (float32 -> float16: 65504), which the cast would silently turn into inf.
+
+    The check reads one maximum, and only when ``dtype``'s range is the smaller one (bfloat16 has float32's range:
+    no check); skipped while compiling and for meta tensors (see :func:`can_inspect_values`)."""
+    if (values.dtype != dtype and values.is_floating_point() and dtype.is_floating_point
+            and torch.finfo(dtype).max < torch.finfo(values.dtype).max and values.numel()
+            and can_inspect_values(values)):
+        limit = torch.finfo(dtype).max
+        peak = float(values.detach().abs().max())
+        if not math.isfinite(peak):  # inf or NaN was there before the cast (it stays): look at the finite values
+            zero = torch.zeros((), dtype=values.dtype, device=values.device)
+            peak = float(torch.where(torch.isfinite(values), values.detach(), zero).abs().max())
+        if peak > limit:
+            raise ValueError(f"{name} reaches {peak:.4g}, beyond what {dtype} holds ({limit:.4g}): the cast would "
+                             f"make it inf{'; ' + hint if hint else ''}")
+    return values.to(dtype)
 
 
 def check_integer_tensor(tensor: torch.Tensor, name: str, what: str = "an integer tensor") -> torch.Tensor:

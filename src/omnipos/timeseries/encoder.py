@@ -15,6 +15,7 @@ from ..core import (
     check_choice,
     check_float_dtype,
     check_positive_int,
+    narrow_to,
     new_buffer,
     put_rows,
     take_rows,
@@ -49,6 +50,9 @@ COMPONENTS = ("absolute", "periodic", "gap", "gap_bucket", "time2vec")
 COMBINES = ("sum", "concat")
 _EVEN = ("absolute", "gap")  # sin/cos pairs
 _LOW = (torch.float16, torch.bfloat16)
+# what makes a float16 encoder's output overflow: Time2Vec's linear term (and a lift's sums) grow with time
+OVERFLOW_HINT = ("Time2Vec's linear term grows with time: give times relative to a nearby origin or in a larger "
+                 "unit, or use bfloat16 / float32")
 
 
 class TimelineEncoder(ConstantBuffers):
@@ -270,7 +274,7 @@ class TimelineEncoder(ConstantBuffers):
             c = None if rows_c is None else (take_rows(rows_c, row[block]), take_rows(rows_cm, row[block]))
             g = None if flat_g is None else flat_g[block]
             if scratch is None:
-                encoded = self._combined(flat_t[block], g, c).to(out_dtype)
+                encoded = narrow_to(self._combined(flat_t[block], g, c), out_dtype, "the encoding", OVERFLOW_HINT)
             else:
                 encoded = self._combined(flat_t[block], g, c, into=scratch[: flat_t[block].shape[0]])
             put_rows(target, slots[block], encoded)
@@ -332,7 +336,7 @@ class TimelineEncoder(ConstantBuffers):
             if in_place:
                 self._combined(times[block], g, c, into=out[block])
             else:
-                out[block] = self._combined(times[block], g, c).to(self.dtype)
+                out[block] = narrow_to(self._combined(times[block], g, c), self.dtype, "the encoding", OVERFLOW_HINT)
         return out
 
     def _batch_units(self, times: torch.Tensor, clock: Any, unit: str) -> tuple[torch.Tensor, Any]:
@@ -364,7 +368,8 @@ class TimelineEncoder(ConstantBuffers):
         if clocks is not None:
             c = clocks.expand(times.shape).reshape(-1)
             c = (c, torch.remainder(c.unsqueeze(-1), self.periods))
-        out = self._combined(t, g, c).to(self.dtype).reshape(*times.shape, self.dim)
+        out = narrow_to(self._combined(t, g, c), self.dtype, "the encoding", OVERFLOW_HINT)
+        out = out.reshape(*times.shape, self.dim)
         return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
     def _sums_in_blocks(self, out_dtype: torch.dtype, times: torch.Tensor) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core import can_inspect_values, check_positive_int, renamed_argument
+from ..core import can_inspect_values, check_positive_int, narrow_to, renamed_argument
 from .timelines import check_mask, check_module_device, check_times, encode_valid
 
 __all__ = ["Time2Vec"]
@@ -32,7 +32,8 @@ class Time2Vec(nn.Module):
         padded slots (mask False) exactly 0. Times must be sorted only when ``in_features == 1``.
 
     Precision: computed in the parameters' dtype, or float32 for float16 / bfloat16 parameters (cast at the end),
-    so a ``.half()`` module gives the float32 result rounded. With one input feature each output is
+    so a ``.half()`` module gives the float32 result rounded (a linear term beyond float16's 65504 is refused: the cast
+    would make it inf). With one input feature each output is
     ``t * w + b`` evaluated element by element, so an event's vector does not depend on its batch (a matrix
     product's rounding can). Times beyond the compute dtype's range (float32: 3.4e38) are refused.
     """
@@ -88,7 +89,8 @@ class Time2Vec(nn.Module):
         if self.periodic is not None:
             parts.append(torch.sin(self._affine(self.periodic, t, work)))
         out = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
-        return out.to(dtype)
+        return narrow_to(out, dtype, "Time2Vec's linear term",
+                         "give times relative to a nearby origin (origin='first') or in a larger unit, or use bfloat16")
 
     def _affine(self, layer: nn.Linear, t: torch.Tensor, work: torch.dtype) -> torch.Tensor:
         weight, bias = layer.weight.to(work), layer.bias.to(work)
