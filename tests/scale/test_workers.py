@@ -68,6 +68,27 @@ def test_run_on_workers_sends_each_unit_its_payload_once():
     assert 1 <= len({r["pid"] for r in got}) <= 3 and os.getpid() not in {r["pid"] for r in got}
 
 
+def test_cuda_units_run_in_spawned_workers(monkeypatch):
+    """CUDA units need processes that did not fork after the CUDA driver started (the fork server's imports may
+    start it): cuda=True takes the spawn start method, with the same results."""
+    import omnipos.scale.workers as workers_module
+
+    assert workers_module._context(cuda=True).get_start_method() == "spawn"
+    got = []
+    run_on_workers(list(range(3)), echo_unit, lambda u: u * 10, got.append, workers=2, retries=0, cuda=True)
+    assert sorted((r["unit"], r["payload"]) for r in got) == [(0, 0), (1, 10), (2, 20)]
+
+
+@pytest.mark.parametrize(("gpus", "per_unit", "cpus", "expected"), [(1, 1.0, 8, 1), (1, 0.25, 8, 4), (2, 0.5, 3, 3),
+                                                                    (0, 1.0, 4, 1)])
+def test_local_gpu_workers_are_capped_by_the_visible_gpus(monkeypatch, gpus, per_unit, cpus, expected):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert engine_module.Engine("local", None, cpus, per_unit).workers == expected
+    assert engine_module.Engine("local", None, cpus, 0.0).workers == cpus
+
+
 def test_an_unpicklable_transform_is_refused_for_resume(tmp_path, graphs):
     """Its repr alone would match a changed lambda (x * 2 then x * 3) and resume shards it did not compute."""
 

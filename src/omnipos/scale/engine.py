@@ -86,12 +86,18 @@ class Engine:
                    on_result: Callable[[dict], None]) -> None:
         if units:
             run_on_workers(units, work, payload, on_result, workers=min(self.workers, len(units)),
-                           retries=MAX_RETRIES)
+                           retries=MAX_RETRIES, cuda=self.num_gpus > 0)
 
     @property
     def workers(self) -> int:
-        """Local worker processes: ``num_cpus``, or this machine's cores."""
-        return self.num_cpus if self.num_cpus is not None else default_workers()
+        """Local worker processes: ``num_cpus``, or this machine's cores; with ``num_gpus``, no more than the
+        visible GPUs hold at ``num_gpus`` each (as Ray schedules GPU tasks)."""
+        workers = self.num_cpus if self.num_cpus is not None else default_workers()
+        if self.num_gpus > 0:
+            import torch
+
+            workers = min(workers, max(1, int(torch.cuda.device_count() / self.num_gpus + 1e-9)))
+        return workers
 
     def _run_ray(self, state: dict[str, Any], units: Sequence[int], work: Work,
                  payload: Callable[[int], Any] | None, on_result: Callable[[dict], None]) -> None:

@@ -4,6 +4,9 @@ Each worker is a process of the ``forkserver`` start method (``spawn`` where the
 that runs torch's thread pools is unsafe, and the fork server, started once per driver process with omnipos and
 torch imported, starts each worker in milliseconds. (As with any ``multiprocessing`` code, a script that runs a
 job at its top level needs an ``if __name__ == "__main__":`` guard: each worker imports the main module.)
+Units that compute on CUDA run in ``spawn`` processes instead: a process forked after the CUDA driver was
+initialised (by any import of the fork server's that asks ``torch.cuda.is_available()``) cannot use CUDA
+("CUDA error: initialization error", seen on an H200).
 
 Each worker computes on one thread (one core per worker, as a Ray task of ``num_cpus=1``). The driver sends a
 worker one unit at a time over a pipe and waits on every worker's pipe and process at once,
@@ -34,8 +37,8 @@ PRELOAD_IF_IMPORTED = ("torch_geometric",)
 JOIN_TIMEOUT_S = 10.0
 
 
-def _context() -> Any:
-    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not on Linux
+def _context(cuda: bool = False) -> Any:
+    if cuda or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     # no effect once the fork server runs (it is started once per driver process)
@@ -114,10 +117,11 @@ def death_cause(exitcode: int | None) -> str:
 
 def run_on_workers(units: Sequence[int], work: Callable[[int, Any], dict],
                    payload: Callable[[int], Any] | None, on_result: Callable[[dict], None], *, workers: int,
-                   retries: int) -> None:
+                   retries: int, cuda: bool = False) -> None:
     """Run ``work(unit, payload(unit))`` for each unit on ``workers`` processes; ``on_result(record)`` in this
-    process as each finishes. A unit whose worker died ``retries + 1`` times gives ``{"unit", "error"}``."""
-    context = _context()
+    process as each finishes. A unit whose worker died ``retries + 1`` times gives ``{"unit", "error"}``.
+    ``cuda``: the units compute on CUDA (``spawn`` processes, see the module docstring)."""
+    context = _context(cuda)
     queue = deque(units)
     deaths: Counter[int] = Counter()
     pool: list[_Worker] = []
