@@ -175,7 +175,11 @@ def test_cuda_matches_cpu():
     gpu, gmask = encode(seqs, device="cuda")
     assert gpu.is_cuda and torch.equal(gpu.cpu(), tokens) and torch.equal(gmask.cpu(), mask)
     for ambiguity in ("zeros", "fractional"):
-        assert torch.equal(one_hot(gpu, ambiguity=ambiguity).cpu(), one_hot(tokens, ambiguity=ambiguity))
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):  # 16, 32 and 8-byte rows: two CUDA paths
+            for soft in (False, True):
+                options = dict(ambiguity=ambiguity, dtype=dtype, soft_mask_channel=soft)
+                on_gpu = one_hot(gpu, **options)
+                assert on_gpu.is_contiguous() and torch.equal(on_gpu.cpu(), one_hot(tokens, **options))
     oh = one_hot(gpu)
     assert torch.equal(reverse_complement(oh, gmask).cpu(), reverse_complement(one_hot(tokens), mask))
     assert torch.equal(kmer_tokens(gpu, 3, canonical=True)[0].cpu(), kmer_tokens(tokens, 3, canonical=True)[0])

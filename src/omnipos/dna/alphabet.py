@@ -434,4 +434,10 @@ def one_hot(
         table = _ONE_HOT_ROWS[ambiguity, soft_mask_channel].to(dtype=dtype, device=tokens.device)
     else:
         table = _cached_one_hot_table(ambiguity, dtype, tokens.device, soft_mask_channel)
+    if tokens.is_cuda and table.shape[1] * table.element_size() % 16 == 0:
+        # torch gathers rows of a multiple of 16 bytes with vector loads (vectorized_gather_kernel), which from a
+        # 32-row table ran 40x slower on an H200 than gathering its columns: 90 ms against 3.6 ms for 150M float32
+        # rows. Gather the columns, then lay them out row by row (the same values, contiguous).
+        columns = table.t().contiguous()[:, tokens.reshape(-1).int()]
+        return columns.t().contiguous().reshape(*tokens.shape, table.shape[1])
     return _lookup(table, tokens)
