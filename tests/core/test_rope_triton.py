@@ -88,6 +88,24 @@ CASES = textwrap.dedent('''
                 rotated_w = maybe_rotate(rope, w, None, pos, seq_axis)[0]
                 assert ((second - rotated_w).abs() / (1 + rotated_w.abs())).max().item() < 1e-5
         return worst
+
+    def tilings_agree(device):
+        """Any tiling (positions and heads per program) gives the same bits: each element is computed alone."""
+        g = torch.Generator().manual_seed(1)
+        for layout, dim, rotary_dim in (("half", 32, 32), ("interleaved", 24, 20), ("interleaved", 40, 40)):
+            rope = RotaryEmbedding(dim, layout=layout, rotary_dim=rotary_dim).to(device)
+            q = torch.randn(2, 5, 19, dim, generator=g).to(device)
+            k = torch.randn(2, 3, 19, dim, generator=g).to(device)
+            pos = torch.randint(0, 5000, (2, 19), generator=g).to(device)
+            options = dict(seq_axis=2, rotary_dim=rotary_dim, interleaved=layout == "interleaved")
+            base = rope_triton.rotate_qk(q, k, pos, rope.frequencies(pos).to(device), **options)
+            for block_s, heads in ((4, 1), (32, 2), (16, 3)):
+                other = rope_triton.rotate_qk(q, k, pos, rope.frequencies(pos).to(device), block_s=block_s,
+                                              heads_per_program=heads, **options)
+                assert all(torch.equal(a, b) for a, b in zip(base, other)), (layout, block_s, heads)
+            as_float = rope_triton.rotate_qk(q, k, pos.double(), rope.frequencies(pos).to(device), **options)
+            assert all(torch.equal(a, b) for a, b in zip(base, as_float)), "integer vs float64 positions"
+        return True
 ''')
 
 
@@ -103,7 +121,8 @@ def test_kernel_matches_eager_in_triton_interpreter():
                  "t = torch.zeros(2); k[(1,)](t); assert t.tolist() == [0.0, 1.0]")
     if probe.returncode != 0:
         pytest.skip(f"Triton's interpreter cannot run here: {probe.stderr.strip().splitlines()[-1:]}")
-    result = _run(CASES + "\nprint(check('cpu', torch.float32, 2e-6), check('cpu', torch.bfloat16, 1e-2))\n")
+    result = _run(CASES + "\nprint(check('cpu', torch.float32, 2e-6), check('cpu', torch.bfloat16, 1e-2), "
+                          "tilings_agree('cpu'))\n")
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -118,6 +137,14 @@ def _cuda_check(dtype, tol):
 def test_kernel_matches_eager_on_cuda(dtype, tol):
     pytest.importorskip("triton")
     assert _cuda_check(dtype, tol) <= tol
+
+
+@pytest.mark.gpu
+def test_tilings_agree_on_cuda():
+    pytest.importorskip("triton")
+    namespace: dict = {}
+    exec(CASES, namespace)
+    assert namespace["tilings_agree"]("cuda")
 
 
 @pytest.mark.gpu

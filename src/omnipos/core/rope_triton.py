@@ -30,17 +30,22 @@ except Exception:  # ImportError, or a broken / driverless triton
 __all__ = ["HAS_TRITON", "maybe_rotate", "rotate_qk"]
 
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16)
+_POSITION_DTYPES = (torch.int32, torch.int64, torch.float32, torch.float64)
+#: Positions per program, and heads per program (None: all of a row's heads, cos/sin computed once for them).
+BLOCK_S = 16
+HEADS_PER_PROGRAM: int | None = None
 
 
 if HAS_TRITON:
 
     @triton.jit
-    def _rotate_tile(x_ptr, o_ptr, pos_ptr, row, s0, S, H2,
-                     x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss, p_sa,
+    def _rotate_tile(x_ptr, o_ptr, pos_ptr, row, s0, h0, h1,
+                     S, x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss, p_sa,
                      inv_ptr, axis_ptr, attention_factor, sign,
                      HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                      BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
                      INTERLEAVED: tl.constexpr):
+        """Positions s0 .. s0 + BLOCK_S of heads h0 .. h1 of one row: cos/sin once, then each head."""
         row = row.to(tl.int64)  # offsets of tensors past 2^31 elements
         s = s0 + tl.arange(0, BLOCK_S)
         j = tl.arange(0, BLOCK_HALF)
@@ -48,52 +53,64 @@ if HAS_TRITON:
         j_ok = j < HALF
         ok = s_ok[:, None] & j_ok[None, :]
         axis = tl.load(axis_ptr + j, mask=j_ok, other=0)
-        pos = tl.load(pos_ptr + row * p_sb + s[:, None] * p_ss + axis[None, :] * p_sa, mask=ok, other=0.0)
-        turns = pos * tl.load(inv_ptr + j, mask=j_ok, other=0.0)[None, :]  # float64: cycles
+        pos = tl.load(pos_ptr + row * p_sb + s[:, None] * p_ss + axis[None, :] * p_sa, mask=ok, other=0)
+        turns = pos.to(tl.float64) * tl.load(inv_ptr + j, mask=j_ok, other=0.0)[None, :]  # float64: cycles
         turns = turns - tl.floor(turns)
         phase = (turns * 6.283185307179586).to(tl.float32)
         c = tl.cos(phase) * attention_factor
         sn = tl.sin(phase) * (attention_factor * sign)
-        if INTERLEAVED:
-            c1 = 2 * j
-            c2 = 2 * j + 1
-        else:
-            c1 = j
-            c2 = j + HALF
+        # interleaved pairs (2j, 2j + 1): one contiguous [BLOCK_S, 2 * BLOCK_HALF] tile, split in registers
+        # (two stride-2 loads cannot be vectorised: measured 4.7x slower than the half layout on an H200)
+        d = tl.arange(0, 2 * BLOCK_HALF)
+        d_ok = s_ok[:, None] & (d < ROT)[None, :]
         r = tl.arange(0, BLOCK_REST)
         r_ok = s_ok[:, None] & (r < REST)[None, :]
-        for h in range(0, H2):
+        for h in range(h0, h1):
             x_row = x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss
             o_row = o_ptr + row * o_sb + h * o_sh + s[:, None] * o_ss
-            x1 = tl.load(x_row + c1[None, :], mask=ok, other=0.0).to(tl.float32)
-            x2 = tl.load(x_row + c2[None, :], mask=ok, other=0.0).to(tl.float32)
-            tl.store(o_row + c1[None, :], (x1 * c - x2 * sn).to(o_ptr.dtype.element_ty), mask=ok)
-            tl.store(o_row + c2[None, :], (x2 * c + x1 * sn).to(o_ptr.dtype.element_ty), mask=ok)
+            if INTERLEAVED:
+                x = tl.load(x_row + d[None, :], mask=d_ok, other=0.0).to(tl.float32)
+                x1, x2 = tl.split(tl.reshape(x, [BLOCK_S, BLOCK_HALF, 2]))
+                out = tl.reshape(tl.join(x1 * c - x2 * sn, x2 * c + x1 * sn), [BLOCK_S, 2 * BLOCK_HALF])
+                tl.store(o_row + d[None, :], out.to(o_ptr.dtype.element_ty), mask=d_ok)
+            else:
+                x1 = tl.load(x_row + j[None, :], mask=ok, other=0.0).to(tl.float32)
+                x2 = tl.load(x_row + HALF + j[None, :], mask=ok, other=0.0).to(tl.float32)
+                tl.store(o_row + j[None, :], (x1 * c - x2 * sn).to(o_ptr.dtype.element_ty), mask=ok)
+                tl.store(o_row + HALF + j[None, :], (x2 * c + x1 * sn).to(o_ptr.dtype.element_ty), mask=ok)
             if REST > 0:
                 rest = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0)
                 tl.store(o_row + ROT + r[None, :], rest, mask=r_ok)
 
     @triton.jit
     def _rope_qk_kernel(q_ptr, qo_ptr, qpos_ptr, k_ptr, ko_ptr, kpos_ptr, inv_ptr, axis_ptr,
-                        S, HQ, HK, N_Q_PROGRAMS, S_BLOCKS,
+                        S, HQ, HK, N_Q_PROGRAMS, S_BLOCKS, HEADS, GROUPS_Q, GROUPS_K,
                         q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss, qp_sa,
                         k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, kp_sb, kp_ss, kp_sa,
                         attention_factor, sign,
                         HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                         BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
                         INTERLEAVED: tl.constexpr):
+        """One program: BLOCK_S positions of one row of q (the first N_Q_PROGRAMS programs) or k, for a group
+        of HEADS heads (GROUPS_Q / GROUPS_K groups per position block)."""
         pid = tl.program_id(0)
         if pid < N_Q_PROGRAMS:
-            row = pid // S_BLOCKS
-            s0 = (pid % S_BLOCKS) * BLOCK_S
-            _rotate_tile(q_ptr, qo_ptr, qpos_ptr, row, s0, S, HQ, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
+            row = pid // (S_BLOCKS * GROUPS_Q)
+            rem = pid % (S_BLOCKS * GROUPS_Q)
+            s0 = (rem // GROUPS_Q) * BLOCK_S
+            h0 = (rem % GROUPS_Q) * HEADS
+            _rotate_tile(q_ptr, qo_ptr, qpos_ptr, row, s0, h0, tl.minimum(h0 + HEADS, HQ),
+                         S, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
                          qp_sb, qp_ss, qp_sa, inv_ptr, axis_ptr, attention_factor, sign,
                          HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
         else:
             pid = pid - N_Q_PROGRAMS
-            row = pid // S_BLOCKS
-            s0 = (pid % S_BLOCKS) * BLOCK_S
-            _rotate_tile(k_ptr, ko_ptr, kpos_ptr, row, s0, S, HK, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh,
+            row = pid // (S_BLOCKS * GROUPS_K)
+            rem = pid % (S_BLOCKS * GROUPS_K)
+            s0 = (rem // GROUPS_K) * BLOCK_S
+            h0 = (rem % GROUPS_K) * HEADS
+            _rotate_tile(k_ptr, ko_ptr, kpos_ptr, row, s0, h0, tl.minimum(h0 + HEADS, HK),
+                         S, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh,
                          kp_sb, kp_ss, kp_sa, inv_ptr, axis_ptr, attention_factor, sign,
                          HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
 
@@ -109,9 +126,10 @@ def _as_rows(x: torch.Tensor, seq_axis: int) -> tuple[torch.Tensor, int, int]:
 
 
 def _row_positions(positions: torch.Tensor, x: torch.Tensor, seq_axis: int, multi_axis: bool) -> torch.Tensor:
-    """Positions broadcast against x's leading axes -> float64 ``[rows, S, n]`` (stride 0 where broadcast; any
-    stride on the coordinate axis, e.g. HF's ``[3, batch, seq]`` ids permuted to ``[batch, seq, 3]``)."""
-    pos = positions.to(torch.float64)
+    """Positions broadcast against x's leading axes -> ``[rows, S, n]`` (stride 0 where broadcast; any stride on
+    the coordinate axis, e.g. HF's ``[3, batch, seq]`` ids permuted to ``[batch, seq, 3]``). Integer and float32 /
+    float64 positions go to the kernel as they are (it widens them to float64 exactly): no conversion pass."""
+    pos = positions if positions.dtype in _POSITION_DTYPES else positions.to(torch.float64)
     if not multi_axis:
         pos = pos.unsqueeze(-1)
     lead = pos.shape[:-2]
@@ -122,11 +140,14 @@ def _row_positions(positions: torch.Tensor, x: torch.Tensor, seq_axis: int, mult
 
 def rotate_qk(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inv_freq: torch.Tensor, *,
               seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float = 1.0,
-              slot_axis: torch.Tensor | None = None, sign: float = 1.0) -> tuple[torch.Tensor, ...]:
+              slot_axis: torch.Tensor | None = None, sign: float = 1.0, block_s: int | None = None,
+              heads_per_program: int | None = None) -> tuple[torch.Tensor, ...]:
     """Launch the kernel on q (and k): returns fresh tensors of their shapes and dtypes (contiguous).
 
     ``inv_freq``: the float64 frequency of each of the ``rotary_dim // 2`` slots; ``slot_axis``: for positions
-    ``[..., seq, n]`` (axial RoPE, M-RoPE), the coordinate that turns each slot (None: 1-D positions)."""
+    ``[..., seq, n]`` (axial RoPE, M-RoPE), the coordinate that turns each slot (None: 1-D positions).
+    ``block_s`` / ``heads_per_program``: the launch's tiling (default :data:`BLOCK_S`, :data:`HEADS_PER_PROGRAM`);
+    any tiling gives the same bits (each element is computed alone)."""
     half = rotary_dim // 2
     turns_per_unit = (inv_freq.to(torch.float64) / (2 * math.pi)).contiguous()
     if slot_axis is None:
@@ -146,17 +167,19 @@ def rotate_qk(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, 
         outs.append(outs[0])
         pos.append(pos[0])
     seq = q.shape[seq_axis]
-    block_s = 16
+    block_s = BLOCK_S if block_s is None else block_s
     s_blocks = triton.cdiv(seq, block_s)
-    n_q = views[0][1] * s_blocks
-    n_k = views[1][1] * s_blocks if k is not None else 0
     (qv, _, hq), (kv, _, hk) = views
+    heads = heads_per_program or HEADS_PER_PROGRAM or max(hq, hk)
+    groups_q, groups_k = triton.cdiv(hq, heads), triton.cdiv(hk, heads)
+    n_q = views[0][1] * s_blocks * groups_q
+    n_k = views[1][1] * s_blocks * groups_k if k is not None else 0
     qo, ko = outs
     qp, kp = pos
     rest = q.shape[-1] - rotary_dim
     _rope_qk_kernel[(n_q + n_k,)](
         qv, qo, qp, kv, ko, kp, turns_per_unit, axis_of_slot,
-        seq, hq, hk, n_q, s_blocks,
+        seq, hq, hk, n_q, s_blocks, heads, groups_q, groups_k,
         qv.stride(0), qv.stride(1), qv.stride(2), qo.stride(0), qo.stride(1), qo.stride(2),
         qp.stride(0), qp.stride(1), qp.stride(2),
         kv.stride(0), kv.stride(1), kv.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
