@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (the device tool): the gpu-marked tests, then the CUDA benchmarks.
+# That machine has its own python3 with torch, triton, timm, PyG and transformers; what omnipos' tests need beside
+# them travels as wheels in .whl/ (git-ignored), the peers' files in .peer/ (a copy of ../shared/peer-data):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl dnaio xopen isal zlib-ng \
+#       backports.zstd biopython pyamg rotary-embedding-torch diffusers importlib_metadata lazy-importer liger-kernel
+#   cp -r ../shared/peer-data .peer
+#
+#   device run: bash benchmarks/device_check.sh [tests] [gpu] [rope] [profile] [tune]     (carry: .whl, .peer)
+# Logs and JSON land in $OUT.
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/omnipos-device}
+mkdir -p "$OUT"
+steps=${*:-tests gpu rope}
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src
+mkdir -p /work/shared && rm -rf /work/shared/peer-data && cp -r .peer /work/shared/peer-data
+if ! command -v omnipos >/dev/null; then  # the console script, for the tests that run it
+    printf '#!/bin/sh\nexec python3 -c "import sys; from omnipos.app.cli import main; sys.exit(main())" "$@"\n' \
+        >/usr/local/bin/omnipos && chmod +x /usr/local/bin/omnipos
+fi
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+    echo "cpus: $(nproc)"
+    python3 -c "
+import torch, triton, numpy, scipy, timm, torch_geometric, transformers
+print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'numpy', numpy.__version__,
+      'scipy', scipy.__version__, 'timm', timm.__version__, 'pyg', torch_geometric.__version__,
+      'transformers', transformers.__version__)
+print(torch.cuda.get_device_name(), torch.cuda.get_device_properties(0).multi_processor_count, 'SMs')"
+} 2>&1 | tee "$OUT/env.txt"
+
+for step in $steps; do
+    case $step in
+        tests)
+            timeout 240 python3 -m pytest tests -m gpu -n 6 -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" \
+                | tail -45 ;;
+        gpu)
+            (cd benchmarks && timeout 200 python3 bench_gpu.py --out "$OUT/gpu.json" 2>&1 | tee "$OUT/gpu.log" \
+                | tail -20) ;;
+        profile)
+            (cd benchmarks && timeout 200 python3 profile_gpu.py --out "$OUT/profile.txt" 2>&1 | tail -120) ;;
+        tune)
+            (cd benchmarks && timeout 150 python3 tune_rope.py 2>&1 | tee "$OUT/tune_rope.log" | grep -E "best|Error|error" ) ;;
+        rope)
+            (cd benchmarks && timeout 120 python3 bench_rope.py --device cuda --out "$OUT/rope.json" 2>&1 \
+                | tee "$OUT/rope.log" | tail -16) ;;
+        *)
+            echo "unknown step $step"; exit 2 ;;
+    esac
+done
