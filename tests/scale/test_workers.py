@@ -13,7 +13,7 @@ import omnipos.scale.engine as engine_module
 from omnipos.graph import AddLaplacianPE, AddRandomWalkPE, precompute
 from omnipos.scale import PrecomputeError, load_graphs, load_reads, precompute_graphs, precompute_reads
 from omnipos.scale.manifest import Manifest
-from omnipos.scale.workers import death_cause, run_on_workers
+from omnipos.scale.workers import death_cause, least_loaded_device, run_on_workers
 
 
 def test_workers_give_the_output_of_one_worker(tmp_path, fastx):
@@ -77,6 +77,14 @@ def test_cuda_units_run_in_spawned_workers(monkeypatch):
     got = []
     run_on_workers(list(range(3)), echo_unit, lambda u: u * 10, got.append, workers=2, retries=0, cuda=True)
     assert sorted((r["unit"], r["payload"]) for r in got) == [(0, 0), (1, 10), (2, 20)]
+
+
+def test_gpu_workers_spread_over_the_visible_devices():
+    assert least_loaded_device([], 2) == 0
+    assert least_loaded_device([0], 2) == 1
+    assert least_loaded_device([0, 1, 0], 2) == 1
+    assert least_loaded_device([1, 1, 0, None], 3) == 2
+    assert [least_loaded_device([0, 1, 1, 2, 2][:k], 3) for k in range(6)] == [0, 1, 2, 2, 0, 0]
 
 
 @pytest.mark.parametrize(("gpus", "per_unit", "cpus", "expected"), [(1, 1.0, 8, 1), (1, 0.25, 8, 4), (2, 0.5, 3, 3),

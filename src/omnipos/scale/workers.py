@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
-__all__ = ["run_on_workers", "death_cause"]
+__all__ = ["run_on_workers", "death_cause", "least_loaded_device"]
 
 #: Imported once by the fork server, so that each worker starts with them loaded (one missing is skipped) ...
 PRELOAD = ("omnipos.scale", "pyarrow.parquet", "pandas", "dnaio")
@@ -47,11 +47,14 @@ def _context(cuda: bool = False) -> Any:
     return context
 
 
-def _serve(connection: Any, pickled_work: bytes, filters: list[Any]) -> None:
+def _serve(connection: Any, pickled_work: bytes, filters: list[Any], device: int | None = None) -> None:
     """A worker's loop: ``(unit, payload)`` in, ``work(unit, payload)`` out, until ``None`` or the pipe closes.
-    A unit function it cannot load is reported (``{"fatal": ...}``) instead of a traceback and a dead worker."""
+    A unit function it cannot load is reported (``{"fatal": ...}``) instead of a traceback and a dead worker.
+    ``device``: the CUDA device its units compute on (``"cuda"`` means it)."""
     import torch
 
+    if device is not None:
+        torch.cuda.set_device(device)
     warnings.filters[:] = filters  # the driver's warning filters
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
     torch.set_num_threads(1)  # one core per worker, as a Ray task of num_cpus=1 (no oversubscription)
@@ -71,15 +74,16 @@ def _serve(connection: Any, pickled_work: bytes, filters: list[Any]) -> None:
 
 
 class _Worker:
-    def __init__(self, context: Any, work: Callable[[int, Any], dict]) -> None:
+    def __init__(self, context: Any, work: Callable[[int, Any], dict], device: int | None = None) -> None:
         try:
             pickled_work = pickle.dumps(work, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - pickle raises PicklingError, AttributeError, TypeError alike
             raise ValueError(f"the unit function cannot be sent to worker processes (it must be picklable): "
                              f"{type(exc).__name__}: {exc}") from None
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, pickled_work, list(warnings.filters)),
+        self.process = context.Process(target=_serve, args=(child, pickled_work, list(warnings.filters), device),
                                        daemon=True, name="omnipos-scale-worker")
+        self.device = device
         try:
             self.process.start()
         finally:
@@ -101,6 +105,12 @@ class _Worker:
         self.connection.close()
 
 
+def least_loaded_device(devices: Sequence[int | None], count: int) -> int:
+    """The CUDA device (of ``count``) that the fewest of the live workers' ``devices`` use (the lowest on ties)."""
+    load = Counter(d for d in devices if d is not None)
+    return min(range(count), key=lambda d: (load[d], d))
+
+
 def death_cause(exitcode: int | None) -> str:
     """How a worker process ended, in words (``-9`` -> killed by SIGKILL, as the out-of-memory killer does)."""
     if exitcode is None:
@@ -120,8 +130,14 @@ def run_on_workers(units: Sequence[int], work: Callable[[int, Any], dict],
                    retries: int, cuda: bool = False) -> None:
     """Run ``work(unit, payload(unit))`` for each unit on ``workers`` processes; ``on_result(record)`` in this
     process as each finishes. A unit whose worker died ``retries + 1`` times gives ``{"unit", "error"}``.
-    ``cuda``: the units compute on CUDA (``spawn`` processes, see the module docstring)."""
+    ``cuda``: the units compute on CUDA (``spawn`` processes, see the module docstring), each worker on the visible
+    device the fewest other workers use."""
     context = _context(cuda)
+    devices = 0
+    if cuda:
+        import torch
+
+        devices = torch.cuda.device_count()
     queue = deque(units)
     deaths: Counter[int] = Counter()
     pool: list[_Worker] = []
@@ -132,7 +148,8 @@ def run_on_workers(units: Sequence[int], work: Callable[[int, Any], dict],
                 if worker.unit is None and queue:
                     _send(worker, queue.popleft(), payload)
             while queue and len(pool) < workers:
-                pool.append(_Worker(context, work))
+                device = least_loaded_device([w.device for w in pool], devices) if devices else None
+                pool.append(_Worker(context, work, device))
                 _send(pool[-1], queue.popleft(), payload)
             busy = [w for w in pool if w.unit is not None]
             ready = set(wait([w.connection for w in busy] + [w.process.sentinel for w in busy]))
