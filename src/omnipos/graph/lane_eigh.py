@@ -27,10 +27,11 @@ repeated eigenvalue the basis is whatever the algorithm produced (as with LAPACK
 from __future__ import annotations
 
 import math
-import os
 
-import numba
+import numba  # noqa: F401 - the kernels need it: without numba this module does not import (callers catch it)
 import numpy as np
+
+from ..core import compiled
 
 __all__ = ["LANES", "MAX_SWEEPS", "compiled", "lane_eigh"]
 
@@ -49,52 +50,6 @@ _TINY = 2.0 ** -960  # p^2 + e^2 below this: the rotation's norm lost precision 
 _ROWS = 20
 (_P, _C, _S, _C2, _C3, _S2, _ON, _H, _F, _TST, _DL1, _EL1, _LO, _M, _ACT, _BAD, _SC, _G, _HH, _IT) = (
     np.uint64(r * LANES) for r in range(_ROWS))
-
-
-def compiled(function):
-    """``numba.njit`` as the graph kernels use it: no GIL (the graph worker pool runs threads), NumPy's error model
-    (a division by zero gives inf/NaN, not an exception, and no check per division), IEEE arithmetic, and the
-    machine code cached on disk; where numba finds no writable cache directory, compiled in each process. A cache
-    file that cannot be read back (truncated, overwritten, from a broken copy) counts as a miss: the kernel is
-    compiled again and the cache rewritten, instead of numba's unpickling error reaching the caller."""
-    try:
-        dispatcher = numba.njit(cache=True, nogil=True, error_model="numpy")(function)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True, error_model="numpy")(function)
-    cache = getattr(dispatcher, "_cache", None)
-    if cache is not None and hasattr(cache, "load_overload") and hasattr(cache, "save_overload"):
-        dispatcher._cache = _UnreadableCacheIsAMiss(cache)
-    return dispatcher
-
-
-class _UnreadableCacheIsAMiss:
-    """numba's on-disk cache of one function, with what is read back treated as untrusted: any error while
-    loading is a miss (and the unreadable index is removed, so that the fresh compile's save writes a new one);
-    an error while saving leaves the process with its compiled code and no cache."""
-
-    def __init__(self, cache: object) -> None:
-        self._inner = cache
-
-    def load_overload(self, sig: object, target_context: object) -> object:
-        try:
-            return self._inner.load_overload(sig, target_context)
-        except Exception:
-            index = getattr(getattr(self._inner, "_cache_file", None), "_index_path", None)
-            if isinstance(index, str):
-                try:
-                    os.remove(index)
-                except OSError:
-                    pass
-            return None
-
-    def save_overload(self, sig: object, data: object) -> None:
-        try:
-            self._inner.save_overload(sig, data)
-        except Exception:
-            pass
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._inner, name)
 
 
 @compiled

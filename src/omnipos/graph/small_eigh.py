@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import compiled_kernels_enabled
+
 __all__ = ["SMALL_MAX_NODES", "LANE_MAX_NODES", "compiled_kernels_enabled", "lane_kernel", "small_eigh",
            "one_thread"]
 
@@ -105,13 +107,6 @@ def one_thread() -> Iterator[None]:
             omp_set(previous_omp)
         if mkl_local is not None:
             mkl_local(previous_mkl)
-
-
-def compiled_kernels_enabled() -> bool:
-    """Whether the graph domain may use its numba kernels: numba importable is checked by the callers; this is the
-    user's switch, ``OMNIPOS_DISABLE_NUMBA=1`` (LAPACK and the tensor programs then, as without numba: no compile
-    at the first call, numbers as in a numba-free install)."""
-    return os.environ.get("OMNIPOS_DISABLE_NUMBA") != "1"
 
 
 def lane_kernel() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
