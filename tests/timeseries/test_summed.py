@@ -53,6 +53,31 @@ def test_the_block_kernel_is_the_component_path_to_the_bit(components, dim, chun
         assert torch.equal(packed, padded[mask]) and (padded[~mask] == 0).all()
 
 
+@pytest.mark.parametrize("components", [("absolute", "periodic", "gap"), ("periodic", "gap"), ("gap", "periodic"),
+                                        ("periodic",)])
+@pytest.mark.parametrize("chunk", [3, 8192])
+def test_the_compiled_pieces_give_the_torch_ops_bits(components, chunk, monkeypatch):
+    """With numba the periodic lift and the padded layout's row writes are compiled (summed_kernels.py); with
+    OMNIPOS_DISABLE_NUMBA=1 they are torch ops: the same bits, padded and packed."""
+    pytest.importorskip("numba")
+    from omnipos.timeseries.summed import compiled_pieces
+
+    assert compiled_pieces() is not None  # (the property test above then runs the compiled pieces)
+    torch.manual_seed(chunk)
+    encoder = TimelineEncoder(16, components=components, timezone="Europe/Paris", harmonics=2)
+    encoder.chunk = chunk
+    times, mask, clock = timelines(7, rows=9, longest=300)
+    flat = times[mask]
+    cu_seqlens = torch.cat([torch.zeros(1, dtype=torch.int64), mask.sum(1).cumsum(0)])
+    with torch.no_grad():
+        compiled = encoder(times, mask, clock=clock), encoder.encode_packed(flat, cu_seqlens, clock=clock)
+        monkeypatch.setenv("OMNIPOS_DISABLE_NUMBA", "1")
+        assert compiled_pieces() is None
+        plain = encoder(times, mask, clock=clock), encoder.encode_packed(flat, cu_seqlens, clock=clock)
+    assert all(torch.equal(a, b) for a, b in zip(compiled, plain))
+    assert (compiled[0][~mask] == 0).all()
+
+
 def test_phases_beyond_whole_turns_and_gaps_beyond_float64_match_the_component_path(monkeypatch):
     """Times whose phase reaches 2**53 turns (read as phase 0) and gaps whose ratio to the scale overflows (read
     as log(gap) - log(scale)) take the same special cases in the kernel."""

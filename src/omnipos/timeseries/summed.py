@@ -10,7 +10,9 @@ arrays (NumPy's vectorised float32 kernels), the sum kept de-interleaved (even c
 rows split the same way), and the two halves interleaved into the output once per sub-block by
 ``torch.complex`` (real = even channel, imaginary = odd channel is the interleaved layout) instead of two strided
 copies and two strided adds per sinusoid. The padded layout stages each sub-block and moves its rows into their
-slots (:func:`omnipos.core.put_rows`).
+slots (:func:`omnipos.core.put_rows`). With numba (``omnipos[fast]``), the periodic lift is one compiled pass per
+sub-block instead of four torch calls per feature, and the padded layout's rows are interleaved straight into
+their slots (:mod:`omnipos.timeseries.summed_kernels`: the same operations, the same bits).
 """
 
 from __future__ import annotations
@@ -20,14 +22,26 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ..core import centered_sincos_into, put_rows
+from ..core import centered_sincos_into, compiled_kernels_enabled, put_rows
 from .absolute import reaches_whole_turns, whole_turns_as_zero
 from .gaps import log_gap
 
-__all__ = ["SUMMED_COMPONENTS", "encode_summed_blocks"]
+__all__ = ["SUMMED_COMPONENTS", "compiled_pieces", "encode_summed_blocks"]
 
 SUMMED_COMPONENTS = frozenset({"absolute", "periodic", "gap"})
 BLOCKS_PER_EVENT_BLOCK = 16
+
+
+def compiled_pieces():
+    """:mod:`omnipos.timeseries.summed_kernels`, or None where numba is missing or switched off
+    (``OMNIPOS_DISABLE_NUMBA=1``)."""
+    if not compiled_kernels_enabled():
+        return None
+    try:
+        from . import summed_kernels
+    except ImportError:
+        return None
+    return summed_kernels
 
 
 def encode_summed_blocks(
@@ -71,7 +85,13 @@ def encode_summed_blocks(
                                                                                   torch.empty(sub, half))
     term = torch.empty(sub, half)
     lifted = [] if lift_rows is None else [(row[0::2].contiguous(), row[1::2].contiguous()) for row in lift_rows]
-    staged = torch.empty(sub, dim) if slots is not None else None
+    kernels = compiled_pieces()
+    if kernels is not None:
+        rows_even = np.ascontiguousarray(lift_rows[:, 0::2].numpy()) if lift_rows is not None else None
+        rows_odd = np.ascontiguousarray(lift_rows[:, 1::2].numpy()) if lift_rows is not None else None
+        out_rows = out.numpy() if slots is not None else None
+        slot_rows = slots.numpy() if slots is not None else None
+    staged = torch.empty(sub, dim) if slots is not None and kernels is None else None
     step = sub * BLOCKS_PER_EVENT_BLOCK
     for start in range(0, total, step):
         stop = min(start + step, total)
@@ -79,7 +99,10 @@ def encode_summed_blocks(
         inputs = {"absolute": t.unsqueeze(1) if "absolute" in sinusoids else None,
                   "gap": log_gap(gaps[start:stop], gap_scale).unsqueeze(1) if "gap" in sinusoids else None}
         big = "absolute" in sinusoids and reaches_whole_turns(t, cycles)
-        columns = ([c.unsqueeze(1) for c in periodic_columns(start, stop)] if "periodic" in components else [])
+        columns = periodic_columns(start, stop) if "periodic" in components else []
+        if kernels is not None and columns:
+            stacked = torch.stack(columns).numpy()  # [features, block]
+        columns = [c.unsqueeze(1) for c in columns]
         for lo in range(start, stop, sub):
             hi = min(lo + sub, stop)
             n, i, j = hi - lo, lo - start, hi - start
@@ -91,6 +114,11 @@ def encode_summed_blocks(
             even, odd = even_sum[:n], odd_sum[:n]
             written = False
             for name in components:
+                if name == "periodic" and kernels is not None:
+                    if columns:
+                        kernels.add_lift(even.numpy(), odd.numpy(), stacked, i, rows_even, rows_odd, written)
+                        written = True
+                    continue
                 if name == "periodic":
                     for column, (row_even, row_odd) in zip(columns, lifted):
                         if written:
@@ -106,6 +134,9 @@ def encode_summed_blocks(
                     even.add_(sin[:n])
                     odd.add_(cos[:n])
                 written = True  # (first: even and odd are its sin and cos)
+            if slots is not None and kernels is not None:
+                kernels.interleave_into_rows(out_rows, slot_rows, lo, even.numpy(), odd.numpy())
+                continue
             target = out[lo:hi] if slots is None else staged[:n]
             torch.complex(even, odd, out=target.view(torch.complex64))  # real, imaginary: interleaved
             if slots is not None:
