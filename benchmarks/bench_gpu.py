@@ -20,7 +20,6 @@ from __future__ import annotations
 import statistics
 import time
 
-import numpy as np
 import torch
 from _harness import Bench, common_arguments
 
@@ -143,7 +142,6 @@ def main() -> None:
         f"device-to-device copy {copy / 1e9:.0f} GB/s (read + written); pct_of_copy = achieved / that; "
         "CUDA-event medians; the PyG peer runs on the CPU of the same machine"))
     bench.row(case="copy (ceiling)", GBps=copy / 1e9, pct_of_copy=100.0)
-    np.random.seed(0)
     if "graphs" in only:
         graphs_section(bench, args.quick)
     if "timelines" in only:
