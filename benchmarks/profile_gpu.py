@@ -8,27 +8,17 @@ output is read, not asserted).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 import torch
+from bench_gpu import cuda_median
 from torch.profiler import ProfilerActivity, profile
 
 
-def cuda_median(fn, warmup: int = 3, repeats: int = 15) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
+def cuda_ms(fn) -> float:
+    """Median milliseconds of ``fn()`` between CUDA events (bench_gpu's timer)."""
+    return 1e3 * cuda_median(fn, repeats=15)
 
 
 def report(name: str, fn, log, rows: int = 10) -> None:
@@ -43,7 +33,7 @@ def report(name: str, fn, log, rows: int = 10) -> None:
     device_ms = sum(e.self_device_time_total for e in device) / 1e3
     launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
     syncs = sum(e.count for e in events if "Synchronize" in e.key or e.key == "cudaMemcpyAsync")
-    wall = cuda_median(fn)
+    wall = cuda_ms(fn)
     print(f"\n== {name}: {wall:.3f} ms per call (events); kernels {device_ms:.3f} ms; launches {launches}; "
           f"syncs/memcpys {syncs}", file=log)
     for e in sorted(device, key=lambda e: -e.self_device_time_total)[:rows]:
@@ -61,7 +51,7 @@ def rope(log) -> None:
         report(f"RoPE {layout} 1x32x8192x128 bf16, positions given", lambda: module(q, k, positions), log)
     module = RotaryEmbedding(128).cuda()
     report("RoPE half, default positions", lambda: module(q, k), log)
-    copy_ms = cuda_median(lambda: q.clone())
+    copy_ms = cuda_ms(lambda: q.clone())
     print(f"   (q.clone: {copy_ms:.3f} ms = the copy floor for one of the two tensors)", file=log)
 
 
@@ -85,7 +75,7 @@ def one_hot_variants(log) -> None:
             same = out.shape == reference.reshape(out.shape).shape and torch.equal(
                 out.reshape(reference.shape), reference) if "transposed" not in name else \
                 torch.equal(out.t().reshape(reference.shape), reference)
-            print(f"   one_hot {str(dtype)[6:]:9s} {name:40s} {cuda_median(fn):8.3f} ms  equal={same}", file=log)
+            print(f"   one_hot {str(dtype)[6:]:9s} {name:40s} {cuda_ms(fn):8.3f} ms  equal={same}", file=log)
             del out
         report(f"one_hot {dtype}", lambda: one_hot(tokens, dtype=dtype), log, rows=6)
 

@@ -83,6 +83,13 @@ if HAS_TRITON:
                 tl.store(o_row + ROT + r[None, :], rest, mask=r_ok)
 
     @triton.jit
+    def _tile_of(pid, S_BLOCKS, GROUPS, BLOCK_S: tl.constexpr, HEADS):
+        """Program ``pid`` of one tensor -> (row, first position, first head) of its tile."""
+        per_row = S_BLOCKS * GROUPS
+        rem = pid % per_row
+        return pid // per_row, (rem // GROUPS) * BLOCK_S, (rem % GROUPS) * HEADS
+
+    @triton.jit
     def _rope_qk_kernel(q_ptr, qo_ptr, qpos_ptr, k_ptr, ko_ptr, kpos_ptr, inv_ptr, axis_ptr,
                         S, HQ, HK, N_Q_PROGRAMS, S_BLOCKS, HEADS, GROUPS_Q, GROUPS_K,
                         q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss, qp_sa,
@@ -95,25 +102,17 @@ if HAS_TRITON:
         of HEADS heads (GROUPS_Q / GROUPS_K groups per position block)."""
         pid = tl.program_id(0)
         if pid < N_Q_PROGRAMS:
-            row = pid // (S_BLOCKS * GROUPS_Q)
-            rem = pid % (S_BLOCKS * GROUPS_Q)
-            s0 = (rem // GROUPS_Q) * BLOCK_S
-            h0 = (rem % GROUPS_Q) * HEADS
+            row, s0, h0 = _tile_of(pid, S_BLOCKS, GROUPS_Q, BLOCK_S, HEADS)
             _rotate_tile(q_ptr, qo_ptr, qpos_ptr, row, s0, h0, tl.minimum(h0 + HEADS, HQ),
                          S, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
                          qp_sb, qp_ss, qp_sa, inv_ptr, axis_ptr, attention_factor, sign,
                          HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
         else:
-            pid = pid - N_Q_PROGRAMS
-            row = pid // (S_BLOCKS * GROUPS_K)
-            rem = pid % (S_BLOCKS * GROUPS_K)
-            s0 = (rem // GROUPS_K) * BLOCK_S
-            h0 = (rem % GROUPS_K) * HEADS
+            row, s0, h0 = _tile_of(pid - N_Q_PROGRAMS, S_BLOCKS, GROUPS_K, BLOCK_S, HEADS)
             _rotate_tile(k_ptr, ko_ptr, kpos_ptr, row, s0, h0, tl.minimum(h0 + HEADS, HK),
                          S, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh,
                          kp_sb, kp_ss, kp_sa, inv_ptr, axis_ptr, attention_factor, sign,
                          HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
-
 
 # (triton.cdiv and triton.next_power_of_2 are jit functions: ~4.5 us a call from the host, 23 us of every launch)
 def _cdiv(a: int, b: int) -> int:

@@ -83,12 +83,15 @@ def encode_summed_blocks(
     first = components[0] if components[0] != "periodic" else None
     even_sum, odd_sum = (sinusoids[first][2], sinusoids[first][3]) if first else (torch.empty(sub, half),
                                                                                   torch.empty(sub, half))
-    term = torch.empty(sub, half)
-    lifted = [] if lift_rows is None else [(row[0::2].contiguous(), row[1::2].contiguous()) for row in lift_rows]
+    # the lift's rows split into the even and odd channels: [features, half] each
+    rows_even, rows_odd = (None, None) if lift_rows is None else (lift_rows[:, 0::2].contiguous(),
+                                                                  lift_rows[:, 1::2].contiguous())
     kernels = compiled_pieces()
-    if kernels is not None:
-        rows_even = np.ascontiguousarray(lift_rows[:, 0::2].numpy()) if lift_rows is not None else None
-        rows_odd = np.ascontiguousarray(lift_rows[:, 1::2].numpy()) if lift_rows is not None else None
+    if kernels is None:
+        term = torch.empty(sub, half)
+        lifted = [] if lift_rows is None else list(zip(rows_even, rows_odd))
+    else:
+        rows_even, rows_odd = (None, None) if lift_rows is None else (rows_even.numpy(), rows_odd.numpy())
         out_rows = out.numpy() if slots is not None else None
         slot_rows = slots.numpy() if slots is not None else None
     staged = torch.empty(sub, dim) if slots is not None and kernels is None else None
