@@ -1,0 +1,183 @@
+"""What the 1e6-node Barabasi-Albert LapPE (issue 25's last missed row, < 60 s) would take on this machine: its
+two halves measured apart, and the alternatives to each measured on the same graph in the same process.
+
+The solve (``laplacian_pe(k=8)`` -> single-precision ARPACK on ``bound * I - L``, 2,300-2,500 products) splits
+into sparse products and ARPACK's own work (re-orthogonalising each new vector against a 1e6 x 27 float32
+basis, restarts). Measured here:
+
+(p) one product ``L @ x`` (float32, 6e6 stored entries): SciPy's CSR kernel (what omnipos calls), a compiled
+    row-parallel CSR product on 1 and 2 threads (numba; the same bits as SciPy's), torch's CSR product, and
+    SciPy's kernel on the graph renumbered by degree;
+(o) one classical Gram-Schmidt pass against the 27-vector float32 basis, per vector, for blocks of 1-16 vectors
+    (a block Lanczos reads the basis once per block: BLAS-3 instead of BLAS-2);
+(a) ``--arpack``: the whole ``laplacian_pe`` call with OpenBLAS on 1 and on 2 threads (each in its own process,
+    the variable set before NumPy loads), products timed inside, ARPACK's own work = the rest.
+
+    python benchmarks/probe_lanczos_1e6.py [--nodes 1000000] [--arpack]
+
+Writes ``benchmarks/results/lanczos_1e6.json``. Needs numba (``omnipos[fast]``).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy is imported; (a) sets its own per process
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import RESULTS, time_call  # noqa: E402
+from bench_graph import large_graph  # noqa: E402
+
+SHAPE = "Barabasi-Albert m=3"
+
+
+def normalized_laplacian(n: int):
+    import scipy.sparse as sp
+
+    edges, n = large_graph(SHAPE, n)
+    edges = edges.numpy()
+    adjacency = sp.csr_matrix((np.ones(edges.shape[1]), (edges[0], edges[1])), shape=(n, n))
+    scale = 1.0 / np.sqrt(np.asarray(adjacency.sum(1)).ravel())
+    return (sp.identity(n) - sp.diags(scale) @ adjacency @ sp.diags(scale)).tocsr()
+
+
+def row_parallel_product():
+    import numba
+
+    @numba.njit(parallel=True, nogil=True, cache=False)
+    def product(indptr, indices, data, x, out):
+        for row in numba.prange(out.shape[0]):
+            total = data.dtype.type(0)
+            for j in range(indptr[row], indptr[row + 1]):
+                total += data[j] * x[indices[j]]
+            out[row] = total
+
+    return numba, product
+
+
+def products(n: int) -> list[dict]:
+    from scipy.sparse._sparsetools import csr_matvec
+
+    lap = normalized_laplacian(n).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    out = np.empty(n, np.float32)
+
+    def scipy_kernel(matrix, vector):
+        out.fill(0)
+        csr_matvec(n, n, matrix.indptr, matrix.indices, matrix.data, vector, out)
+        return out
+
+    rows = [{"part": "product", "variant": "SciPy CSR kernel (omnipos)",
+             "ms": 1e3 * time_call(lambda: scipy_kernel(lap, x), warmup=2, repeats=15)}]
+    reference = scipy_kernel(lap, x).copy()
+    numba, parallel = row_parallel_product()
+    for threads in (1, 2):
+        numba.set_num_threads(threads)
+        parallel(lap.indptr, lap.indices, lap.data, x, out)
+        assert np.array_equal(out, reference), "the row-parallel product must give SciPy's bits"
+        rows.append({"part": "product", "variant": f"compiled row-parallel, {threads} thread(s)",
+                     "ms": 1e3 * time_call(lambda: parallel(lap.indptr, lap.indices, lap.data, x, out),
+                                           warmup=2, repeats=15)})
+    csr = torch.sparse_csr_tensor(torch.from_numpy(lap.indptr.astype(np.int64)),
+                                  torch.from_numpy(lap.indices.astype(np.int64)), torch.from_numpy(lap.data), (n, n))
+    xt = torch.from_numpy(x)
+    with_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows.append({"part": "product", "variant": "torch CSR, 1 thread",
+                 "ms": 1e3 * time_call(lambda: csr @ xt, warmup=2, repeats=15)})
+    torch.set_num_threads(with_threads)
+    degree = np.diff(lap.indptr)
+    order = np.argsort(-degree, kind="stable")
+    renumbered = lap[order][:, order].tocsr()
+    xr = x[order].copy()
+    rows.append({"part": "product", "variant": "SciPy CSR kernel, nodes by degree",
+                 "ms": 1e3 * time_call(lambda: scipy_kernel(renumbered, xr), warmup=2, repeats=15)})
+    return rows
+
+
+def orthogonalisation(n: int, basis: int = 27) -> list[dict]:
+    rng = np.random.default_rng(0)
+    v = np.asfortranarray(rng.standard_normal((n, basis)).astype(np.float32))
+    rows = []
+    for block in (1, 4, 8, 16):
+        w = np.asfortranarray(rng.standard_normal((n, block)).astype(np.float32))
+        seconds = time_call(lambda: w - v @ (v.T @ w), warmup=1, repeats=7)
+        rows.append({"part": "orthogonalisation pass", "variant": f"block of {block}", "ms": 1e3 * seconds,
+                     "ms_per_vector": 1e3 * seconds / block})
+    return rows
+
+
+def arpack_child(n: int) -> None:
+    """(a), in a child process: the whole call, its products timed inside."""
+    import omnipos.graph.eigensolvers as eigensolvers
+    from omnipos.graph import laplacian_pe
+
+    spent = {"products": 0, "seconds": 0.0}
+    make_product = eigensolvers._matvec  # the one function the Lanczos path takes its product from
+
+    def timed(matrix, reuse=False):
+        product = make_product(matrix, reuse)
+
+        def call(x):
+            started = time.perf_counter()
+            result = product(x)
+            spent["seconds"] += time.perf_counter() - started
+            spent["products"] += 1
+            return result
+
+        return call
+
+    eigensolvers._matvec = timed
+    edges, n = large_graph(SHAPE, n)
+    torch.set_num_threads(1)
+    wall, cpu = time.perf_counter(), time.process_time()
+    laplacian_pe(edges, n, 8)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "products": spent["products"],
+                      "product_s": spent["seconds"], "arpack_own_s": wall - spent["seconds"]}))
+
+
+def arpack(n: int) -> list[dict]:
+    rows = []
+    for threads in ("1", "2"):
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=threads)
+        done = subprocess.run([sys.executable, __file__, "--nodes", str(n), "--child"], env=env,
+                              capture_output=True, text=True, check=True)
+        measured = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append({"part": "laplacian_pe k=8", "variant": f"OpenBLAS {threads} thread(s)", **measured})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--arpack", action="store_true", help="(a): two whole solves, ~3 minutes at 1e6 nodes")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        arpack_child(args.nodes)
+        return
+    rows = products(args.nodes) + orthogonalisation(args.nodes)
+    if args.arpack:
+        rows += arpack(args.nodes)
+    for row in rows:
+        print("  ".join(f"{key}={value:.2f}" if isinstance(value, float) else f"{key}={value}"
+                        for key, value in row.items()))
+    out = RESULTS / "lanczos_1e6.json"
+    out.write_text(json.dumps({"benchmark": "lanczos_1e6", "nodes": args.nodes, "shape": SHAPE,
+                               "torch": torch.__version__, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
