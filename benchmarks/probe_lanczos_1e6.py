@@ -11,9 +11,12 @@ basis, restarts). Measured here:
 (o) one classical Gram-Schmidt pass against the 27-vector float32 basis, per vector, for blocks of 1-16 vectors
     (a block Lanczos reads the basis once per block: BLAS-3 instead of BLAS-2);
 (a) ``--arpack``: the whole ``laplacian_pe`` call with OpenBLAS on 1 and on 2 threads (each in its own process,
-    the variable set before NumPy loads), products timed inside, ARPACK's own work = the rest.
+    the variable set before NumPy loads), products timed inside, ARPACK's own work = the rest;
+(l) ``--plain``: the solver step alone, ARPACK as omnipos runs it (single precision, 9 vectors, basis of 27,
+    tolerance 1e-5, on ``2 I - L - 2 u u^T``) against Lanczos without re-orthogonalisation (``_plain_lanczos.py``,
+    double precision, two passes), each with its residuals ``||L v - lambda v||`` after a float64 Rayleigh-Ritz.
 
-    python benchmarks/probe_lanczos_1e6.py [--nodes 1000000] [--arpack]
+    python benchmarks/probe_lanczos_1e6.py [--nodes 1000000] [--arpack] [--plain]
 
 Writes ``benchmarks/results/lanczos_1e6.json``. Needs numba (``omnipos[fast]``).
 """
@@ -158,10 +161,61 @@ def arpack(n: int) -> list[dict]:
     return rows
 
 
+def solvers(n: int) -> list[dict]:
+    """(l): ARPACK as omnipos runs it vs the plain recurrence, on the same operator, solver step alone."""
+    import scipy.sparse as sp
+    from _plain_lanczos import plain_lanczos
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    lap = normalized_laplacian(n)
+    degree = np.asarray(np.diff(lap.indptr), dtype=np.float64) - 1.0  # (the diagonal is stored: one per row)
+    null = np.sqrt(degree) / np.linalg.norm(np.sqrt(degree))
+    width, bound = 9, 2.0
+    rows = []
+
+    def shifted(dtype):
+        matrix = (bound * sp.identity(n, format="csr") - lap).tocsr().astype(dtype)
+        u = null.astype(dtype)
+        counted = {"products": 0}
+
+        def matvec(x):
+            counted["products"] += 1
+            return matrix @ x - dtype.type(bound) * u * np.vdot(u, x)
+
+        return matvec, counted
+
+    def residual(vectors):
+        basis, _ = np.linalg.qr(vectors - np.outer(null, null @ vectors))
+        values, small = np.linalg.eigh(basis.T @ (lap @ basis))
+        ritz = basis @ small
+        return float(np.linalg.norm(lap @ ritz - ritz * values, axis=0).max()), values
+
+    matvec, counted = shifted(np.dtype(np.float32))
+    operator = LinearOperator((n, n), matvec=matvec, dtype=np.float32)
+    start = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    began = time.perf_counter()
+    _, vectors = eigsh(operator, k=width, which="LA", v0=start, tol=1e-5, ncv=3 * width)
+    seconds = time.perf_counter() - began
+    worst, arpack_values = residual(vectors.astype(np.float64))
+    rows.append({"part": "solver alone", "variant": "ARPACK, single precision (omnipos)", "s": seconds,
+                 "products": counted["products"], "residual": worst})
+    matvec, counted = shifted(np.dtype(np.float64))
+    began = time.perf_counter()
+    vectors = plain_lanczos(matvec, np.random.default_rng(0).standard_normal(n), width, tol=1e-5,
+                            operator_dtype=np.dtype(np.float64), max_steps=10_000)
+    seconds = time.perf_counter() - began
+    worst, plain_values = residual(vectors)
+    rows.append({"part": "solver alone", "variant": "plain Lanczos, double precision, two passes", "s": seconds,
+                 "products": counted["products"], "residual": worst,
+                 "eigenvalues_vs_arpack": float(np.abs(plain_values - arpack_values).max())})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--arpack", action="store_true", help="(a): two whole solves, ~3 minutes at 1e6 nodes")
+    parser.add_argument("--plain", action="store_true", help="(l): ARPACK vs plain Lanczos, ~4 minutes at 1e6 nodes")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -170,8 +224,10 @@ def main() -> None:
     rows = products(args.nodes) + orthogonalisation(args.nodes)
     if args.arpack:
         rows += arpack(args.nodes)
+    if args.plain:
+        rows += solvers(args.nodes)
     for row in rows:
-        print("  ".join(f"{key}={value:.2f}" if isinstance(value, float) else f"{key}={value}"
+        print("  ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
                         for key, value in row.items()))
     out = RESULTS / "lanczos_1e6.json"
     out.write_text(json.dumps({"benchmark": "lanczos_1e6", "nodes": args.nodes, "shape": SHAPE,
