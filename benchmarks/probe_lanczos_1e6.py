@@ -16,7 +16,11 @@ basis, restarts). Measured here:
     tolerance 1e-5, on ``2 I - L - 2 u u^T``) against Lanczos without re-orthogonalisation (``_plain_lanczos.py``,
     double precision, two passes), each with its residuals ``||L v - lambda v||`` after a float64 Rayleigh-Ritz.
 
-    python benchmarks/probe_lanczos_1e6.py [--nodes 1000000] [--arpack] [--plain]
+(b) ``--blocks``: products a block Lanczos needs (blocks of 1, 4, 8, 16; full re-orthogonalisation, no
+    restarts: the intrinsic count) for the same 8 eigenpairs to residual 1e-5; a float64 prototype that keeps its
+    whole basis, so run it at 20k-100k nodes (``--nodes 20000``: ~1.5 minutes).
+
+    python benchmarks/probe_lanczos_1e6.py [--nodes 1000000] [--arpack] [--plain] [--blocks]
 
 Writes ``benchmarks/results/lanczos_1e6.json``. Needs numba (``omnipos[fast]``).
 """
@@ -163,7 +167,6 @@ def arpack(n: int) -> list[dict]:
 
 def solvers(n: int) -> list[dict]:
     """(l): ARPACK as omnipos runs it vs the plain recurrence, on the same operator, solver step alone."""
-    import scipy.sparse as sp
     from _plain_lanczos import plain_lanczos
     from scipy.sparse.linalg import LinearOperator, eigsh
 
@@ -174,7 +177,7 @@ def solvers(n: int) -> list[dict]:
     rows = []
 
     def shifted(dtype):
-        matrix = (bound * sp.identity(n, format="csr") - lap).tocsr().astype(dtype)
+        matrix = (bound * sp_identity(n) - lap).tocsr().astype(dtype)
         u = null.astype(dtype)
         counted = {"products": 0}
 
@@ -211,11 +214,59 @@ def solvers(n: int) -> list[dict]:
     return rows
 
 
+def block_products(n: int, block: int, wanted: int = 8, tol: float = 1e-5, limit: int = 6000) -> int | None:
+    """(b): products until the ``wanted`` largest eigenpairs of ``S = D^-1/2 A D^-1/2`` below the trivial one
+    (``L``'s lowest non-trivial) have residuals ``<= tol``, block Lanczos with a whole, re-orthogonalised basis
+    (checked every ~40 products); None past ``limit``."""
+    lap = normalized_laplacian(n)
+    degree = np.diff(lap.indptr).astype(np.float64) - 1.0
+    null = np.sqrt(degree) / np.linalg.norm(np.sqrt(degree))
+    adjacency = (sp_identity(n) - lap).tocsr()  # S = I - L
+
+    def apply(x):
+        return adjacency @ x - np.outer(null, null @ x)
+
+    start = np.random.default_rng(0).standard_normal((n, block))
+    basis = [np.linalg.qr(start - np.outer(null, null @ start))[0]]
+    images: list[np.ndarray] = []
+    projected = np.zeros((0, 0))
+    products = 0
+    while products < limit:
+        image = apply(basis[-1])
+        products += block
+        images.append(image)
+        every = np.hstack(basis)
+        column = every.T @ image
+        m = every.shape[1]
+        grown = np.zeros((m, m))
+        grown[:m - block, :m - block] = projected
+        grown[:, m - block:] = column
+        grown[m - block:, :] = column.T
+        projected = grown
+        if (m // block) % max(1, 40 // block) == 0:
+            values, small = np.linalg.eigh(projected)
+            top = small[:, -wanted:]
+            residual = np.hstack(images) @ top - every @ (top * values[-wanted:])
+            if np.linalg.norm(residual, axis=0).max() < tol:
+                return products
+        for _ in range(2):  # classical Gram-Schmidt, twice
+            image = image - every @ (every.T @ image)
+        basis.append(np.linalg.qr(image)[0])
+    return None
+
+
+def sp_identity(n: int):
+    import scipy.sparse as sp
+
+    return sp.identity(n, format="csr")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--arpack", action="store_true", help="(a): two whole solves, ~3 minutes at 1e6 nodes")
     parser.add_argument("--plain", action="store_true", help="(l): ARPACK vs plain Lanczos, ~4 minutes at 1e6 nodes")
+    parser.add_argument("--blocks", action="store_true", help="(b): block Lanczos product counts (use ~20k nodes)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -226,10 +277,13 @@ def main() -> None:
         rows += arpack(args.nodes)
     if args.plain:
         rows += solvers(args.nodes)
+    if args.blocks:
+        rows += [{"part": "block Lanczos, no restarts", "variant": f"block of {block}",
+                  "products": block_products(args.nodes, block)} for block in (1, 4, 8, 16)]
     for row in rows:
         print("  ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
                         for key, value in row.items()))
-    out = RESULTS / "lanczos_1e6.json"
+    out = RESULTS / ("lanczos_1e6.json" if args.nodes == 1_000_000 else f"lanczos_{args.nodes}.json")
     out.write_text(json.dumps({"benchmark": "lanczos_1e6", "nodes": args.nodes, "shape": SHAPE,
                                "torch": torch.__version__, "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")
