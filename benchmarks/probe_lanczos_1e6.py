@@ -5,24 +5,25 @@ The solve (``laplacian_pe(k=8)`` -> single-precision ARPACK on ``bound * I - L``
 into sparse products and ARPACK's own work (re-orthogonalising each new vector against a 1e6 x 27 float32
 basis, restarts). Measured here:
 
-(p) one product ``L @ x`` (float32, 6e6 stored entries): SciPy's CSR kernel (what omnipos calls), a compiled
-    row-parallel CSR product on 1 and 2 threads (numba; the same bits as SciPy's), torch's CSR product, and
-    SciPy's kernel on the graph renumbered by degree;
+(p) one product ``L @ x`` (float32, 7e6 stored entries with the diagonal): SciPy's CSR kernel (what omnipos
+    calls), a compiled row-parallel CSR product on 1 and 2 threads (numba; the same bits as SciPy's), torch's CSR
+    product, and SciPy's kernel on the graph renumbered by degree; and one compiled step of Lanczos without
+    re-orthogonalisation whose product reads only the adjacency pattern (what the plain recurrence of (l) would
+    cost, fused);
 (o) one classical Gram-Schmidt pass against the 27-vector float32 basis, per vector, for blocks of 1-16 vectors
     (a block Lanczos reads the basis once per block: BLAS-3 instead of BLAS-2);
 (a) ``--arpack``: the whole ``laplacian_pe`` call with OpenBLAS on 1 and on 2 threads (each in its own process,
     the variable set before NumPy loads), products timed inside, ARPACK's own work = the rest;
 (l) ``--plain``: the solver step alone, ARPACK as omnipos runs it (single precision, 9 vectors, basis of 27,
     tolerance 1e-5, on ``2 I - L - 2 u u^T``) against Lanczos without re-orthogonalisation (``_plain_lanczos.py``,
-    double precision, two passes), each with its residuals ``||L v - lambda v||`` after a float64 Rayleigh-Ritz.
-
+    double precision, two passes), each with its residuals ``||L v - lambda v||`` after a float64 Rayleigh-Ritz;
 (b) ``--blocks``: products a block Lanczos needs (blocks of 1, 4, 8, 16; full re-orthogonalisation, no
     restarts: the intrinsic count) for the same 8 eigenpairs to residual 1e-5; a float64 prototype that keeps its
     whole basis, so run it at 20k-100k nodes (``--nodes 20000``: ~1.5 minutes).
 
     python benchmarks/probe_lanczos_1e6.py [--nodes 1000000] [--arpack] [--plain] [--blocks]
 
-Writes ``benchmarks/results/lanczos_1e6.json``. Needs numba (``omnipos[fast]``).
+Writes ``benchmarks/results/lanczos_1e6.json`` (other sizes: ``lanczos_<nodes>.json``). Needs numba (``omnipos[fast]``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,40 @@ def row_parallel_product():
     return numba, product
 
 
+def fused_plain_step():
+    """One step of Lanczos without re-orthogonalisation on ``I + S A S - 2 u u^T`` (the shifted normalised
+    Laplacian, ``S = D^-1/2``), compiled: the product from the adjacency pattern alone (no stored values; unsigned
+    indices, so numba emits no negative-index wrap-around per gather) fused with the recurrence; three passes over
+    the rows. Returns ``(alpha, beta, u . q_next)``."""
+    import numba
+
+    @numba.njit(nogil=True, error_model="numpy", cache=False)
+    def step(indptr, indices, scale, null, q, scaled_q, previous, w, beta, null_weight):
+        alpha = 0.0
+        for i in range(q.size):
+            total = 0.0
+            for j in range(indptr[i], indptr[i + 1]):
+                total += scaled_q[indices[j]]
+            value = q[i] + scale[i] * total - null_weight * null[i] - beta * previous[i]
+            w[i] = value
+            alpha += q[i] * value
+        norm2 = 0.0
+        for i in range(q.size):
+            value = w[i] - alpha * q[i]
+            w[i] = value
+            norm2 += value * value
+        beta = np.sqrt(norm2)
+        along = 0.0
+        for i in range(q.size):
+            previous[i] = q[i]
+            q[i] = w[i] / beta
+            scaled_q[i] = scale[i] * q[i]
+            along += null[i] * q[i]
+        return alpha, beta, along
+
+    return step
+
+
 def products(n: int) -> list[dict]:
     from scipy.sparse._sparsetools import csr_matvec
 
@@ -87,6 +122,19 @@ def products(n: int) -> list[dict]:
     rows = [{"part": "product", "variant": "SciPy CSR kernel (omnipos)",
              "ms": 1e3 * time_call(lambda: scipy_kernel(lap, x), warmup=2, repeats=15)}]
     reference = scipy_kernel(lap, x).copy()
+    adjacency = (sp_identity(n) - lap).tocsr()  # S A S: L's diagonal (all ones) cancels exactly
+    adjacency.eliminate_zeros()
+    pattern_ptr, pattern_idx = adjacency.indptr.astype(np.uint64), adjacency.indices.astype(np.uint32)
+    degree = np.diff(adjacency.indptr).astype(np.float64)
+    scale = 1.0 / np.sqrt(degree)
+    null = np.sqrt(degree) / np.linalg.norm(np.sqrt(degree))
+    q = x.astype(np.float64) / np.linalg.norm(x)
+    scaled_q, previous, w = scale * q, np.zeros(n), np.empty(n)
+    step = fused_plain_step()  # (before the row-parallel kernel: numba's idle threads spin for a while after it)
+    rows.append({"part": "plain Lanczos step", "variant": "compiled, pattern-only product fused with the recurrence "
+                 "(float64 vectors)", "ms": 1e3 * time_call(lambda: step(pattern_ptr, pattern_idx, scale, null, q,
+                                                                          scaled_q, previous, w, 0.3, 0.0),
+                                                              warmup=2, repeats=21)})
     numba, parallel = row_parallel_product()
     for threads in (1, 2):
         numba.set_num_threads(threads)
