@@ -131,6 +131,15 @@ def products(n: int) -> list[dict]:
     q = x.astype(np.float64) / np.linalg.norm(x)
     scaled_q, previous, w = scale * q, np.zeros(n), np.empty(n)
     step = fused_plain_step()  # (before the row-parallel kernel: numba's idle threads spin for a while after it)
+    # checked first against the same step in NumPy (from q, with no previous vector): (I + S A S - 2 u u^T) q
+    pattern = adjacency.astype(np.float64)
+    pattern.data[:] = 1.0
+    image = q + scale * (pattern @ (scale * q)) - 2.0 * null * (null @ q)
+    alpha = q @ image
+    expected_beta = np.linalg.norm(image - alpha * q)
+    got_alpha, got_beta, _ = step(pattern_ptr, pattern_idx, scale, null, q.copy(), scaled_q.copy(), np.zeros(n),
+                                  w, 0.0, 2.0 * (null @ q))
+    assert abs(got_alpha - alpha) < 1e-10 and abs(got_beta - expected_beta) < 1e-10, "the fused step must be a step"
     rows.append({"part": "plain Lanczos step", "variant": "compiled, pattern-only product fused with the recurrence "
                  "(float64 vectors)", "ms": 1e3 * time_call(lambda: step(pattern_ptr, pattern_idx, scale, null, q,
                                                                           scaled_q, previous, w, 0.3, 0.0),
