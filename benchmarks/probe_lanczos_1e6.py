@@ -40,6 +40,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,14 +50,17 @@ from bench_graph import large_graph  # noqa: E402
 SHAPE = "Barabasi-Albert m=3"
 
 
-def normalized_laplacian(n: int):
-    import scipy.sparse as sp
-
+def spectral_pieces(n: int) -> tuple[sp.csr_matrix, sp.csr_matrix, np.ndarray, np.ndarray]:
+    """The graph's normalised Laplacian ``L = I - S A S`` (float64 CSR, its diagonal stored), ``S A S`` itself
+    (``S = D^-1/2``: the adjacency's pattern), the degrees and ``L``'s unit null vector ``sqrt(d) / ||sqrt(d)||``."""
     edges, n = large_graph(SHAPE, n)
     edges = edges.numpy()
     adjacency = sp.csr_matrix((np.ones(edges.shape[1]), (edges[0], edges[1])), shape=(n, n))
-    scale = 1.0 / np.sqrt(np.asarray(adjacency.sum(1)).ravel())
-    return (sp.identity(n) - sp.diags(scale) @ adjacency @ sp.diags(scale)).tocsr()
+    degree = np.asarray(adjacency.sum(1)).ravel()
+    scale = sp.diags(1.0 / np.sqrt(degree))
+    scaled = (scale @ adjacency @ scale).tocsr()
+    null = np.sqrt(degree) / np.linalg.norm(np.sqrt(degree))
+    return (sp.identity(n) - scaled).tocsr(), scaled, degree, null
 
 
 def row_parallel_product():
@@ -110,7 +114,8 @@ def fused_plain_step():
 def products(n: int) -> list[dict]:
     from scipy.sparse._sparsetools import csr_matvec
 
-    lap = normalized_laplacian(n).astype(np.float32)
+    lap, scaled, degree, null = spectral_pieces(n)
+    lap = lap.astype(np.float32)
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     out = np.empty(n, np.float32)
 
@@ -122,17 +127,13 @@ def products(n: int) -> list[dict]:
     rows = [{"part": "product", "variant": "SciPy CSR kernel (omnipos)",
              "ms": 1e3 * time_call(lambda: scipy_kernel(lap, x), warmup=2, repeats=15)}]
     reference = scipy_kernel(lap, x).copy()
-    adjacency = (sp_identity(n) - lap).tocsr()  # S A S: L's diagonal (all ones) cancels exactly
-    adjacency.eliminate_zeros()
-    pattern_ptr, pattern_idx = adjacency.indptr.astype(np.uint64), adjacency.indices.astype(np.uint32)
-    degree = np.diff(adjacency.indptr).astype(np.float64)
+    pattern_ptr, pattern_idx = scaled.indptr.astype(np.uint64), scaled.indices.astype(np.uint32)
     scale = 1.0 / np.sqrt(degree)
-    null = np.sqrt(degree) / np.linalg.norm(np.sqrt(degree))
     q = x.astype(np.float64) / np.linalg.norm(x)
     scaled_q, previous, w = scale * q, np.zeros(n), np.empty(n)
     step = fused_plain_step()  # (before the row-parallel kernel: numba's idle threads spin for a while after it)
     # checked first against the same step in NumPy (from q, with no previous vector): (I + S A S - 2 u u^T) q
-    pattern = adjacency.astype(np.float64)
+    pattern = scaled.copy()
     pattern.data[:] = 1.0
     image = q + scale * (pattern @ (scale * q)) - 2.0 * null * (null @ q)
     alpha = q @ image
@@ -160,7 +161,6 @@ def products(n: int) -> list[dict]:
     rows.append({"part": "product", "variant": "torch CSR, 1 thread",
                  "ms": 1e3 * time_call(lambda: csr @ xt, warmup=2, repeats=15)})
     torch.set_num_threads(with_threads)
-    degree = np.diff(lap.indptr)
     order = np.argsort(-degree, kind="stable")
     renumbered = lap[order][:, order].tocsr()
     xr = x[order].copy()
@@ -227,14 +227,12 @@ def solvers(n: int) -> list[dict]:
     from _plain_lanczos import plain_lanczos
     from scipy.sparse.linalg import LinearOperator, eigsh
 
-    lap = normalized_laplacian(n)
-    degree = np.asarray(np.diff(lap.indptr), dtype=np.float64) - 1.0  # (the diagonal is stored: one per row)
-    null = np.sqrt(degree) / np.linalg.norm(np.sqrt(degree))
+    lap, _, _, null = spectral_pieces(n)
     width, bound = 9, 2.0
     rows = []
 
     def shifted(dtype):
-        matrix = (bound * sp_identity(n) - lap).tocsr().astype(dtype)
+        matrix = (bound * sp.identity(n, format="csr") - lap).tocsr().astype(dtype)
         u = null.astype(dtype)
         counted = {"products": 0}
 
@@ -275,13 +273,10 @@ def block_products(n: int, block: int, wanted: int = 8, tol: float = 1e-5, limit
     """(b): products until the ``wanted`` largest eigenpairs of ``S = D^-1/2 A D^-1/2`` below the trivial one
     (``L``'s lowest non-trivial) have residuals ``<= tol``, block Lanczos with a whole, re-orthogonalised basis
     (checked every ~40 products); None past ``limit``."""
-    lap = normalized_laplacian(n)
-    degree = np.diff(lap.indptr).astype(np.float64) - 1.0
-    null = np.sqrt(degree) / np.linalg.norm(np.sqrt(degree))
-    adjacency = (sp_identity(n) - lap).tocsr()  # S = I - L
+    _, scaled, _, null = spectral_pieces(n)
 
     def apply(x):
-        return adjacency @ x - np.outer(null, null @ x)
+        return scaled @ x - np.outer(null, null @ x)
 
     start = np.random.default_rng(0).standard_normal((n, block))
     basis = [np.linalg.qr(start - np.outer(null, null @ start))[0]]
@@ -310,12 +305,6 @@ def block_products(n: int, block: int, wanted: int = 8, tol: float = 1e-5, limit
             image = image - every @ (every.T @ image)
         basis.append(np.linalg.qr(image)[0])
     return None
-
-
-def sp_identity(n: int):
-    import scipy.sparse as sp
-
-    return sp.identity(n, format="csr")
 
 
 def main() -> None:
