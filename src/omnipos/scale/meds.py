@@ -12,6 +12,11 @@ bound memory, a shard's subjects are padded in groups of at most ``MAX_PADDED_EV
 
 :func:`load_meds` merges the shards into one :class:`omnipos.timeseries.EventBatch`, equal to
 ``EventBatch.from_parquet(<root>/data)``: subjects sorted, codes indexed in the sorted vocabulary of every code.
+
+A subject in two data files (the MEDS standard forbids it: "data about a single subject cannot be split across
+parquet files") would be two timelines, each with its own origin, truncation and windows, since each file is
+read on its own: :func:`precompute_meds` (once every file is done), :func:`load_meds` and
+:class:`ShardedMedsDataset` all refuse it, naming the subject and both files.
 """
 
 from __future__ import annotations
@@ -104,14 +109,18 @@ def precompute_meds(
             ``metadata/codes.parquet``: its ``code`` column, read as :func:`vocab_from_codes` says),
             ``unknown_code``, ``max_len``, ``truncation``, ...
 
-    Every option is checked before the first unit runs (and before ``out_dir`` is created or touched).
+    Every option is checked before the first unit runs (and before ``out_dir`` is created or touched):
+    ``truncation`` other than ``"error"`` needs ``max_len``, a codes file listing no codes (or a vocab list of
+    only ``"<pad>"`` / ``"<unk>"``) is refused. What no single file shows is checked once all are done: a subject
+    in two data files, and, with ``unknown_code="unk"``, a vocab that knows none of the cohort's codes.
 
     Returns:
         A :class:`omnipos.scale.PrecomputeResult` (items are subjects).
 
     Raises:
-        ValueError: no MEDS data, bad options, a split the splits file does not name, ``out_dir`` holding another
-            job; :class:`omnipos.scale.PrecomputeError` after the other files finished when some were unreadable
+        ValueError: no MEDS data, bad options, a split the splits file does not name (the known ones are listed),
+            ``out_dir`` holding another job, a subject in two data files, a vocab that makes every event
+            ``"<unk>"``; :class:`omnipos.scale.PrecomputeError` after the other files finished when some were unreadable
             or held bad rows (the message names the file and the row).
     """
     engine_ = make_engine(engine, address, num_cpus)
@@ -566,12 +575,16 @@ class ShardedMedsDataset(ShardedDataset):
     Args:
         out_dir: the output folder of a finished :func:`precompute_meds` job.
         split: only the subjects of this split of the root's ``metadata/subject_splits.parquet`` (stored by the
-            job); None: every subject.
+            job); None: every subject. A split that file did not name is a ValueError listing those it did.
         max_len, truncation: a timeline longer than ``max_len`` events is an error when read (``"error"``, the
             default), keeps its first / last ``max_len`` events (``"head"`` / ``"tail"``), or is cut into windows
             of ``max_len`` events, items of their own (``"split"``). Times stay offsets from the subject's origin.
         verify: check each shard's size and sha256 against the manifest when it is first read.
         cache_shards: shards kept in memory.
+
+    Raises:
+        ValueError: a subject in two MEDS data files (whatever ``split`` selects; naming the subject and both
+            files), an unknown ``split``, ``truncation`` other than ``"error"`` without ``max_len``.
 
     Items are dicts ``{"subject_id", "window": int, "times": [L] float64, "codes": [L] int64, "values": [L]
     float32 (NaN: no value), "clock": float (NaN: none), "static_codes": [S] int64, "static_values": [S] float32,

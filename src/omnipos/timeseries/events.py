@@ -146,13 +146,15 @@ class EventBatch:
             truncation: what happens to a subject with more than ``max_len`` events: ``"error"`` (ValueError
                 naming it), ``"head"`` (keep its first ``max_len`` events), ``"tail"`` (its last ``max_len``),
                 ``"split"`` (consecutive windows of ``max_len`` events, one row each; see :attr:`window`).
-                Times stay relative to the subject's origin in every case.
+                Times stay relative to the subject's origin in every case. Other than ``"error"``, it needs
+                ``max_len`` (never accepted and ignored).
             naive_as: ``"UTC"``: read naive datetimes as UTC where they meet timezone-aware ones (the column
                 and ``origin``); refused otherwise.
 
         Raises:
             ValueError: a missing column, value or code; a numeric value beyond float32 (it would become inf);
-                an unknown code; a subject longer than ``max_len`` with ``truncation="error"``; a batch whose
+                an unknown code; a code column mixing types (``1`` and ``"1"``: a code is named by its string,
+                so convert the column to one type); a subject longer than ``max_len`` with ``truncation="error"``; a batch whose
                 padding would not fit in memory (use ``max_len`` or :meth:`batches`).
         """
         table = EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
