@@ -198,6 +198,12 @@ def test_a_code_column_of_one_type_gives_a_vocab_without_repeats(codes, vocab):
     assert got == sorted(str(c) for c in codes if c is not None)
 
 
+def test_two_codes_of_one_type_printing_alike_are_refused():
+    # float64 1.1 and float32 1.1 are different values of one kind (floats) whose strings are both '1.1'
+    with pytest.raises(ValueError, match=re.escape("holds two different codes named '1.1' (1.1 and np.float32(1.1))")):
+        EventBatch.from_frame(frame([1.1, np.float32(1.1)]))
+
+
 def test_a_vocab_naming_a_code_twice_is_refused(generated, tmp_path):
     with pytest.raises(ValueError, match="vocab must not repeat a code"):
         precompute_meds(generated, tmp_path / "out", vocab=["<pad>", 1, "1"], progress=False)
