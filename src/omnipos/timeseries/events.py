@@ -154,7 +154,8 @@ class EventBatch:
         Raises:
             ValueError: a missing column, value or code; a numeric value beyond float32 (it would become inf);
                 an unknown code; a code column mixing types (``1`` and ``"1"``: a code is named by its string,
-                so convert the column to one type); a subject longer than ``max_len`` with ``truncation="error"``; a batch whose
+                so convert the column to one type); a subject longer than ``max_len`` with
+                ``truncation="error"``; ``truncation`` other than ``"error"`` without ``max_len``; a batch whose
                 padding would not fit in memory (use ``max_len`` or :meth:`batches`).
         """
         table = EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
