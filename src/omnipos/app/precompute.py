@@ -75,16 +75,16 @@ def add_precompute_parser(commands: Any) -> None:
                            "time) instead of failing; events without a numeric_value are kept (value NaN)")
     meds.add_argument("--split", default=None,
                       help="only the subjects of this split of metadata/subject_splits.parquet (train, tuning, "
-                           "held_out, ...); default: every subject")
+                           "held_out, ...; another name is refused, listing the file's); default: every subject")
     meds.add_argument("--vocab", default=None, metavar="CODES",
                       help="a codes file (e.g. ROOT/metadata/codes.parquet: its 'code' column) fixing the code "
-                           "indices; default: the cohort's own codes, sorted")
+                           "indices (one listing no codes is refused); default: the cohort's own codes, sorted")
     meds.add_argument("--unknown-code", choices=("error", "unk"), default="error",
                       help="a code missing from --vocab: refuse (default) or map to <unk>")
     meds.add_argument("--max-len", type=int, default=None, help="the most events per row; longer follow --truncation")
     meds.add_argument("--truncation", choices=("error", "head", "tail", "split"), default="error",
                       help="a subject longer than --max-len: refuse (default), keep the first or last events, or "
-                           "split it into windows")
+                           "split it into windows (head, tail and split need --max-len)")
     _common(meds, 10_000, "subjects")
     for parser in (graphs, reads, meds):
         parser.set_defaults(handler=run_precompute)

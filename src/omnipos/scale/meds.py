@@ -12,6 +12,11 @@ bound memory, a shard's subjects are padded in groups of at most ``MAX_PADDED_EV
 
 :func:`load_meds` merges the shards into one :class:`omnipos.timeseries.EventBatch`, equal to
 ``EventBatch.from_parquet(<root>/data)``: subjects sorted, codes indexed in the sorted vocabulary of every code.
+
+A subject in two data files (the MEDS standard forbids it: "data about a single subject cannot be split across
+parquet files") would be two timelines, each with its own origin, truncation and windows, since each file is
+read on its own: :func:`precompute_meds` (once every file is done), :func:`load_meds` and
+:class:`ShardedMedsDataset` all refuse it, naming the subject and both files.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import stat
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -103,14 +109,18 @@ def precompute_meds(
             ``metadata/codes.parquet``: its ``code`` column, read as :func:`vocab_from_codes` says),
             ``unknown_code``, ``max_len``, ``truncation``, ...
 
-    Every option is checked before the first unit runs (and before ``out_dir`` is created or touched).
+    Every option is checked before the first unit runs (and before ``out_dir`` is created or touched):
+    ``truncation`` other than ``"error"`` needs ``max_len``, a codes file listing no codes (or a vocab list of
+    only ``"<pad>"`` / ``"<unk>"``) is refused. What no single file shows is checked once all are done: a subject
+    in two data files, and, with ``unknown_code="unk"``, a vocab that knows none of the cohort's codes.
 
     Returns:
         A :class:`omnipos.scale.PrecomputeResult` (items are subjects).
 
     Raises:
-        ValueError: no MEDS data, bad options, a split the splits file does not name, ``out_dir`` holding another
-            job; :class:`omnipos.scale.PrecomputeError` after the other files finished when some were unreadable
+        ValueError: no MEDS data, bad options, a split the splits file does not name (the known ones are listed),
+            ``out_dir`` holding another job, a subject in two data files, a vocab that makes every event
+            ``"<unk>"``; :class:`omnipos.scale.PrecomputeError` after the other files finished when some were unreadable
             or held bad rows (the message names the file and the row).
     """
     engine_ = make_engine(engine, address, num_cpus)
@@ -124,17 +134,27 @@ def precompute_meds(
     event_options.setdefault("static", "keep")  # a MEDS root's static events, as from_parquet reads them
     if "unit" in event_options:
         check_choice(event_options["unit"], "unit", UNITS)
+    # what the loaders refuse is refused here too: a truncation needs a max_len to cut to
+    check_truncation(event_options.get("max_len"), event_options.get("truncation", "error"))
     vocab = event_options.get("vocab")
+    vocab_source = None
     if isinstance(vocab, (str, os.PathLike)):
         event_options["vocab"] = vocab_from_codes(vocab, event_options.get("unknown_code", "error"))
+        vocab_source = str(vocab)
     elif isinstance(vocab, (list, tuple)):
         event_options["vocab"] = [str(code) for code in vocab]
+        if not set(event_options["vocab"]) - {PAD_CODE, UNK_CODE}:
+            raise ValueError(f"vocab={event_options['vocab']!r} holds no codes, so every code would be unknown; "
+                             "pass the vocab of a batch built from this cohort's codes, or none")
+        vocab_source = "the vocab list given"
     require_pyarrow()
     files = meds_data_files(meds_dir)
     splits_file = Path(meds_dir) / "metadata" / SPLITS_FILE
-    splits = str(splits_file) if splits_file.is_file() else None
+    # resolved: the job is the same whichever spelling of the root (relative, absolute, via a link) runs it
+    splits = str(splits_file.resolve()) if splits_file.is_file() else None
+    names = split_names(splits) if splits is not None else None
     if split is not None:
-        check_split(split, splits, splits_file)
+        check_split(split, splits, splits_file, names)
     check_event_options(files[0], event_options)  # before out_dir is touched: a refused job leaves it as it was
     units, inputs = file_units(files)
     options = {k: event_options[k] for k in sorted(event_options)}
@@ -143,9 +163,53 @@ def precompute_meds(
         job["split"] = {"split": split, "splits": _identity(splits)}
     body = partial(_meds_unit, files=[str(p) for p in files], shard_size=shard_size, options=event_options,
                    splits=splits, split=split)
-    meta = {"options": json.loads(json.dumps(options, default=str)), "split": split, "splits": splits is not None}
-    return run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
-                   overwrite=overwrite, progress=progress, meta=meta)
+    meta = {"options": json.loads(json.dumps(options, default=str)), "split": split, "splits": splits is not None,
+            "split_names": names}
+    result = run_job(KIND, out_dir, job, units, body, "parquet", engine=engine_, resume=resume,
+                     overwrite=overwrite, progress=progress, meta=meta)
+    if vocab_source is not None and event_options.get("unknown_code") == "unk":
+        vocab_source += f": {len(set(event_options['vocab']) - {PAD_CODE, UNK_CODE}):,} codes"
+    else:
+        vocab_source = None
+    _check_finished_job(out_dir, vocab_source)
+    return result
+
+
+def _check_finished_job(out_dir: str | os.PathLike, vocab_source: str | None) -> None:
+    """What no single unit can see, checked once every file is done, from each shard's subject ids and metadata:
+    a subject in two data files (:func:`check_partition`, which the loaders apply too), and, with a given vocab and
+    ``unknown_code="unk"`` (``vocab_source`` names it), a cohort none of whose codes the vocab holds (every event
+    ``"<unk>"``: a vocab of another cohort)."""
+    manifest = Manifest.read(out_dir, KIND)
+    subjects, known, events = [], 0, 0
+    for shard in manifest.shards():
+        table, metadata = _shard_columns(manifest, shard, ["subject_id"])
+        subjects.append(table.column("subject_id").to_numpy(zero_copy_only=False))
+        counts = [metadata.get(key, "") for key in ("omnipos.known_events", "omnipos.events")]
+        if all(count.isdigit() for count in counts):  # absent from shards of an older omnipos: not counted
+            known, events = known + int(counts[0]), events + int(counts[1])
+    check_partition(subjects, manifest)
+    if vocab_source is not None and events and not known:
+        raise ValueError(f"none of the cohort's codes is in the vocab ({vocab_source}), so "
+                         f"with unknown_code='unk' every one of its {events:,} events became {UNK_CODE!r} in "
+                         f"{manifest.out_dir}; pass the codes file of this cohort (overwrite=True), or no vocab")
+
+
+def _shard_columns(manifest: Manifest, shard: dict[str, Any], columns: list[str]) -> tuple[Any, dict[str, str]]:
+    """``columns`` and the metadata of a finished shard, once it is known to be a regular file of its recorded
+    size (never a FIFO, a device or a folder)."""
+    path = manifest.out_dir / shard["name"]
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: shard listed in the manifest is missing") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size != shard["bytes"]:
+        raise ValueError(f"{path}: not the shard the manifest lists (a regular file of {shard['bytes']} bytes); "
+                         "rerun the job with resume=False")
+    try:
+        return read_columns(path, columns)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError alike
+        raise ValueError(f"{path}: cannot read the shard ({type(exc).__name__}: {exc})") from None
 
 
 def _identity(path: str | None) -> Any:
@@ -174,19 +238,77 @@ def vocab_from_codes(path: str | os.PathLike, unknown_code: str = "error") -> li
         raise ValueError(f"vocab: {path} has a missing code at row {int(codes.isna().to_numpy().argmax())}")
     reserved = [PAD_CODE] + ([UNK_CODE] if unknown_code == "unk" else [])
     names = sorted({str(code) for code in codes} - set(reserved))
+    if not names:  # e.g. the empty codes.parquet meds-testing-helpers writes: every code would be unknown
+        raise ValueError(f"vocab: {path} lists no codes ({len(codes)} rows in its 'code' column"
+                         f"{', only reserved ones' if len(codes) else ''}), so every code of the cohort would be "
+                         f"unknown; pass a codes file listing the cohort's codes, or no vocab to build it from the "
+                         "data")
     return reserved + names
 
 
-def check_split(split: Any, splits: str | None, splits_file: Path) -> None:
+def check_split(split: Any, splits: str | None, splits_file: Path, names: list[str] | None = None) -> None:
     """Refuse a ``split`` that is not a string, or that ``metadata/subject_splits.parquet`` does not name."""
     if not isinstance(split, str):
         raise TypeError(f"split must be a split name such as 'train', got {type(split).__name__} ({split!r})")
     if splits is None:
         raise ValueError(f"split={split!r}: this MEDS root has no {splits_file} (columns subject_id, split) to "
                          "select subjects from; pass split=None for every subject")
-    names = sorted({str(name) for name in read_subject_splits(splits).values()})
+    names = split_names(splits) if names is None else names
     if split not in names:
         raise ValueError(f"split={split!r} is not in {splits_file}, whose splits are {', '.join(map(repr, names))}")
+
+
+def split_names(splits: str) -> list[str]:
+    """The split names of a ``metadata/subject_splits.parquet``, sorted."""
+    return sorted({str(name) for name in read_subject_splits(splits).values()})
+
+
+def shard_data_files(manifest: Manifest) -> list[str]:
+    """The MEDS data file each shard of ``manifest.shards()`` was written from (the job's resolved input paths,
+    else the unit's source)."""
+    job = manifest.header.get("job")
+    inputs = job.get("inputs") if isinstance(job, dict) else None
+    files = inputs.get("files") if isinstance(inputs, dict) else None
+    named = []
+    for unit in sorted(manifest.units):
+        record = manifest.units[unit]
+        if isinstance(files, list) and unit < len(files) and isinstance(files[unit], str):
+            name = files[unit]
+        else:
+            name = str(record.get("source"))
+        named += [name] * len(record["shards"])
+    return named
+
+
+def check_partition(subjects: list[Any], manifest: Manifest) -> None:
+    """Refuse a job in which a subject is in two shards: ``subjects[i]`` holds the subject ids of the rows of
+    shard ``i`` of ``manifest.shards()``. A data file's subjects are written to its shards once each (a subject's
+    windows are consecutive rows of one shard), so a subject in two shards came from two data files, which the MEDS
+    standard forbids ("data about a single subject cannot be split across parquet files"): each file is read on
+    its own, so its part would be a timeline of its own, with its own origin, truncation and windows."""
+    import pandas as pd
+
+    firsts = [pd.unique(np.asarray(ids, dtype=object) if not isinstance(ids, np.ndarray) else ids)
+              for ids in subjects]
+    if sum(len(f) for f in firsts) < 2:
+        return
+    every = pd.Index(np.concatenate([np.asarray(f, dtype=object) for f in firsts]))
+    repeated = every.duplicated()
+    if not repeated.any():
+        return
+    subject = every[int(np.flatnonzero(repeated)[0])]
+    owner = np.repeat(np.arange(len(firsts)), [len(f) for f in firsts])
+    a, b = owner[np.flatnonzero(every == subject)[:2]].tolist()
+    shards, files = manifest.shards(), shard_data_files(manifest)
+    if files[a] == files[b]:
+        raise ValueError(f"{manifest.out_dir}: subject {subject!r} is in two shards of one data file ({files[a]}: "
+                         f"{shards[a]['name']} and {shards[b]['name']}); the output folder was altered, run "
+                         "precompute_meds again with overwrite=True")
+    raise ValueError(f"subject {subject!r} is in two MEDS data files, {files[a]} (shard {shards[a]['name']}) and "
+                     f"{files[b]} (shard {shards[b]['name']}) of {manifest.out_dir}: MEDS data files must partition "
+                     "the subjects (the standard: a subject's data is in one and only one file); each file is read "
+                     "on its own, so the subject would come back twice, each part with its own origin. Put each "
+                     "subject's events in one data file and run precompute_meds again")
 
 
 def read_subject_splits(path: str) -> dict[Any, str]:
@@ -301,6 +423,9 @@ def _shard_parquet(batches: list[EventBatch], of_subject: dict[Any, str] | None 
     clock = (torch.cat([b.clock for b in batches]).numpy() if all(b.clock is not None for b in batches)
              else np.full(lengths.size, np.nan))
     subjects = [s for b in batches for s in b.subjects]
+    # events whose code the vocab knows (not "<unk>"): the driver refuses a cohort of none (a wrong vocab)
+    unk = vocab.index(UNK_CODE) if UNK_CODE in vocab else -1
+    known = int((codes != unk).sum() + (static_codes != unk).sum())
     columns = {"split": column([of_subject.get(s) for s in subjects], "string")} if of_subject is not None else {}
     return to_parquet({"subject_id": column(subjects), **columns,
                        "window": column(torch.cat([b.window for b in batches]).numpy(), "int64"),
@@ -311,7 +436,8 @@ def _shard_parquet(batches: list[EventBatch], of_subject: dict[Any, str] | None 
                        "static_codes": list_column(static_codes.astype(np.int64), static_lengths, "int64"),
                        "static_values": list_column(static_values, static_lengths, "float32")},
                       {"omnipos.vocab": json.dumps(vocab), "omnipos.unit": first.unit,
-                       "omnipos.origin": str(first.origin)})
+                       "omnipos.origin": str(first.origin), "omnipos.known_events": str(known),
+                       "omnipos.events": str(int(codes.size + static_codes.size))})
 
 
 def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: int | None = None,
@@ -331,7 +457,9 @@ def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: 
         verify: check each shard's size and sha256 against the manifest.
 
     Raises:
-        ValueError: a subject found in two data files (MEDS shards must partition the subjects).
+        ValueError: a subject found in two data files (MEDS data files must partition the subjects; every loader
+            refuses it, naming the subject and both files), a split the job does not know (the known ones are
+            listed), ``truncation`` other than ``"error"`` without ``max_len``.
     """
     if split is not None or max_len is not None or truncation != "error":
         dataset = ShardedMedsDataset(out_dir, split=split, max_len=max_len, truncation=truncation, verify=verify,
@@ -343,16 +471,16 @@ def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: 
         order = np.lexsort((np.array([item["window"] for item in items]), keys))
         return dataset.collate([items[i] for i in order.tolist()])
     manifest = Manifest.read(out_dir, KIND)
-    tables, vocabs, names = [], [], []  # each table: one row per subject (per window when split)
+    tables, vocabs = [], []  # each table: one row per subject (per window when split)
     for shard in manifest.shards():
         table, metadata = read_parquet(read_verified(manifest.out_dir, shard, verify))
         tables.append(table)
         vocabs.append(json.loads(metadata["omnipos.vocab"]))
-        names.append(shard["name"])
     options = manifest.meta.get("options", {})
     unit, origin = options.get("unit", "h"), options.get("origin", "first")
     if not tables:
         return _empty_batch(options, options.get("vocab") or [PAD_CODE])
+    check_partition([t.column("subject_id").to_numpy(zero_copy_only=False) for t in tables], manifest)
     vocab, maps = merge_vocabularies(vocabs)
     subjects = [s for t in tables for s in t.column("subject_id").to_pylist()]
     lengths = np.concatenate([t.column("length").to_numpy() for t in tables])
@@ -362,14 +490,6 @@ def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: 
     windows = np.concatenate([t.column("window").to_numpy() for t in tables])
     order = np.argsort(np.array(subjects), kind="stable")  # a subject's windows are consecutive, in one shard
     ordered = [subjects[i] for i in order]
-    repeated = [i for i in range(1, len(ordered)) if ordered[i] == ordered[i - 1]
-                and windows[order[i]] != windows[order[i - 1]] + 1]
-    if repeated:
-        subject = ordered[repeated[0]]
-        owners = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
-        where = [names[owners[i]] for i in range(len(subjects)) if subjects[i] == subject]
-        raise ValueError(f"subject {subject!r} is in two shards ({where[0]} and {where[1]}): MEDS data files must "
-                         "partition the subjects")
     starts = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64))[order]
     lengths_t = torch.from_numpy(lengths.astype(np.int64))[order]
     mask = lengths_to_mask(lengths_t)
@@ -455,12 +575,16 @@ class ShardedMedsDataset(ShardedDataset):
     Args:
         out_dir: the output folder of a finished :func:`precompute_meds` job.
         split: only the subjects of this split of the root's ``metadata/subject_splits.parquet`` (stored by the
-            job); None: every subject.
+            job); None: every subject. A split that file did not name is a ValueError listing those it did.
         max_len, truncation: a timeline longer than ``max_len`` events is an error when read (``"error"``, the
             default), keeps its first / last ``max_len`` events (``"head"`` / ``"tail"``), or is cut into windows
             of ``max_len`` events, items of their own (``"split"``). Times stay offsets from the subject's origin.
         verify: check each shard's size and sha256 against the manifest when it is first read.
         cache_shards: shards kept in memory.
+
+    Raises:
+        ValueError: a subject in two MEDS data files (whatever ``split`` selects; naming the subject and both
+            files), an unknown ``split``, ``truncation`` other than ``"error"`` without ``max_len``.
 
     Items are dicts ``{"subject_id", "window": int, "times": [L] float64, "codes": [L] int64, "values": [L]
     float32 (NaN: no value), "clock": float (NaN: none), "static_codes": [S] int64, "static_values": [S] float32,
@@ -480,14 +604,18 @@ class ShardedMedsDataset(ShardedDataset):
         self.split = split
         self.options = dict(self.manifest.meta.get("options", {}))
         self.unit, self.origin = self.options.get("unit", "h"), self.options.get("origin", "first")
-        wanted = ["length"] + (["split"] if split is not None else [])
-        vocabs, lengths, splits = [], [], []
+        wanted = ["subject_id", "length"] + (["split"] if split is not None else [])
+        vocabs, lengths, splits, subjects = [], [], [], []
         for path in self.shard_paths():
             table, metadata = read_columns(path, wanted)
             vocabs.append(json.loads(metadata["omnipos.vocab"]))
             lengths.append(table.column("length").to_numpy().astype(np.int64))
+            subjects.append(table.column("subject_id").to_numpy(zero_copy_only=False))
             if split is not None:
                 splits.append(self._split_column(table, path))
+        check_partition(subjects, self.manifest)  # every subject of the job, whatever the split selects
+        if split is not None:
+            self._check_split(splits)
         if vocabs:
             self.vocab, self._maps = merge_vocabularies(vocabs)
         else:
@@ -508,10 +636,20 @@ class ShardedMedsDataset(ShardedDataset):
         if "split" not in table.column_names:
             raise ValueError(f"split={self.split!r}: {path} stores no splits (its MEDS root had no "
                              f"metadata/{SPLITS_FILE} when the job ran); pass split=None")
+        return np.array(table.column("split").to_pylist(), dtype=object)
+
+    def _check_split(self, splits: list[np.ndarray]) -> None:
+        """Refuse a split the job's splits file did not name (the job records the names; a job written before
+        it did: the splits its shards store), then one that a job of one split does not hold."""
+        known = self.manifest.meta.get("split_names")
+        if not (isinstance(known, list) and all(isinstance(name, str) for name in known)):
+            known = sorted({str(name) for column in splits for name in column.tolist() if name is not None})
+        if self.split not in known:
+            raise ValueError(f"split={self.split!r} is not a split of {self.out_dir} (its MEDS root's "
+                             f"metadata/{SPLITS_FILE}); its splits: {', '.join(map(repr, known)) or 'none'}")
         stored = self.manifest.meta.get("split")
         if stored is not None and stored != self.split:
             raise ValueError(f"split={self.split!r}: this job holds only the {stored!r} subjects")
-        return np.array(table.column("split").to_pylist(), dtype=object)
 
     def _parse(self, payload: bytes, index: int) -> _MedsShard:
         return _MedsShard(payload, self._maps[index])

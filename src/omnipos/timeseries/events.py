@@ -146,13 +146,16 @@ class EventBatch:
             truncation: what happens to a subject with more than ``max_len`` events: ``"error"`` (ValueError
                 naming it), ``"head"`` (keep its first ``max_len`` events), ``"tail"`` (its last ``max_len``),
                 ``"split"`` (consecutive windows of ``max_len`` events, one row each; see :attr:`window`).
-                Times stay relative to the subject's origin in every case.
+                Times stay relative to the subject's origin in every case. Other than ``"error"``, it needs
+                ``max_len`` (never accepted and ignored).
             naive_as: ``"UTC"``: read naive datetimes as UTC where they meet timezone-aware ones (the column
                 and ``origin``); refused otherwise.
 
         Raises:
             ValueError: a missing column, value or code; a numeric value beyond float32 (it would become inf);
-                an unknown code; a subject longer than ``max_len`` with ``truncation="error"``; a batch whose
+                an unknown code; a code column mixing types (``1`` and ``"1"``: a code is named by its string,
+                so convert the column to one type); a subject longer than ``max_len`` with
+                ``truncation="error"``; ``truncation`` other than ``"error"`` without ``max_len``; a batch whose
                 padding would not fit in memory (use ``max_len`` or :meth:`batches`).
         """
         table = EventTable.build(df, subject, time, code, value, unit=unit, origin=origin,
@@ -284,6 +287,8 @@ class EventTable:
         check_naive_as(naive_as)
         if max_len is not None:
             max_len = check_positive_int(max_len, "max_len")
+        elif truncation != "error":  # never accepted and ignored: the caller meant to cut something
+            raise ValueError(f"truncation={truncation!r} needs max_len= (the most events per row)")
         if not isinstance(df, pd.DataFrame):
             raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
         wanted = {"subject": subject, "time": time, "code": code} | ({"value": value} if value is not None else {})
@@ -543,11 +548,19 @@ def _factorize(pd: Any, column: Any, name: str) -> tuple[np.ndarray, Any]:
 
 def _encode_codes(pd: Any, column: Any, vocab: Sequence[str] | None,
                   unknown_code: str) -> tuple[np.ndarray, list[str]]:
-    """Codes -> indices from 1 (0 is padding; -1 marks a missing code) and the vocabulary."""
+    """Codes -> indices from 1 (0 is padding; -1 marks a missing code) and the vocabulary. A code is named by
+    ``str(code)``; a column mixing types (``1`` and ``"1"``, ``1`` and ``1.0``, ``True`` and ``1``) is refused, so
+    that no two codes share a name and none is merged with another by Python's equality."""
     reserved = [PAD_CODE] + ([UNK_CODE] if unknown_code == "unk" else [])
+    _check_code_types(pd, column)
     if vocab is None:
         ix, uniques = _factorize(pd, column, column.name)
         codes = [str(u) for u in uniques]
+        if len(set(codes)) != len(codes):  # one type, yet two codes print alike (objects with the same str)
+            twice = next(c for c in codes if codes.count(c) > 1)
+            same = [u for u, c in zip(uniques, codes) if c == twice][:2]
+            raise ValueError(f"column {column.name!r} holds two different codes named {twice!r} ({same[0]!r} and "
+                             f"{same[1]!r}); give each code a distinct string")
         if PAD_CODE in codes:
             raise ValueError(f"the code {PAD_CODE!r} is reserved for padding; rename it in the table")
         if unknown_code == "unk" and UNK_CODE in codes:  # the table's own "<unk>" rows take the reserved index
@@ -582,6 +595,31 @@ def _encode_codes(pd: Any, column: Any, vocab: Sequence[str] | None,
     if present.any() and (ix[present] == 0).any():
         raise ValueError(f"the code {PAD_CODE!r} is reserved for padding; rename it in the table")
     return ix, names
+
+
+def _check_code_types(pd: Any, column: Any) -> None:
+    """Refuse a code column whose codes are not all of one kind (strings, integers, floats, booleans, ...):
+    ``str`` would name ``1`` and ``"1"`` alike, and pandas' hashing merges ``1``, ``1.0`` and ``True``."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        values = pd.Series(dtype.categories)
+    elif dtype == object:
+        values = column
+    else:
+        return  # a typed column (int64, float64, string, ...) holds one kind
+    if not pd.api.types.infer_dtype(values, skipna=True).startswith("mixed"):
+        return
+    def kind(v: Any) -> str:  # NumPy scalars by the Python type they stand for
+        return type(v.item() if isinstance(v, np.generic) else v).__name__
+
+    present = values[values.notna()].tolist()
+    first = present[0]
+    other = next((v for v in present if kind(v) != kind(first)), None)
+    if other is None:  # "mixed" for objects pandas does not classify (tuples, Decimals, ...): all of one type
+        return
+    raise ValueError(f"column {column.name!r} mixes code types ({kind(first)} {first!r} and {kind(other)} "
+                     f"{other!r}); codes are named by their string (MEDS codes are strings), so convert the column "
+                     f"to one type first, e.g. df[{column.name!r}].astype(str) if 1 and '1' are the same code")
 
 
 def _refuse_missing(df: Any, missing: np.ndarray, column: np.ndarray, subjects: Any, subject_ix: np.ndarray,
