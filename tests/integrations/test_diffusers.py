@@ -168,6 +168,22 @@ def test_flux_reads_half_precision_ids_as_float32():
     torch.testing.assert_close(mine, stock, atol=2e-6, rtol=0)
 
 
+def test_the_swaps_compile_without_graph_breaks_or_recompiles(monkeypatch):
+    """fullgraph=True, dynamic=True: one graph for every video size (backend "eager": dynamo's tracing only)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+    model, _, _ = _hunyuan_video()
+    patch_rotary(model)
+    compiled = torch.compile(model.rope, backend="eager", fullgraph=True, dynamic=True)
+    for shape in ((2, 4, 3, 6, 10), (3, 4, 5, 8, 12)):  # all sizes distinct and > 1 (dynamo specialises others)
+        hidden = torch.randn(shape)
+        for mine, eager in zip(compiled(hidden), model.rope(hidden)):
+            torch.testing.assert_close(mine, eager, atol=0, rtol=0)
+            assert mine.shape == model.rope.original(hidden)[0].shape
+
+
 # -- CogVideoX: the pipeline computes the RoPE ------------------------------------------------------------------
 
 
