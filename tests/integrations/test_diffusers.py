@@ -275,6 +275,9 @@ def test_a_pipeline_patches_its_transformer():
     original = model.pos_embed
     assert patch_rotary(pipe) is pipe and isinstance(model.pos_embed, FluxRotaryEmbedding)
     assert unpatch_rotary(pipe) is pipe and model.pos_embed is original
+    pipe.transformer = None  # a pipeline without a transformer (a UNet pipeline) is refused naming the pipeline
+    with pytest.raises(TypeError, match="cannot patch FluxPipeline: it has no transformer"):
+        patch_rotary(pipe)
 
 
 def test_a_patched_model_copies():

@@ -253,6 +253,14 @@ def _model_entry(model: Any) -> tuple[str, str, type[_RotarySwap]]:
     return SUPPORTED_MODELS[name]
 
 
+def _pipeline_transformer(pipe: Any) -> Any:
+    transformer = getattr(pipe, "transformer", None)
+    if transformer is None:
+        raise TypeError(f"patch_rotary cannot patch {type(pipe).__name__}: it has no transformer (pipe.transformer); "
+                        f"it supports {_supported()}")
+    return transformer
+
+
 def _check_arguments(scaling: Any, kernel: Any) -> None:
     check_choice(kernel, "kernel", KERNELS)
     if scaling is not None and not isinstance(scaling, (Mapping, RopeScaling)):
@@ -307,7 +315,7 @@ def patch_rotary(model: Any, *, scaling: RopeScaling | Mapping[str, Any] | None 
     if _is_diffusers(model, SUPPORTED_PIPELINES) is not None:
         return _patch_pipeline(model, scaling)
     if _is_diffusers(model, ("DiffusionPipeline",)) is not None:
-        patch_rotary(getattr(model, "transformer", None), scaling=scaling, kernel=kernel)
+        patch_rotary(_pipeline_transformer(model), scaling=scaling, kernel=kernel)
         return model
     attribute, module_class, swap_class = _model_entry(model)
     module = getattr(model, attribute)
@@ -342,7 +350,7 @@ def unpatch_rotary(model: Any) -> Any:
             setattr(model, _PIPELINE_METHOD, current.previous)
         return model
     if _is_diffusers(model, ("DiffusionPipeline",)) is not None:
-        unpatch_rotary(getattr(model, "transformer", None))
+        unpatch_rotary(_pipeline_transformer(model))
         return model
     attribute, _, _ = _model_entry(model)
     module = getattr(model, attribute)
