@@ -88,6 +88,15 @@ def test_wan_theta_is_checked_against_the_tables():
     assert RotaryEmbedding.from_diffusers(module, theta=500.0).base == 500.0
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_wan_tables_in_half_precision(dtype):
+    """model.to(bfloat16) rounds WanRotaryPosEmbed's tables: theta is still recognised (and a wrong one refused)."""
+    module = WanRotaryPosEmbed(attention_head_dim=16, patch_size=(1, 2, 2), max_seq_len=8).to(dtype)
+    assert RotaryEmbedding.from_diffusers(module).base == 10000.0
+    with pytest.raises(ValueError, match="theta=500 does not reproduce"):
+        RotaryEmbedding.from_diffusers(module, theta=500.0)
+
+
 def _ltx_reference(module, positions_grid_args, interpolation_scale):
     frames, height, width = positions_grid_args
     hidden = torch.randn(1, frames * height * width, module.dim)

@@ -68,7 +68,9 @@ def _wan(module: Any, theta: float | None) -> dict[str, Any]:
     angle = torch.arange(rows, dtype=torch.float64)[:, None] * torch.cat(
         [theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d) for d in axes_dims])
     table = torch.complex(module.freqs_cos[:rows, ::2].double().cpu(), module.freqs_sin[:rows, ::2].double().cpu())
-    if table.shape[-1] != slots or not torch.allclose(table, torch.polar(torch.ones_like(angle), angle), atol=1e-5):
+    # the tables follow model.to(dtype): after .to(torch.bfloat16) they carry bfloat16 rounding (eps 7.8e-3)
+    atol = max(1e-5, float(torch.finfo(module.freqs_cos.dtype).eps))
+    if table.shape[-1] != slots or not torch.allclose(table, torch.polar(torch.ones_like(angle), angle), atol=atol):
         raise ValueError(f"theta={theta:g} does not reproduce this WanRotaryPosEmbed's cos/sin tables (diffusers does "
                          "not keep theta on the module); pass the model's theta=")
     return {"dim": sum(axes_dims), "base": theta, "axes_dims": axes_dims, "layout": "interleaved"}

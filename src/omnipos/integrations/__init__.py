@@ -1,0 +1,1 @@
+"""Thin adapters that put omnipos into other libraries' models."""
