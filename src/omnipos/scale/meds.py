@@ -31,19 +31,19 @@ from omnipos.timeseries import PAD_CODE, UNITS, UNK_CODE, EventBatch
 
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
-from .manifest import Manifest, read_verified
+from .manifest import Manifest, MetaSchema, describe_entry, read_verified
 from .parquet import (
     column,
     empty_frame,
     flat_list,
     list_column,
-    read_columns,
     read_frame,
-    read_parquet,
+    read_shard_table,
     require_pyarrow,
+    row_sizes,
     to_parquet,
 )
-from .sharded import ShardedDataset, check_truncation, cut, row_windows
+from .sharded import TRUNCATIONS, ShardedDataset, check_truncation, cut, row_windows
 from .shards import ShardWriter
 
 __all__ = ["precompute_meds", "load_meds", "ShardedMedsDataset", "meds_data_files", "check_event_options",
@@ -54,6 +54,28 @@ MEDS_COLUMNS = ("subject_id", "time", "code", "numeric_value")
 #: At most this many padded slots (subjects x longest timeline) per ``EventBatch.from_frame`` call in a worker.
 MAX_PADDED_EVENTS = 1 << 24
 SPLITS_FILE = "subject_splits.parquet"  # MEDS: <root>/metadata/subject_splits.parquet, columns subject_id, split
+#: The columns of a MEDS shard, as :func:`read_shard_table` checks them (``?``: optional column / nullable).
+SHARD_SCHEMA = {"subject_id": "any", "split?": "string?", "window": "int64", "length": "int64", "clock": "double",
+                "times": "large_list<double>", "codes": "large_list<int64>", "values": "large_list<float>",
+                "static_codes": "large_list<int64>", "static_values": "large_list<float>"}
+
+
+def _good_options(options: Any) -> bool:
+    """Whether a manifest's MEDS ``options`` are what the loaders can use (as :func:`precompute_meds` writes)."""
+    vocab, max_len = options.get("vocab"), options.get("max_len")
+    return (isinstance(options, dict) and options.get("unit", "h") in UNITS
+            and options.get("truncation", "error") in TRUNCATIONS
+            and (max_len is None or isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0)
+            and (vocab is None or isinstance(vocab, list) and all(isinstance(c, str) for c in vocab)))
+
+
+#: What the MEDS loaders use of the manifest's ``meta`` (checked by :meth:`Manifest.read`).
+_OPTIONS = ("an object of EventBatch.from_frame options ('unit' one of the units, 'max_len' an integer > 0 or "
+            "null, 'truncation' one of the truncations, 'vocab' a list of codes or null)")
+META: MetaSchema = {
+    "options": (_OPTIONS, _good_options, True),
+    "split": ("a split name or null", lambda split: split is None or isinstance(split, str), False),
+}
 
 
 def meds_data_files(meds_dir: str | os.PathLike) -> list[Path]:
@@ -342,12 +364,12 @@ def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: 
         keys = np.array([item["subject_id"] for item in items])
         order = np.lexsort((np.array([item["window"] for item in items]), keys))
         return dataset.collate([items[i] for i in order.tolist()])
-    manifest = Manifest.read(out_dir, KIND)
+    manifest = Manifest.read(out_dir, KIND, META)
     tables, vocabs, names = [], [], []  # each table: one row per subject (per window when split)
     for shard in manifest.shards():
-        table, metadata = read_parquet(read_verified(manifest.out_dir, shard, verify))
+        table, vocab = _read_shard(manifest.out_dir, shard, verify)
         tables.append(table)
-        vocabs.append(json.loads(metadata["omnipos.vocab"]))
+        vocabs.append(vocab)
         names.append(shard["name"])
     options = manifest.meta.get("options", {})
     unit, origin = options.get("unit", "h"), options.get("origin", "first")
@@ -420,11 +442,56 @@ def _padded(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, fill: Any)
     return values[index].masked_fill_(~mask, fill), mask
 
 
+def _check_shard(payload: bytes, out_dir: Path, shard: dict[str, Any],
+                 columns: list[str] | None = None) -> tuple[Any, list[str]]:
+    """A MEDS shard's bytes (size and checksum checked by :func:`read_verified`) as its Arrow table (of
+    ``columns``; None: all) and vocabulary, its structure checked: the manifest's item count, the columns and
+    the ``omnipos.vocab`` metadata :func:`precompute_meds` writes, every row's ``length`` equal to its event
+    lists' (and its static codes' count to its static values'), windows >= 0 and codes indices into the vocab.
+    ValueError naming the file and its manifest entry otherwise."""
+    where = f"{Path(out_dir) / shard['name']} ({describe_entry(shard)})"
+    table, metadata = read_shard_table(payload, where, SHARD_SCHEMA, shard["items"], columns, ("omnipos.vocab",))
+    try:
+        vocab = json.loads(metadata["omnipos.vocab"])
+    except json.JSONDecodeError:
+        vocab = None
+    if not isinstance(vocab, list) or not vocab or not all(isinstance(code, str) for code in vocab):
+        raise ValueError(f"{where}: the shard's 'omnipos.vocab' metadata is not a JSON list of codes: "
+                         f"{metadata['omnipos.vocab'][:200]!r}")
+    names = table.column_names
+    if "window" in names and table.num_rows and int(table.column("window").to_numpy().min()) < 0:
+        raise ValueError(f"{where}: the shard's 'window' column holds a negative window")
+    for counted, lists in (("length", ("times", "codes", "values")), ("static_codes", ("static_values",))):
+        if counted not in names:
+            continue
+        lengths = table.column(counted).to_numpy() if counted == "length" else row_sizes(table.column(counted))
+        for data in lists:
+            if data in names:
+                sizes = row_sizes(table.column(data))
+                bad = np.flatnonzero(sizes != lengths)
+                if bad.size:
+                    i = int(bad[0])
+                    raise ValueError(f"{where}: row {i}: {counted} says {int(lengths[i]):,} events, its {data} "
+                                     f"hold {int(sizes[i]):,}")
+    for data in ("codes", "static_codes"):
+        if data in names:
+            codes = flat_list(table.column(data))
+            if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= len(vocab)):
+                raise ValueError(f"{where}: the shard's {data!r} hold indices outside its vocabulary of "
+                                 f"{len(vocab):,} codes ({int(codes.min())}..{int(codes.max())})")
+    return table, vocab
+
+
+def _read_shard(out_dir: Path, shard: dict[str, Any], verify: bool,
+                columns: list[str] | None = None) -> tuple[Any, list[str]]:
+    """A MEDS shard read (regular file, size, checksum: :func:`read_verified`) and checked (:func:`_check_shard`)."""
+    return _check_shard(read_verified(out_dir, shard, verify), out_dir, shard, columns)
+
+
 class _MedsShard:
     """One parsed MEDS shard: per-row columns and the flat event / static lists, codes in the merged vocab."""
 
-    def __init__(self, payload: bytes, code_map: np.ndarray) -> None:
-        table, _ = read_parquet(payload)
+    def __init__(self, table: Any, code_map: np.ndarray) -> None:
         self.subjects = table.column("subject_id").to_pylist()
         self.window = table.column("window").to_numpy().astype(np.int64)
         self.lengths = table.column("length").to_numpy().astype(np.int64)
@@ -469,6 +536,7 @@ class ShardedMedsDataset(ShardedDataset):
 
     kind = KIND
     what = "timelines"
+    meta_schema = META
 
     def __init__(self, out_dir: str | os.PathLike, *, split: str | None = None, max_len: int | None = None,
                  truncation: str = "error", verify: bool = True, cache_shards: int = 2) -> None:
@@ -480,11 +548,12 @@ class ShardedMedsDataset(ShardedDataset):
         self.split = split
         self.options = dict(self.manifest.meta.get("options", {}))
         self.unit, self.origin = self.options.get("unit", "h"), self.options.get("origin", "first")
-        wanted = ["length"] + (["split"] if split is not None else [])
+        # each shard read and checked one at a time (with its event lists when the lengths cut windows)
+        wanted = ["length"] + (["split"] if split is not None else []) + (["times"] if truncation == "split" else [])
         vocabs, lengths, splits = [], [], []
-        for path in self.shard_paths():
-            table, metadata = read_columns(path, wanted)
-            vocabs.append(json.loads(metadata["omnipos.vocab"]))
+        for shard, path in zip(self.shards, self.shard_paths()):
+            table, vocab = _read_shard(self.out_dir, shard, self.verify, wanted)
+            vocabs.append(vocab)
             lengths.append(table.column("length").to_numpy().astype(np.int64))
             if split is not None:
                 splits.append(self._split_column(table, path))
@@ -514,7 +583,11 @@ class ShardedMedsDataset(ShardedDataset):
         return np.array(table.column("split").to_pylist(), dtype=object)
 
     def _parse(self, payload: bytes, index: int) -> _MedsShard:
-        return _MedsShard(payload, self._maps[index])
+        table, vocab = _check_shard(payload, self.out_dir, self.shards[index])
+        if len(vocab) != len(self._maps[index]):
+            raise ValueError(f"{self.out_dir / self.shards[index]['name']}: the shard's vocabulary changed since "
+                             "the dataset was built (the folder is being rewritten?)")
+        return _MedsShard(table, self._maps[index])
 
     def _item(self, shard: _MedsShard, row: int, start: int | None, size: int | None) -> dict[str, Any]:
         length = int(shard.lengths[row])
