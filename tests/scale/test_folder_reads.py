@@ -478,3 +478,15 @@ def test_a_length_check_costs_no_allocation_of_the_claimed_size(tmp_path, reads_
     replace_shard(out, name, edited_table(out, name, set_column("length", column)))
     expect_error(lambda: ShardedReadsDataset(out, max_len=1, truncation="split"), tmp_path,
                  rf"{name} .*: row 0: the length column says 9,223,372,036,854,775,807 bases")
+
+
+def test_a_folder_under_a_shard_name_is_named_when_a_resume_would_replace_it(tmp_path, reads_job):
+    out, files = reads_job
+    out = copy(out, tmp_path)
+    name = first_shard(out)["name"]
+    (out / name).unlink()
+    (out / name).mkdir()
+    (out / name / "keep.txt").write_text("mine")
+    expect_error(lambda: precompute_reads(files, out, dim=4, shard_size=7, progress=False, num_cpus=1), tmp_path,
+                 rf"{name}: the shard is a folder, not a regular file", NotRegularFileError)
+    assert (out / name / "keep.txt").read_text() == "mine"

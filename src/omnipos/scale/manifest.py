@@ -485,7 +485,7 @@ class Manifest:
             for unit, record in found.items():
                 if unit not in manifest.units:  # its input changed or a shard is gone: redone, old shards removed
                     for shard in record.get("shards", []):
-                        (out_dir / shard["name"]).unlink(missing_ok=True)
+                        _remove(out_dir / shard["name"], "shard")
         elif old is not None:
             old.remove_files()
             old._remove_temporaries()  # another kind's unit records and temporaries, too
@@ -508,8 +508,8 @@ class Manifest:
         """Delete the shard files this manifest lists, and the manifest itself."""
         for unit in self.units.values():
             for shard in unit["shards"]:
-                (self.out_dir / shard["name"]).unlink(missing_ok=True)
-        self.path.unlink(missing_ok=True)
+                _remove(self.out_dir / shard["name"], "shard")
+        _remove(self.path, "manifest")
 
     def _remove_temporaries(self) -> None:
         """Half-written files of this job's killed writers, and its workers' unit records (recorded or stale by
@@ -517,7 +517,7 @@ class Manifest:
         kind = self.kind
         for path in self.out_dir.iterdir():
             if is_own_temporary(path.name, kind) or _is_done_name(path.name, kind):
-                path.unlink(missing_ok=True)
+                _remove(path, "temporary file")
 
     def _rewrite(self) -> None:
         lines = [{"header": self.header}]
@@ -547,6 +547,17 @@ class Manifest:
     def finish(self) -> None:
         self.complete = {"items": sum(r["items"] for r in self.units.values()), "shards": len(self.shards())}
         self._append({"complete": self.complete})
+
+
+def _remove(path: Path, what: str) -> None:
+    """Delete one of the job's own names (a link or a pipe under it is just unlinked); a folder under it is
+    refused by name (nothing inside it is touched) instead of an IsADirectoryError."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            raise _not_regular(path, stat.S_IFDIR, what)
+    except FileNotFoundError:
+        return
+    path.unlink(missing_ok=True)
 
 
 def _read_done(path: Path, kind: str, unit: int) -> dict[str, Any] | None:
