@@ -350,7 +350,8 @@ def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: 
         split: only the subjects of this split (see :class:`ShardedMedsDataset`); None: all.
         max_len, truncation: as in :class:`ShardedMedsDataset`: ``"error"`` (default) refuses a longer timeline,
             ``"head"`` / ``"tail"`` keep ``max_len`` events, ``"split"`` cuts windows (rows of their own).
-        verify: check each shard's size and sha256 against the manifest.
+        verify: check each shard's sha256 against the manifest (its being a regular file, its size, item count
+            and structure are checked whatever ``verify`` says).
 
     Raises:
         ValueError: a subject found in two data files (MEDS shards must partition the subjects).
@@ -526,7 +527,9 @@ class ShardedMedsDataset(ShardedDataset):
         max_len, truncation: a timeline longer than ``max_len`` events is an error when read (``"error"``, the
             default), keeps its first / last ``max_len`` events (``"head"`` / ``"tail"``), or is cut into windows
             of ``max_len`` events, items of their own (``"split"``). Times stay offsets from the subject's origin.
-        verify: check each shard's size and sha256 against the manifest when it is first read.
+        verify: check each shard's sha256 against the manifest when it is read (its being a regular file, its
+            size, item count and structure are checked whatever ``verify`` says; shards the index needs, MEDS
+            vocabularies or lengths to cut, are read and checked when the dataset is built).
         cache_shards: shards kept in memory.
 
     Items are dicts ``{"subject_id", "window": int, "times": [L] float64, "codes": [L] int64, "values": [L]

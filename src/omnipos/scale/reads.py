@@ -281,7 +281,8 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
     Args:
         out_dir: the output folder of a finished job.
         positional: attach the RC-symmetric encoding the job asked for (``dim > 0``).
-        verify: check each shard's size and sha256 against the manifest.
+        verify: check each shard's sha256 against the manifest (its being a regular file, its size, item count
+            and structure are checked whatever ``verify`` says).
         max_len, truncation: a row longer than ``max_len`` is an error (``"error"``, the default: a ValueError
             naming the read), keeps its first / last ``max_len`` bases (``"head"`` / ``"tail"``) or is cut into
             windows of ``max_len`` (``"split"``); ``records`` / ``offsets`` say where each row came from.
@@ -435,7 +436,9 @@ class ShardedReadsDataset(ShardedDataset):
             keeps its first / last ``max_len`` bases (``"head"`` / ``"tail"``) or is cut into windows of
             ``max_len`` that are items of their own (``"split"``; the index then reads every shard's lengths).
         positional: ``collate`` attaches the job's RC-symmetric encoding (when its ``dim > 0``).
-        verify: check each shard's size and sha256 against the manifest when it is first read.
+        verify: check each shard's sha256 against the manifest when it is read (its being a regular file, its
+            size, item count and structure are checked whatever ``verify`` says; shards the index needs, MEDS
+            vocabularies or lengths to cut, are read and checked when the dataset is built).
         cache_shards: shards kept in memory.
 
     Items are dicts, those of :class:`omnipos.dna.FastxDataset`: ``{"name": str, "tokens": [L] (the job's token
