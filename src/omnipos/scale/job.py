@@ -13,7 +13,7 @@ from omnipos.core import progress_reporter
 
 from .engine import Engine
 from .lock import hold_folder
-from .manifest import Manifest
+from .manifest import Manifest, check_writable
 from .shards import ShardWriter, UnitRunner
 
 __all__ = ["Unit", "file_units", "PrecomputeResult", "PrecomputeError", "run_job"]
@@ -109,6 +109,7 @@ def run_job(
     :class:`omnipos.scale.shards.UnitRunner`); ``payload(unit)`` gives what a unit reads when it is not a file (an
     in-memory slice); ``meta`` is recorded in the manifest for the loaders (e.g. the options they need)."""
     started = time.perf_counter()
+    check_writable(out_dir)  # a read-only folder is refused by name before the lock file or anything is written
     with hold_folder(out_dir):  # one run per folder, from reading the manifest to recording the last unit
         manifest = Manifest.open(out_dir, job, [u.identity for u in units], resume=resume, overwrite=overwrite)
         if meta and manifest.meta != meta:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import stat
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,19 +36,19 @@ from omnipos.timeseries import PAD_CODE, UNITS, UNK_CODE, EventBatch
 
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
-from .manifest import Manifest, read_verified
+from .manifest import Manifest, MetaSchema, describe_entry, read_verified
 from .parquet import (
     column,
     empty_frame,
     flat_list,
     list_column,
-    read_columns,
     read_frame,
-    read_parquet,
+    read_shard_table,
     require_pyarrow,
+    row_sizes,
     to_parquet,
 )
-from .sharded import ShardedDataset, check_truncation, cut, row_windows
+from .sharded import TRUNCATIONS, ShardedDataset, check_truncation, cut, row_windows
 from .shards import ShardWriter
 
 __all__ = ["precompute_meds", "load_meds", "ShardedMedsDataset", "meds_data_files", "check_event_options",
@@ -60,6 +59,28 @@ MEDS_COLUMNS = ("subject_id", "time", "code", "numeric_value")
 #: At most this many padded slots (subjects x longest timeline) per ``EventBatch.from_frame`` call in a worker.
 MAX_PADDED_EVENTS = 1 << 24
 SPLITS_FILE = "subject_splits.parquet"  # MEDS: <root>/metadata/subject_splits.parquet, columns subject_id, split
+#: The columns of a MEDS shard, as :func:`read_shard_table` checks them (``?``: optional column / nullable).
+SHARD_SCHEMA = {"subject_id": "any", "split?": "string?", "window": "int64", "length": "int64", "clock": "double",
+                "times": "large_list<double>", "codes": "large_list<int64>", "values": "large_list<float>",
+                "static_codes": "large_list<int64>", "static_values": "large_list<float>"}
+
+
+def _good_options(options: Any) -> bool:
+    """Whether a manifest's MEDS ``options`` are what the loaders can use (as :func:`precompute_meds` writes)."""
+    vocab, max_len = options.get("vocab"), options.get("max_len")
+    return (isinstance(options, dict) and options.get("unit", "h") in UNITS
+            and options.get("truncation", "error") in TRUNCATIONS
+            and (max_len is None or isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0)
+            and (vocab is None or isinstance(vocab, list) and all(isinstance(c, str) for c in vocab)))
+
+
+#: What the MEDS loaders use of the manifest's ``meta`` (checked by :meth:`Manifest.read`).
+_OPTIONS = ("an object of EventBatch.from_frame options ('unit' one of the units, 'max_len' an integer > 0 or "
+            "null, 'truncation' one of the truncations, 'vocab' a list of codes or null)")
+META: MetaSchema = {
+    "options": (_OPTIONS, _good_options, True),
+    "split": ("a split name or null", lambda split: split is None or isinstance(split, str), False),
+}
 
 
 def meds_data_files(meds_dir: str | os.PathLike) -> list[Path]:
@@ -180,7 +201,7 @@ def _check_finished_job(out_dir: str | os.PathLike, vocab_source: str | None) ->
     a subject in two data files (:func:`check_partition`, which the loaders apply too), and, with a given vocab and
     ``unknown_code="unk"`` (``vocab_source`` names it), a cohort none of whose codes the vocab holds (every event
     ``"<unk>"``: a vocab of another cohort)."""
-    manifest = Manifest.read(out_dir, KIND)
+    manifest = Manifest.read(out_dir, KIND, META)
     subjects, known, events = [], 0, 0
     for shard in manifest.shards():
         table, metadata = _shard_columns(manifest, shard, ["subject_id"])
@@ -196,20 +217,11 @@ def _check_finished_job(out_dir: str | os.PathLike, vocab_source: str | None) ->
 
 
 def _shard_columns(manifest: Manifest, shard: dict[str, Any], columns: list[str]) -> tuple[Any, dict[str, str]]:
-    """``columns`` and the metadata of a finished shard, once it is known to be a regular file of its recorded
-    size (never a FIFO, a device or a folder)."""
-    path = manifest.out_dir / shard["name"]
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ValueError(f"{path}: shard listed in the manifest is missing") from None
-    if not stat.S_ISREG(info.st_mode) or info.st_size != shard["bytes"]:
-        raise ValueError(f"{path}: not the shard the manifest lists (a regular file of {shard['bytes']} bytes); "
-                         "rerun the job with resume=False")
-    try:
-        return read_columns(path, columns)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError alike
-        raise ValueError(f"{path}: cannot read the shard ({type(exc).__name__}: {exc})") from None
+    """``columns`` and the metadata of a finished shard, read through the folder's door (:func:`read_verified`:
+    a regular file of its recorded size and checksum) and checked against the manifest's item count."""
+    where = f"{manifest.out_dir / shard['name']} ({describe_entry(shard)})"
+    payload = read_verified(manifest.out_dir, shard, True)
+    return read_shard_table(payload, where, SHARD_SCHEMA, shard["items"], columns)
 
 
 def _identity(path: str | None) -> Any:
@@ -454,7 +466,8 @@ def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: 
         split: only the subjects of this split (see :class:`ShardedMedsDataset`); None: all.
         max_len, truncation: as in :class:`ShardedMedsDataset`: ``"error"`` (default) refuses a longer timeline,
             ``"head"`` / ``"tail"`` keep ``max_len`` events, ``"split"`` cuts windows (rows of their own).
-        verify: check each shard's size and sha256 against the manifest.
+        verify: check each shard's sha256 against the manifest (its being a regular file, its size, item count
+            and structure are checked whatever ``verify`` says).
 
     Raises:
         ValueError: a subject found in two data files (MEDS data files must partition the subjects; every loader
@@ -470,12 +483,13 @@ def load_meds(out_dir: str | os.PathLike, *, split: str | None = None, max_len: 
         keys = np.array([item["subject_id"] for item in items])
         order = np.lexsort((np.array([item["window"] for item in items]), keys))
         return dataset.collate([items[i] for i in order.tolist()])
-    manifest = Manifest.read(out_dir, KIND)
-    tables, vocabs = [], []  # each table: one row per subject (per window when split)
+    manifest = Manifest.read(out_dir, KIND, META)
+    tables, vocabs, names = [], [], []  # each table: one row per subject (per window when split)
     for shard in manifest.shards():
-        table, metadata = read_parquet(read_verified(manifest.out_dir, shard, verify))
+        table, vocab = _read_shard(manifest.out_dir, shard, verify)
         tables.append(table)
-        vocabs.append(json.loads(metadata["omnipos.vocab"]))
+        vocabs.append(vocab)
+        names.append(shard["name"])
     options = manifest.meta.get("options", {})
     unit, origin = options.get("unit", "h"), options.get("origin", "first")
     if not tables:
@@ -540,11 +554,56 @@ def _padded(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, fill: Any)
     return values[index].masked_fill_(~mask, fill), mask
 
 
+def _check_shard(payload: bytes, out_dir: Path, shard: dict[str, Any],
+                 columns: list[str] | None = None) -> tuple[Any, list[str]]:
+    """A MEDS shard's bytes (size and checksum checked by :func:`read_verified`) as its Arrow table (of
+    ``columns``; None: all) and vocabulary, its structure checked: the manifest's item count, the columns and
+    the ``omnipos.vocab`` metadata :func:`precompute_meds` writes, every row's ``length`` equal to its event
+    lists' (and its static codes' count to its static values'), windows >= 0 and codes indices into the vocab.
+    ValueError naming the file and its manifest entry otherwise."""
+    where = f"{Path(out_dir) / shard['name']} ({describe_entry(shard)})"
+    table, metadata = read_shard_table(payload, where, SHARD_SCHEMA, shard["items"], columns, ("omnipos.vocab",))
+    try:
+        vocab = json.loads(metadata["omnipos.vocab"])
+    except json.JSONDecodeError:
+        vocab = None
+    if not isinstance(vocab, list) or not vocab or not all(isinstance(code, str) for code in vocab):
+        raise ValueError(f"{where}: the shard's 'omnipos.vocab' metadata is not a JSON list of codes: "
+                         f"{metadata['omnipos.vocab'][:200]!r}")
+    names = table.column_names
+    if "window" in names and table.num_rows and int(table.column("window").to_numpy().min()) < 0:
+        raise ValueError(f"{where}: the shard's 'window' column holds a negative window")
+    for counted, lists in (("length", ("times", "codes", "values")), ("static_codes", ("static_values",))):
+        if counted not in names:
+            continue
+        lengths = table.column(counted).to_numpy() if counted == "length" else row_sizes(table.column(counted))
+        for data in lists:
+            if data in names:
+                sizes = row_sizes(table.column(data))
+                bad = np.flatnonzero(sizes != lengths)
+                if bad.size:
+                    i = int(bad[0])
+                    raise ValueError(f"{where}: row {i}: {counted} says {int(lengths[i]):,} events, its {data} "
+                                     f"hold {int(sizes[i]):,}")
+    for data in ("codes", "static_codes"):
+        if data in names:
+            codes = flat_list(table.column(data))
+            if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= len(vocab)):
+                raise ValueError(f"{where}: the shard's {data!r} hold indices outside its vocabulary of "
+                                 f"{len(vocab):,} codes ({int(codes.min())}..{int(codes.max())})")
+    return table, vocab
+
+
+def _read_shard(out_dir: Path, shard: dict[str, Any], verify: bool,
+                columns: list[str] | None = None) -> tuple[Any, list[str]]:
+    """A MEDS shard read (regular file, size, checksum: :func:`read_verified`) and checked (:func:`_check_shard`)."""
+    return _check_shard(read_verified(out_dir, shard, verify), out_dir, shard, columns)
+
+
 class _MedsShard:
     """One parsed MEDS shard: per-row columns and the flat event / static lists, codes in the merged vocab."""
 
-    def __init__(self, payload: bytes, code_map: np.ndarray) -> None:
-        table, _ = read_parquet(payload)
+    def __init__(self, table: Any, code_map: np.ndarray) -> None:
         self.subjects = table.column("subject_id").to_pylist()
         self.window = table.column("window").to_numpy().astype(np.int64)
         self.lengths = table.column("length").to_numpy().astype(np.int64)
@@ -579,7 +638,9 @@ class ShardedMedsDataset(ShardedDataset):
         max_len, truncation: a timeline longer than ``max_len`` events is an error when read (``"error"``, the
             default), keeps its first / last ``max_len`` events (``"head"`` / ``"tail"``), or is cut into windows
             of ``max_len`` events, items of their own (``"split"``). Times stay offsets from the subject's origin.
-        verify: check each shard's size and sha256 against the manifest when it is first read.
+        verify: check each shard's sha256 against the manifest when it is read (its being a regular file, its
+            size, item count and structure are checked whatever ``verify`` says; shards the index needs, MEDS
+            vocabularies or lengths to cut, are read and checked when the dataset is built).
         cache_shards: shards kept in memory.
 
     Raises:
@@ -593,6 +654,7 @@ class ShardedMedsDataset(ShardedDataset):
 
     kind = KIND
     what = "timelines"
+    meta_schema = META
 
     def __init__(self, out_dir: str | os.PathLike, *, split: str | None = None, max_len: int | None = None,
                  truncation: str = "error", verify: bool = True, cache_shards: int = 2) -> None:
@@ -604,11 +666,13 @@ class ShardedMedsDataset(ShardedDataset):
         self.split = split
         self.options = dict(self.manifest.meta.get("options", {}))
         self.unit, self.origin = self.options.get("unit", "h"), self.options.get("origin", "first")
-        wanted = ["subject_id", "length"] + (["split"] if split is not None else [])
+        # each shard read and checked one at a time (with its event lists when the lengths cut windows)
+        wanted = ["subject_id", "length"] + (["split"] if split is not None else []) \
+            + (["times"] if truncation == "split" else [])
         vocabs, lengths, splits, subjects = [], [], [], []
-        for path in self.shard_paths():
-            table, metadata = read_columns(path, wanted)
-            vocabs.append(json.loads(metadata["omnipos.vocab"]))
+        for shard, path in zip(self.shards, self.shard_paths()):
+            table, vocab = _read_shard(self.out_dir, shard, self.verify, wanted)
+            vocabs.append(vocab)
             lengths.append(table.column("length").to_numpy().astype(np.int64))
             subjects.append(table.column("subject_id").to_numpy(zero_copy_only=False))
             if split is not None:
@@ -652,7 +716,11 @@ class ShardedMedsDataset(ShardedDataset):
             raise ValueError(f"split={self.split!r}: this job holds only the {stored!r} subjects")
 
     def _parse(self, payload: bytes, index: int) -> _MedsShard:
-        return _MedsShard(payload, self._maps[index])
+        table, vocab = _check_shard(payload, self.out_dir, self.shards[index])
+        if len(vocab) != len(self._maps[index]):
+            raise ValueError(f"{self.out_dir / self.shards[index]['name']}: the shard's vocabulary changed since "
+                             "the dataset was built (the folder is being rewritten?)")
+        return _MedsShard(table, self._maps[index])
 
     def _item(self, shard: _MedsShard, row: int, start: int | None, size: int | None) -> dict[str, Any]:
         length = int(shard.lengths[row])

@@ -16,7 +16,7 @@ import numpy as np
 from omnipos.core import require
 
 __all__ = ["require_pyarrow", "column", "binary_column", "list_column", "null_binary_column", "to_parquet",
-           "read_parquet", "read_frame", "flat_binary", "flat_list"]
+           "read_parquet", "read_frame", "flat_binary", "flat_list", "read_shard_table", "row_sizes"]
 
 
 def require_pyarrow():
@@ -111,3 +111,72 @@ def flat_list(chunked: Any) -> np.ndarray:
     """The concatenated values of a (chunked) list column, row after row."""
     parts = [chunk.flatten().to_numpy(zero_copy_only=False) for chunk in chunked.chunks]
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _type_is(pa: Any, dtype: Any, kind: str) -> bool:
+    types = pa.types
+    if kind == "any":
+        return True
+    if kind == "string":
+        return types.is_string(dtype) or types.is_large_string(dtype)
+    if kind == "large_binary":
+        return types.is_large_binary(dtype)
+    if kind.startswith("large_list<"):
+        return types.is_large_list(dtype) and str(dtype.value_type) == kind[len("large_list<"):-1]
+    return str(dtype) == kind
+
+
+def read_shard_table(payload: bytes, where: str, schema: dict[str, str], items: int, columns: list[str] | None = None,
+                     metadata_keys: tuple[str, ...] = ()) -> tuple[Any, dict[str, str]]:
+    """A shard's Parquet bytes (already size- and checksum-checked) as an Arrow table of ``columns`` (None: all)
+    and its key-value metadata, its structure checked against what the job writes: ``items`` rows (the
+    manifest's count), every column of ``schema`` (name -> Arrow type: ``"int64"``, ``"string"``,
+    ``"large_binary"``, ``"large_list<double>"``, ``"any"``; a name ending in ``?`` is optional; a type ending
+    in ``?`` may hold nulls) of that type, and the ``metadata_keys``. Every failure, pyarrow's own included, is
+    a ValueError starting with ``where`` (the file and its manifest entry); nothing beyond the footer is read
+    before the row count and the schema are checked."""
+    pa = require_pyarrow()
+    try:
+        file = pa.parquet.ParquetFile(pa.BufferReader(payload))
+        arrow_schema, rows = file.schema_arrow, file.metadata.num_rows
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError alike for a damaged file
+        raise ValueError(f"{where}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
+    if rows != items:
+        raise ValueError(f"{where}: the shard holds {rows:,} rows, the manifest records {items:,} items")
+    for name, kind in schema.items():
+        optional, name = name.endswith("?"), name.rstrip("?")
+        if name not in arrow_schema.names:
+            if optional:
+                continue
+            raise ValueError(f"{where}: the shard has no {name!r} column (its columns: "
+                             f"{', '.join(arrow_schema.names)})")
+        dtype = arrow_schema.field(name).type
+        if not _type_is(pa, dtype, kind.rstrip("?")):
+            raise ValueError(f"{where}: the shard's {name!r} column is {dtype}, expected {kind.rstrip('?')}")
+    try:
+        metadata = {k.decode(): v.decode() for k, v in (arrow_schema.metadata or {}).items()}
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: the shard's metadata is not UTF-8 text") from None
+    for key in metadata_keys:
+        if key not in metadata:
+            raise ValueError(f"{where}: the shard's metadata lacks {key!r} (not a shard this job wrote)")
+    try:
+        table = file.read(columns=columns)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{where}: the shard's data cannot be read ({type(exc).__name__}: {exc})") from None
+    if table.num_rows != items:
+        raise ValueError(f"{where}: the shard holds {table.num_rows:,} rows, the manifest records {items:,} items")
+    for name, kind in schema.items():
+        name = name.rstrip("?")
+        if name in table.column_names and not kind.endswith("?") and table.column(name).null_count:
+            raise ValueError(f"{where}: the shard's {name!r} column has missing values")
+    return table, metadata
+
+
+def row_sizes(chunked: Any) -> np.ndarray:
+    """The per-row sizes of a (chunked) binary or list column, from its offsets (no values copied)."""
+    parts = []
+    for chunk in chunked.chunks:
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset:chunk.offset + len(chunk) + 1]
+        parts.append(np.diff(offsets) if len(offsets) else np.zeros(0, np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)

@@ -35,15 +35,15 @@ from omnipos.dna.reads import MAX_TOKENS, detect_format
 
 from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
-from .manifest import Manifest, read_verified
+from .manifest import Manifest, MetaSchema, describe_entry, read_verified
 from .parquet import (
     binary_column,
     column,
     flat_binary,
     null_binary_column,
-    read_columns,
-    read_parquet,
+    read_shard_table,
     require_pyarrow,
+    row_sizes,
     to_parquet,
 )
 from .sharded import ShardedDataset, check_truncation, cut, gather_windows, row_windows
@@ -53,6 +53,28 @@ __all__ = ["precompute_reads", "load_reads", "ShardedReadsDataset"]
 
 KIND = "reads"
 ENCODING = "omnipos.dna.rc_symmetric_encoding"
+#: The columns of a reads shard, as :func:`read_shard_table` checks them (``?``: optional column / nullable).
+SHARD_SCHEMA = {"name": "string", "length": "int64", "record": "int64", "offset": "int64", "rna?": "bool",
+                "tokens": "large_binary", "qualities": "large_binary?"}
+TOKEN_DTYPES = ("uint8", "int16", "int32", "int64")
+
+
+def _good_config(config: Any) -> bool:
+    """Whether a manifest's reads ``config`` is one :func:`precompute_reads` writes (and the loaders can use)."""
+    if not (isinstance(config, dict) and config.get("encoding") == ENCODING
+            and isinstance(config.get("strand_aware"), bool) and isinstance(config.get("read_options", {}), dict)
+            and config.get("read_options", {}).get("quality_encoding", "phred") in ("phred", "solexa")):
+        return False
+    dim = check_positive_int(config.get("dim"), "dim", minimum=0)
+    if dim:
+        rc_symmetric_encoding(torch.tensor([1]), dim, strand_aware=config["strand_aware"])  # raises if unusable
+    return True
+
+
+#: What the reads loaders use of the manifest's ``meta`` (checked by :meth:`Manifest.read`).
+_CONFIG = ("an object with 'dim' (an integer >= 0 the encoding takes), 'strand_aware' (a bool), 'encoding' "
+           f"({ENCODING!r}) and 'read_options' (an object)")
+META: MetaSchema = {"config": (_CONFIG, _good_config, True)}
 
 
 def precompute_reads(
@@ -259,7 +281,8 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
     Args:
         out_dir: the output folder of a finished job.
         positional: attach the RC-symmetric encoding the job asked for (``dim > 0``).
-        verify: check each shard's size and sha256 against the manifest.
+        verify: check each shard's sha256 against the manifest (its being a regular file, its size, item count
+            and structure are checked whatever ``verify`` says).
         max_len, truncation: a row longer than ``max_len`` is an error (``"error"``, the default: a ValueError
             naming the read), keeps its first / last ``max_len`` bases (``"head"`` / ``"tail"``) or is cut into
             windows of ``max_len`` (``"split"``); ``records`` / ``offsets`` say where each row came from.
@@ -274,15 +297,15 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
         ``positional=True``) and ``config``.
     """
     max_len = check_truncation(max_len, truncation)
-    manifest = Manifest.read(out_dir, KIND)
+    manifest = Manifest.read(out_dir, KIND, META)
     names: list[str] = []
     lengths, tokens, qualities, formats, dtypes = [], [], [], {}, set()
     per_row: dict[str, list[np.ndarray]] = {"records": [], "offsets": [], "rna": []}
     offsets_used: set[str] = set()
     for shard in manifest.shards():
-        table, metadata = read_parquet(read_verified(manifest.out_dir, shard, verify))
-        formats.setdefault(metadata.get("omnipos.format", "?"), shard["name"])
-        dtypes.add(metadata.get("omnipos.tokens_dtype", "int64"))
+        table, metadata = _read_shard(manifest.out_dir, shard, verify)
+        formats.setdefault(metadata["omnipos.format"], shard["name"])
+        dtypes.add(metadata["omnipos.tokens_dtype"])
         names += table.column("name").to_pylist()
         lengths.append(table.column("length").to_numpy())
         for key, name in (("records", "record"), ("offsets", "offset"), ("rna", "rna")):
@@ -291,11 +314,14 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
         if "omnipos.quality_offset" in metadata:
             offsets_used.update(metadata["omnipos.quality_offset"].split(","))
         tokens.append(flat_binary(table.column("tokens")))
-        if table.column("qualities").null_count < table.num_rows:
+        if metadata["omnipos.format"] == "fastq":
             qualities.append(flat_binary(table.column("qualities")))
     if len(formats) > 1:
         raise ValueError(f"{out_dir} mixes FASTA and FASTQ shards ({formats.get('fasta')} and "
                          f"{formats.get('fastq')}); precompute them into separate folders")
+    if len(dtypes) > 1:
+        raise ValueError(f"{out_dir}: the shards record different token dtypes ({', '.join(sorted(dtypes))}); one "
+                         "job writes one: the folder was edited, rerun the job with resume=False")
     row_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64)
     flat = np.concatenate(tokens) if tokens else np.zeros(0, np.uint8)
     flat_q = np.concatenate(qualities) if qualities else None
@@ -332,11 +358,53 @@ def load_reads(out_dir: str | os.PathLike, *, positional: bool = True, verify: b
     return result
 
 
+def _check_shard(payload: bytes, out_dir: Path, shard: dict[str, Any],
+                 columns: list[str] | None = None) -> tuple[Any, dict[str, str]]:
+    """A reads shard's bytes (size and checksum checked by :func:`read_verified`) as its Arrow table (of
+    ``columns``; None: all) and metadata, its structure checked: the manifest's item count, the columns and
+    metadata :func:`precompute_reads` writes, and every row's ``length`` equal to its tokens' (and qualities')
+    byte count, so that nothing is sized from the ``length`` column alone. ValueError naming the file and its
+    manifest entry otherwise."""
+    where = f"{Path(out_dir) / shard['name']} ({describe_entry(shard)})"
+    table, metadata = read_shard_table(payload, where, SHARD_SCHEMA, shard["items"], columns,
+                                       ("omnipos.format", "omnipos.tokens_dtype"))
+    fmt, dtype = metadata["omnipos.format"], metadata["omnipos.tokens_dtype"]
+    if fmt not in ("fasta", "fastq") or dtype not in TOKEN_DTYPES:
+        raise ValueError(f"{where}: the shard's metadata says format {fmt!r} and token dtype {dtype!r}; expected "
+                         f"'fasta' or 'fastq', and one of {', '.join(TOKEN_DTYPES)}")
+    used = metadata.get("omnipos.quality_offset")
+    if used is not None and not all(part.isdigit() for part in used.split(",")):
+        raise ValueError(f"{where}: the shard's quality offset {used!r} is not a list of integers")
+    names = table.column_names
+    if "qualities" in names:
+        nulls = table.column("qualities").null_count
+        if nulls != (table.num_rows if fmt == "fasta" else 0):
+            raise ValueError(f"{where}: a {fmt.upper()} shard with {nulls:,} of {table.num_rows:,} qualities "
+                             "missing")
+    if "length" in names:
+        lengths = table.column("length").to_numpy()
+        for data in ("tokens", "qualities"):
+            if data in names and (data == "tokens" or fmt == "fastq"):
+                sizes = row_sizes(table.column(data))
+                bad = np.flatnonzero(sizes != lengths)
+                if bad.size:
+                    i = int(bad[0])
+                    raise ValueError(f"{where}: row {i}: the length column says {int(lengths[i]):,} bases, its "
+                                     f"{data} hold {int(sizes[i]):,}")
+    return table, metadata
+
+
+def _read_shard(out_dir: Path, shard: dict[str, Any], verify: bool,
+                columns: list[str] | None = None) -> tuple[Any, dict[str, str]]:
+    """A reads shard read (regular file, size, checksum: :func:`read_verified`) and checked
+    (:func:`_check_shard`)."""
+    return _check_shard(read_verified(out_dir, shard, verify), out_dir, shard, columns)
+
+
 class _ReadsShard:
     """One parsed reads shard: its columns as arrays and the flat token / quality bytes."""
 
-    def __init__(self, payload: bytes, name: str) -> None:
-        table, metadata = read_parquet(payload)
+    def __init__(self, table: Any, metadata: dict[str, str], name: str) -> None:
         self.names = table.column("name").to_pylist()
         self.lengths = table.column("length").to_numpy().astype(np.int64)
         self.starts = np.cumsum(self.lengths) - self.lengths
@@ -344,13 +412,12 @@ class _ReadsShard:
         self.offsets = table.column("offset").to_numpy().astype(np.int64)
         self.rna = table.column("rna").to_numpy(zero_copy_only=False) if "rna" in table.column_names else None
         self.tokens = flat_binary(table.column("tokens"))
-        fastq = table.column("qualities").null_count < table.num_rows or \
-            metadata.get("omnipos.format") == "fastq"
+        fastq = metadata["omnipos.format"] == "fastq"
         self.qualities = flat_binary(table.column("qualities")) if fastq else None
-        self.dtype = getattr(torch, metadata.get("omnipos.tokens_dtype", "uint8"))
+        self.dtype = getattr(torch, metadata["omnipos.tokens_dtype"])
         used = metadata.get("omnipos.quality_offset")
         self.quality_offset = int(used) if used and "," not in used else None
-        self.format = metadata.get("omnipos.format", "?")
+        self.format = metadata["omnipos.format"]
         self.name = name
 
 
@@ -369,7 +436,9 @@ class ShardedReadsDataset(ShardedDataset):
             keeps its first / last ``max_len`` bases (``"head"`` / ``"tail"``) or is cut into windows of
             ``max_len`` that are items of their own (``"split"``; the index then reads every shard's lengths).
         positional: ``collate`` attaches the job's RC-symmetric encoding (when its ``dim > 0``).
-        verify: check each shard's size and sha256 against the manifest when it is first read.
+        verify: check each shard's sha256 against the manifest when it is read (its being a regular file, its
+            size, item count and structure are checked whatever ``verify`` says; shards the index needs, MEDS
+            vocabularies or lengths to cut, are read and checked when the dataset is built).
         cache_shards: shards kept in memory.
 
     Items are dicts, those of :class:`omnipos.dna.FastxDataset`: ``{"name": str, "tokens": [L] (the job's token
@@ -379,6 +448,7 @@ class ShardedReadsDataset(ShardedDataset):
 
     kind = KIND
     what = "reads"
+    meta_schema = META
 
     def __init__(self, out_dir: str | os.PathLike, *, max_len: int | None = None, truncation: str = "error",
                  positional: bool = True, verify: bool = True, cache_shards: int = 2) -> None:
@@ -388,13 +458,15 @@ class ShardedReadsDataset(ShardedDataset):
         self.positional = bool(positional)
         self.config = dict(self.manifest.meta["config"])
         self.quality_encoding = self.config.get("read_options", {}).get("quality_encoding", "phred")
-        if truncation == "split":
-            lengths = np.concatenate([read_columns(path, ["length"])[0].column("length").to_numpy()
-                                      for path in self.shard_paths()] or [np.zeros(0, np.int64)])
+        if truncation == "split":  # each shard read and checked (its lengths against its tokens) one at a time
+            lengths = np.concatenate(
+                [_read_shard(self.out_dir, shard, self.verify, ["length", "tokens"])[0].column("length").to_numpy()
+                 for shard in self.shards] or [np.zeros(0, np.int64)])
             self._select(None, row_windows(lengths, self.max_len, truncation, str))
 
     def _parse(self, payload: bytes, index: int) -> _ReadsShard:
-        return _ReadsShard(payload, self.shards[index]["name"])
+        shard = self.shards[index]
+        return _ReadsShard(*_check_shard(payload, self.out_dir, shard), shard["name"])
 
     def _item(self, shard: _ReadsShard, row: int, start: int | None, size: int | None) -> dict[str, Any]:
         length = int(shard.lengths[row])

@@ -21,7 +21,7 @@ import torch
 
 from omnipos.core import check_choice, check_positive_int
 
-from .manifest import Manifest, read_verified
+from .manifest import Manifest, MetaSchema, read_verified
 
 __all__ = ["ShardedDataset", "TRUNCATIONS", "row_windows", "gather_windows", "check_index", "check_truncation",
            "cut"]
@@ -99,17 +99,20 @@ def gather_windows(flat: np.ndarray, lengths: np.ndarray,
 
 class ShardedDataset(torch.utils.data.Dataset):
     """A map-style dataset over the shards of a finished job of ``kind``: the manifest, the LRU shard cache and
-    the item index. ``_parse(payload, shard)`` (a subclass's) turns a shard's bytes into what ``_item`` reads.
+    the item index. ``_parse(payload, shard)`` (a subclass's) turns a shard's bytes into what ``_item`` reads;
+    the bytes reach it checked by :func:`omnipos.scale.manifest.read_verified` (a regular file, its size by
+    ``fstat`` before any read, then its checksum), and ``_parse`` checks their structure (item count, lengths).
 
     Items are rows of the shards in shard order; ``rows`` (optional: an array of global row numbers) keeps a
     subset of them, and ``windows`` (from :func:`row_windows` over the kept rows) cuts them."""
 
     kind = ""
     what = "items"
+    meta_schema: MetaSchema | None = None  # what the subclass uses of the manifest's meta, checked on reading it
 
     def __init__(self, out_dir: str | os.PathLike, *, verify: bool = True, cache_shards: int = 2) -> None:
         self.out_dir = Path(out_dir)
-        self.manifest = Manifest.read(self.out_dir, self.kind)
+        self.manifest = Manifest.read(self.out_dir, self.kind, self.meta_schema)
         self.shards = self.manifest.shards()
         self.offsets = np.cumsum([0] + [int(shard["items"]) for shard in self.shards]).astype(np.int64)
         self.verify = bool(verify)
