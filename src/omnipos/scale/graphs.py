@@ -79,8 +79,10 @@ def precompute_graphs(
     Args:
         graphs: a list (any sequence, e.g. a PyG ``InMemoryDataset``) of ``Data``; or a path, or a list of
             paths, of ``torch.save``'d lists of ``Data`` (each file is read by the worker that encodes it, so
-            the driver never holds the dataset). In-memory graphs travel to Ray workers through Ray's object
-            store; give files for datasets that do not fit in memory.
+            the driver never holds the dataset; with ``torch.load(weights_only=True)``, never unpickled). In-memory
+            graphs travel to Ray workers through Ray's object store; give files for datasets that do not fit in
+            memory. Each graph must be a ``torch_geometric.data.Data`` whose attributes are tensors or plain
+            Python values (see the module docstring), as a shard stores them.
         out_dir: output folder: shards ``graphs-UUUUU-PPPPP.pt`` and ``manifest.jsonl``. On a cluster, a folder
             every node sees (a shared filesystem).
         transform: an omnipos graph transform (``omnipos.graph.AddLaplacianPE``, ``AddRandomWalkPE``, a PyG
@@ -101,9 +103,12 @@ def precompute_graphs(
         :class:`ShardedGraphDataset`.
 
     Raises:
-        ValueError: bad arguments; a transform that cannot be pickled (see ``resume``); ``out_dir`` holding
-            another job, or held by another run; :class:`omnipos.scale.PrecomputeError` (a ValueError) after the
-            other units finished when some failed (an unreadable input file, a worker that died on every retry).
+        ValueError: bad arguments; a graph of another class, or with an attribute a shard cannot hold without
+            pickle (a NumPy array, a function, an open file; named ``graphs[i].attribute``), before ``out_dir`` is
+            created; a transform that cannot be pickled (see ``resume``); ``out_dir`` holding another job, or held by
+            another run; :class:`omnipos.scale.PrecomputeError` (a ValueError) after the other units finished when
+            some failed (an unreadable input file or one the safe loader refuses, a worker that died on every
+            retry).
     """
     engine_ = make_engine(engine, address, num_cpus, num_gpus)
     shard_size = check_positive_int(shard_size, "shard_size")
@@ -448,7 +453,9 @@ class ShardedGraphDataset(ShardedDataset):
     Args:
         out_dir: the output folder of a finished :func:`precompute_graphs` job.
         transform: applied to each graph as it is read (e.g. ``omnipos.graph.RandomSignFlip()``).
-        verify: check each shard's sha256 against the manifest when it is first read.
+        verify: check each shard's sha256 against the manifest when it is first read. Either way a shard is read
+            with ``torch.load(weights_only=True)`` (never unpickled) and checked to have the structure omnipos
+            writes; a shard that fails is a ValueError naming it.
         cache_shards: shards kept in memory.
     """
 
@@ -605,6 +612,7 @@ def _check_sliced(name: str, key: str, values: Any, cut: Any, count: int, data: 
 
 def load_graphs(out_dir: str | os.PathLike, *, verify: bool = True) -> list[Any]:
     """Every graph :func:`precompute_graphs` wrote to ``out_dir``, as a list in input order (shard by shard;
-    the shards' checksums are verified unless ``verify=False``)."""
+    the shards' checksums are verified unless ``verify=False``; with or without, nothing is unpickled and a shard
+    of another structure than omnipos writes is a ValueError naming it)."""
     dataset = ShardedGraphDataset(out_dir, verify=verify, cache_shards=1)
     return [dataset[i] for i in range(len(dataset))]
