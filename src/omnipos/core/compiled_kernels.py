@@ -69,7 +69,7 @@ def kernel_cache_folder() -> str | None:
     chosen = str(getattr(numba.config, "CACHE_DIR", "") or "")
     if chosen:
         chosen = os.path.abspath(chosen)
-        why = _make_private([chosen])
+        why = _make_private([chosen], os.path.dirname(chosen))  # its parents created as numba would
         if why is None:
             return chosen
         _warn_once(f"omnipos: NUMBA_CACHE_DIR={chosen!r} {why}: omnipos' compiled kernels do not cache there (numba's "
