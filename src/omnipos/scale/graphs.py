@@ -7,15 +7,31 @@ cls))``, the format of ``InMemoryDataset.save``; ``InMemoryDataset.load`` reads 
 graph depend on that graph only (batched solves are per graph), so the output is the same bit for bit whatever
 the engine, the number of workers or the shard size.
 
+What a folder holds is untrusted, so nothing read from it is unpickled: shards and input files are read with
+``torch.load(weights_only=True)`` and no fallback (a file the safe loader refuses is a ValueError naming it), and a
+shard must have the structure omnipos writes (checked before any graph is rebuilt from it). For that, a shard holds
+only what the safe loader rebuilds without running code:
+
+- the class ``torch_geometric.data.Data`` (which PyG allowlists), or a subclass of it that torch's safe loader
+  allowlists too (``torch.serialization.add_safe_globals``, in every process that writes or reads the shards); any
+  other class is refused before anything is written, naming it;
+- attributes that are tensors or plain Python values: ``int``, ``float``, ``bool``, ``str``, ``bytes``, ``None``, and
+  lists, tuples and ``str``-keyed dicts of them (a sparse tensor is kept as a list element, as PyG's collate does).
+  Anything else (a NumPy array, a function, an open file, a set) is refused before ``out_dir`` is created, naming the
+  graph and the attribute.
+
 torch_geometric (extra ``[graph]``) is imported here only, when a graph job runs or loads.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
-from collections.abc import Sequence
+import pickle
+import stat
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -63,8 +79,10 @@ def precompute_graphs(
     Args:
         graphs: a list (any sequence, e.g. a PyG ``InMemoryDataset``) of ``Data``; or a path, or a list of
             paths, of ``torch.save``'d lists of ``Data`` (each file is read by the worker that encodes it, so
-            the driver never holds the dataset). In-memory graphs travel to Ray workers through Ray's object
-            store; give files for datasets that do not fit in memory.
+            the driver never holds the dataset; with ``torch.load(weights_only=True)``, never unpickled). In-memory
+            graphs travel to Ray workers through Ray's object store; give files for datasets that do not fit in
+            memory. Each graph must be a ``torch_geometric.data.Data`` whose attributes are tensors or plain
+            Python values (see the module docstring), as a shard stores them.
         out_dir: output folder: shards ``graphs-UUUUU-PPPPP.pt`` and ``manifest.jsonl``. On a cluster, a folder
             every node sees (a shared filesystem).
         transform: an omnipos graph transform (``omnipos.graph.AddLaplacianPE``, ``AddRandomWalkPE``, a PyG
@@ -85,9 +103,12 @@ def precompute_graphs(
         :class:`ShardedGraphDataset`.
 
     Raises:
-        ValueError: bad arguments; a transform that cannot be pickled (see ``resume``); ``out_dir`` holding
-            another job, or held by another run; :class:`omnipos.scale.PrecomputeError` (a ValueError) after the
-            other units finished when some failed (an unreadable input file, a worker that died on every retry).
+        ValueError: bad arguments; a graph of another class, or with an attribute a shard cannot hold without
+            pickle (a NumPy array, a function, an open file; named ``graphs[i].attribute``), before ``out_dir`` is
+            created; a transform that cannot be pickled (see ``resume``); ``out_dir`` holding another job, or held by
+            another run; :class:`omnipos.scale.PrecomputeError` (a ValueError) after the other units finished when
+            some failed (an unreadable input file or one the safe loader refuses, a worker that died on every
+            retry).
     """
     engine_ = make_engine(engine, address, num_cpus, num_gpus)
     shard_size = check_positive_int(shard_size, "shard_size")
@@ -172,19 +193,22 @@ def _check_fingerprintable(description: dict[str, Any], resume: bool, engine: st
 
 
 def _collate(graphs: Any, start: int, stop: int) -> tuple[dict[str, Any], dict[str, Any], type]:
-    """``graphs[start:stop]`` in PyG's InMemoryDataset storage format ``(data.to_dict(), slices, cls)``."""
+    """``graphs[start:stop]`` in PyG's InMemoryDataset storage format ``(data.to_dict(), slices, cls)``; a graph
+    that a shard could not hold without pickle (see the module docstring) is a ValueError naming it."""
     from torch_geometric.data.data import BaseData
 
     part = [graphs[i] for i in range(start, stop)]
     for i, graph in enumerate(part):
         if not isinstance(graph, BaseData):
             raise TypeError(f"graphs[{start + i}] must be a torch_geometric Data, got {type(graph).__name__}")
-    return _collate_list(part, f"graphs[{start}:{stop}]", start)
+    return _collate_list(part, f"graphs[{start}:{stop}]", start, lambda i: f"graphs[{i}]")
 
 
-def _collate_list(part: list[Any], what: str, first: int = 0) -> tuple[dict[str, Any], dict[str, Any], type]:
+def _collate_list(part: list[Any], what: str, first: int = 0,
+                  name: Callable[[int], str] = lambda i: f"graph {i}") -> tuple[dict[str, Any], dict[str, Any], type]:
     """Collate graphs that all have the same attributes (PyG's collate reads the first graph's attributes only
-    and would drop any other graph's extra ones without a word)."""
+    and would drop any other graph's extra ones without a word), each of a class and with attributes a shard can
+    hold (``name(first + i)`` names graph ``i`` in the errors)."""
     from torch_geometric.data.collate import collate
 
     keys = set(part[0].keys())
@@ -193,11 +217,92 @@ def _collate_list(part: list[Any], what: str, first: int = 0) -> tuple[dict[str,
             raise ValueError(f"{what} cannot be stored together: graph {first + i} has attributes "
                              f"{sorted(graph.keys())}, graph {first} has {sorted(keys)} (every graph of a shard "
                              "needs the same attributes, as in a PyG InMemoryDataset)")
+        why = _unstorable_class(type(graph))
+        if why is not None:
+            raise ValueError(f"{name(first + i)} is {why}")
     try:
         data, slices, _ = collate(part[0].__class__, data_list=part, increment=False, add_batch=False)
     except Exception as exc:  # noqa: BLE001 - PyG's collate raises KeyError/TypeError/RuntimeError alike
+        _refuse_unstorable(part, first, name)  # a value no shard could hold is what to report, if there is one
         raise ValueError(f"{what} cannot be stored together: {type(exc).__name__}: {exc}") from None
-    return data.to_dict(), slices, data.__class__
+    stored = data.to_dict()
+    if any(_unstorable(value) is not None for value in stored.values()):
+        _refuse_unstorable(part, first, name)
+        key, (where, why) = next((k, _unstorable(v)) for k, v in stored.items() if _unstorable(v) is not None)
+        raise ValueError(f"{what}: the collated attribute {key}{where} is {why}: {STORABLE}")
+    return stored, slices, data.__class__
+
+
+#: What a shard may hold, said in the errors that refuse anything else.
+STORABLE = ("a graph shard holds tensors and plain Python values only (int, float, bool, str, bytes, None, and "
+            "lists, tuples and str-keyed dicts of them), so that reading it back never unpickles code; convert it "
+            "(a NumPy array with torch.from_numpy) or remove the attribute")
+_PLAIN = (int, float, bool, str, bytes, type(None))
+_MAX_DEPTH = 32
+
+
+def _qualified(cls: type) -> str:
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+@functools.cache
+def _tensor_types() -> tuple[type, ...]:
+    """The tensor classes a shard may hold: torch's, and the index tensors PyG allowlists for the safe loader."""
+    import torch_geometric
+
+    return (torch.Tensor, *(c for c in (getattr(torch_geometric, "Index", None),
+                                        getattr(torch_geometric, "EdgeIndex", None)) if c is not None))
+
+
+def _unstorable(value: Any, depth: int = 0) -> tuple[str, str] | None:
+    """``(where, why)`` when ``value`` is not a tensor or a plain Python value (where: ``"[2]"``, ``"['k']"`` inside
+    a container), else None."""
+    if type(value) in _PLAIN:
+        return None
+    if isinstance(value, torch.Tensor):
+        if type(value) in _tensor_types():
+            return None
+        return "", f"a {_qualified(type(value))} (a tensor subclass; store a plain torch.Tensor)"
+    if depth >= _MAX_DEPTH:
+        return "", f"nested more than {_MAX_DEPTH} containers deep"
+    if type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            found = _unstorable(item, depth + 1)
+            if found is not None:
+                return f"[{i}]{found[0]}", found[1]
+        return None
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return "", f"a dict with the key {key!r} (dict keys must be str)"
+            found = _unstorable(item, depth + 1)
+            if found is not None:
+                return f"[{key!r}]{found[0]}", found[1]
+        return None
+    return "", f"a {_qualified(type(value))}"
+
+
+def _refuse_unstorable(part: list[Any], first: int, name: Callable[[int], str]) -> None:
+    """Raise a ValueError naming the first graph and attribute a shard could not hold (if any)."""
+    for i, graph in enumerate(part):
+        for key, value in graph.to_dict().items():
+            found = _unstorable(value)
+            if found is not None:
+                raise ValueError(f"{name(first + i)}.{key}{found[0]} is {found[1]}: {STORABLE}")
+
+
+def _unstorable_class(cls: type) -> str | None:
+    """Why a shard cannot hold graphs of class ``cls`` (None when it can): Data, or a subclass of it that torch's
+    safe loader allowlists."""
+    from torch_geometric.data import Data
+
+    if cls is Data or (issubclass(cls, Data) and cls in torch.serialization.get_safe_globals()):
+        return None
+    name = _qualified(cls)
+    return (f"a {name}, which torch.load(weights_only=True) does not allowlist: a graph shard holds "
+            f"torch_geometric.data.Data (convert each graph with Data(**graph.to_dict())), or a subclass of it "
+            f"registered with torch.serialization.add_safe_globals([{cls.__qualname__}]) in the module that "
+            "defines it (the worker processes and every reader need it allowlisted too)")
 
 
 def _separate(stored: tuple[dict[str, Any], dict[str, Any], type]) -> list[Any]:
@@ -228,19 +333,82 @@ def _content_hash(stored: tuple[dict[str, Any], dict[str, Any], type]) -> str:
 
 
 def _load_graph_file(path: str) -> list[Any]:
+    """The ``torch.save``'d list of Data in ``path``, read with ``torch.load(weights_only=True)`` (PyG's storage
+    classes allowlisted, nothing else: :func:`_allow_pyg_storage`), each graph one a shard can hold."""
     from torch_geometric.data.data import BaseData
 
+    _allow_pyg_storage()
     try:
-        graphs = torch.load(path, weights_only=False, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - torch raises several types for a damaged file
-        raise ValueError(f"{path}: cannot read the graph list (corrupt or truncated torch.save file): "
-                         f"{type(exc).__name__}: {exc}") from None
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the graph list: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path}: not a regular file (a graph list is a torch.save'd file)")
+    graphs = _safe_load(path, path, "graph list", map_location="cpu")
     if not isinstance(graphs, (list, tuple)):
         raise ValueError(f"{path}: expected a torch.save'd list of Data, found a {type(graphs).__name__}")
     for i, graph in enumerate(graphs):
         if not isinstance(graph, BaseData):
             raise ValueError(f"{path}: record {i}: expected a torch_geometric Data, found a {type(graph).__name__}")
+        try:
+            attributes = graph.to_dict()
+        except Exception as exc:  # noqa: BLE001 - a Data whose state the file set to something else
+            raise ValueError(f"{path}: record {i}: a damaged Data ({type(exc).__name__}: {exc})") from None
+        for key, value in attributes.items():
+            found = _unstorable(value)
+            if found is not None:
+                raise ValueError(f"{path}: record {i}: attribute {key}{found[0]} is {found[1]}: {STORABLE}")
     return list(graphs)
+
+
+@functools.cache
+def _allow_pyg_storage() -> None:
+    """Allowlist, for torch's safe loader, the classes a pickled PyG ``Data`` is made of besides ``Data`` itself
+    (which PyG allowlists): its attribute store and the two attribute descriptors. Without them a
+    ``torch.save(list_of_Data)`` file cannot be read with ``weights_only=True`` (PyG 2.8). Process-wide, as PyG's
+    own allowlisting of ``Data`` is; they rebuild plain containers and run no code of the file's choosing."""
+    from torch_geometric.data import data as data_module
+    from torch_geometric.data import storage
+
+    classes = [getattr(storage, "GlobalStorage", None), getattr(data_module, "DataTensorAttr", None),
+               getattr(data_module, "DataEdgeAttr", None)]
+    torch.serialization.add_safe_globals([c for c in classes if c is not None])
+
+
+def _safe_load(source: Any, path: Any, what: str, map_location: Any = None) -> Any:
+    """``torch.load(source, weights_only=True)``, never a full unpickle: a file the safe loader refuses (a global
+    it does not allowlist: a class, a function) or cannot read is a ValueError naming ``path``."""
+    try:
+        return torch.load(source, weights_only=True, map_location=map_location)
+    except pickle.UnpicklingError as exc:
+        raise ValueError(f"{path}: the safe loader (torch.load(weights_only=True)) refuses it: {_refusal(exc)}. "
+                         f"omnipos never unpickles what it reads (a pickle can run any code); "
+                         f"{_REFUSED_WHY[what]}") from None
+    except Exception as exc:  # noqa: BLE001 - torch raises several types for a damaged file
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        raise ValueError(f"{path}: cannot read the {what} (corrupt or truncated torch.save file): "
+                         f"{type(exc).__name__}: {first}") from None
+
+
+_REFUSED_WHY = {
+    "graph list": "save the graphs as torch_geometric Data with tensor and plain Python attributes (a NumPy array: "
+                  "torch.from_numpy), or allowlist a class you trust with torch.serialization.add_safe_globals in "
+                  "the module that defines it",
+    "shard": "a shard an older omnipos wrote with a class or attribute the safe loader does not allowlist must be "
+             "written again: rerun precompute_graphs(..., resume=False)",
+}
+
+
+def _refusal(exc: BaseException) -> str:
+    """The reason in torch's long 'Weights only load failed' message (its 'WeightsUnpickler error' line, or the
+    line that is not the advice around it), cut before the advice to allowlist."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    advice = ("Weights only load failed", "(1)", "(2)", "Check the documentation")
+    reasons = [line[len("WeightsUnpickler error:"):].strip() for line in lines
+               if line.startswith("WeightsUnpickler error:")]
+    reasons += [line for line in lines if not line.startswith(advice)]
+    reason = reasons[0] if reasons else (lines[0] if lines else type(exc).__name__)
+    return reason.split(". Please use", 1)[0].rstrip(".")[:300]
 
 
 def _graph_unit(unit: int, payload: Any, writer: ShardWriter, *, files: list[str] | None, transform: Any,
@@ -267,7 +435,11 @@ def _encode_shard(graphs: list[Any], transform: Any, batch_size: int, device: st
                      progress=False)
     buffer = io.BytesIO()
     torch.save(_collate_list(out, "the encoded graphs of a shard"), buffer)
-    return buffer.getvalue(), len(out)
+    payload = buffer.getvalue()
+    # written only if the safe loader reads it back as a shard: what a reader accepts is exactly what is written
+    _check_stored(_safe_load(io.BytesIO(payload), "the encoded graphs of a shard", "shard"),
+                  "the encoded graphs of a shard", len(out))
+    return payload, len(out)
 
 
 class ShardedGraphDataset(ShardedDataset):
@@ -281,7 +453,9 @@ class ShardedGraphDataset(ShardedDataset):
     Args:
         out_dir: the output folder of a finished :func:`precompute_graphs` job.
         transform: applied to each graph as it is read (e.g. ``omnipos.graph.RandomSignFlip()``).
-        verify: check each shard's sha256 against the manifest when it is first read.
+        verify: check each shard's sha256 against the manifest when it is first read. Either way a shard is read
+            with ``torch.load(weights_only=True)`` (never unpickled) and checked to have the structure omnipos
+            writes; a shard that fails is a ValueError naming it.
         cache_shards: shards kept in memory.
     """
 
@@ -294,36 +468,151 @@ class ShardedGraphDataset(ShardedDataset):
         super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
         self.transform = transform
 
-    def _parse(self, payload: bytes, index: int) -> tuple[Any, dict[str, Any], type]:
-        """Shard ``index`` as PyG's ``(data, slices, cls)``."""
-        stored, slices, cls = _torch_load(io.BytesIO(payload), self.out_dir / self.shards[index]["name"])
-        return cls.from_dict(stored), slices, cls
+    def _parse(self, payload: bytes, index: int) -> tuple[Any, dict[str, Any], type, Path]:
+        """Shard ``index`` as PyG's ``(data, slices, cls)`` (and its path), read with the safe loader and checked
+        against the structure omnipos writes (a ValueError naming the shard otherwise)."""
+        path = self.out_dir / self.shards[index]["name"]
+        stored = _safe_load(io.BytesIO(payload), path, "shard")
+        return (*_check_stored(stored, path, int(self.shards[index]["items"])), path)
 
-    def _item(self, parsed: tuple[Any, dict[str, Any], type], row: int, start: int | None,
+    def _item(self, parsed: tuple[Any, dict[str, Any], type, Path], row: int, start: int | None,
               size: int | None) -> Any:
         from torch_geometric.data.separate import separate
 
-        data, slices, cls = parsed
-        graph = separate(cls=cls, batch=data, idx=row, slice_dict=slices, decrement=False)
+        data, slices, cls, path = parsed
+        try:
+            graph = separate(cls=cls, batch=data, idx=row, slice_dict=slices, decrement=False)
+        except Exception as exc:  # noqa: BLE001 - a structure the checks let through is still the shard's fault
+            raise ValueError(f"{path}: graph {row} of this shard cannot be rebuilt from it ({type(exc).__name__}: "
+                             f"{exc}); rerun precompute_graphs(..., resume=False) to write it again") from None
         return graph if self.transform is None else self.transform(graph)
 
 
-def _torch_load(source: Any, path: Path) -> Any:
-    """PyG's safe-globals load (``weights_only=True``); a custom Data class PyG does not allowlist falls back to a
-    full unpickle of this checksummed shard."""
-    import pickle
+def _check_stored(stored: Any, path: Any, items: int) -> tuple[Any, dict[str, Any], type]:
+    """A shard as the safe loader read it, checked to be what omnipos writes: PyG's ``(data dict, slices, cls)``
+    with ``cls`` Data (or an allowlisted subclass), attributes a shard can hold, slices that cut every attribute
+    into ``items`` graphs (each a 1-D integer tensor from 0, non-decreasing, ending at the attribute's length along
+    the dimension PyG concatenates it on). Returns ``(cls.from_dict(data), slices, cls)``; any other structure is a
+    ValueError naming ``path``, so that PyG's ``separate`` never meets it."""
+    from torch_geometric.data import Data
 
+    def wrong(detail: str) -> ValueError:
+        return ValueError(f"{path}: not a graph shard as omnipos writes it ({detail}); rerun precompute_graphs(..., "
+                          "resume=False) to write it again")
+
+    if isinstance(stored, list):
+        raise ValueError(  # noqa: TRY004 - a file's content, not an argument
+            f"{path}: holds a list, not a graph shard of this omnipos (PyG's InMemoryDataset tuple "
+                         "(data, slices, class)): written by an older omnipos or by something else; rerun "
+                         "precompute_graphs(..., resume=False) (or overwrite=True) to write it again")
+    if type(stored) is not tuple or len(stored) != 3:
+        length = f" of {len(stored)}" if isinstance(stored, tuple) else ""
+        raise wrong(f"expected PyG's InMemoryDataset tuple (data dict, slices dict, class), found a "
+                    f"{type(stored).__name__}{length}")
+    as_dict, slices, cls = stored
+    if not isinstance(cls, type) or not issubclass(cls, Data):
+        raise wrong(f"its class is {cls!r}, not torch_geometric Data")
+    for name, table in (("data", as_dict), ("slices", slices)):
+        if type(table) is not dict or not all(type(key) is str for key in table):
+            raise wrong(f"its {name} is not a dict of attribute names")
+    for key, value in as_dict.items():
+        found = _unstorable(value)
+        if found is not None:
+            raise wrong(f"attribute {key}{found[0]} is {found[1]}")
+    leaves: list[tuple[str, Any]] = []
+    _slice_leaves(slices, "", leaves)
+    counts = set()
+    for where, leaf in leaves:
+        if type(leaf) is not torch.Tensor or leaf.dim() != 1 or leaf.numel() < 1 or leaf.is_floating_point() \
+                or leaf.is_complex() or leaf.dtype == torch.bool or leaf.layout != torch.strided:
+            raise wrong(f"slices{where} is not a 1-D integer tensor")
+        if int(leaf[0]) != 0 or bool((leaf.diff() < 0).any()):
+            raise wrong(f"slices{where} do not start at 0 and grow")
+        counts.add(leaf.numel() - 1)
+    num_nodes = as_dict.get("_num_nodes")
+    if not counts and type(num_nodes) is list:
+        counts.add(len(num_nodes))
+    if len(counts) != 1:
+        raise wrong("no slices" if not counts else f"its slices give different graph counts {sorted(counts)}")
+    count = counts.pop()
+    if count != items:
+        raise ValueError(f"{path}: holds {count} graphs, the manifest lists {items} (a shard of another job, or "
+                         "edited); rerun precompute_graphs(..., resume=False) to write it again")
+    if num_nodes is not None and (type(num_nodes) is not list or len(num_nodes) != count or not all(
+            n is None or (type(n) is int and n >= 0) for n in num_nodes)):
+        raise wrong(f"its node counts are not a list of {count} non-negative ints")
     try:
-        return torch.load(source, weights_only=True)
-    except pickle.UnpicklingError:
-        source.seek(0)
-        return torch.load(source, weights_only=False)
-    except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"{path}: unreadable shard: {type(exc).__name__}: {exc}") from None
+        data = cls.from_dict(as_dict)
+    except Exception as exc:  # noqa: BLE001 - Data(**mapping) refuses some names and values
+        raise wrong(f"{cls.__name__}.from_dict fails: {type(exc).__name__}: {exc}") from None
+    unsliced = set(as_dict) - set(slices) - {"num_nodes", "_num_nodes"}
+    if unsliced:  # PyG's separate would drop them without a word
+        raise wrong(f"attributes {sorted(unsliced)} have no slices")
+    for key, cut in slices.items():
+        if key not in as_dict:
+            raise wrong(f"slices name the attribute {key!r}, which it does not hold")
+        _check_sliced(key, key, as_dict[key], cut, count, data, wrong)
+    return data, slices, cls
+
+
+def _slice_leaves(cut: Any, where: str, out: list[tuple[str, Any]]) -> None:
+    """Every leaf of a nested slices structure (dicts and lists of tensors), with its position."""
+    if type(cut) is dict:
+        for key, item in cut.items():
+            _slice_leaves(item, f"{where}[{key!r}]", out)
+    elif type(cut) in (list, tuple):
+        for i, item in enumerate(cut):
+            _slice_leaves(item, f"{where}[{i}]", out)
+    else:
+        out.append((where, cut))
+
+
+def _check_sliced(name: str, key: str, values: Any, cut: Any, count: int, data: Any,
+                  wrong: Callable[[str], ValueError]) -> None:
+    """``values`` cut by ``cut`` into ``count`` graphs, each case as PyG's ``separate`` reads it."""
+    if isinstance(values, torch.Tensor):
+        if not isinstance(cut, torch.Tensor):
+            raise wrong(f"attribute {name} is a tensor, its slices are not")
+        if values.layout != torch.strided or values.dim() == 0:
+            raise wrong(f"attribute {name} is a {values.dim()}-d {values.layout} tensor, not one PyG concatenates")
+        try:
+            cat_dim = data.__cat_dim__(key, values, data._store)
+        except Exception as exc:  # noqa: BLE001 - a subclass's __cat_dim__
+            raise wrong(f"__cat_dim__ fails for attribute {name}: {type(exc).__name__}: {exc}") from None
+        dim = cat_dim or 0
+        if type(dim) is not int or not -values.dim() <= dim < values.dim():
+            raise wrong(f"attribute {name} is concatenated along {cat_dim!r}, which its tensor has not")
+        if int(cut[-1]) != values.size(dim):
+            raise wrong(f"the slices of attribute {name} end at {int(cut[-1])}, its tensor has {values.size(dim)} "
+                        f"along dimension {dim}")
+    elif type(values) is dict:
+        if type(cut) is not dict or set(cut) != set(values):
+            raise wrong(f"attribute {name} is a dict with keys {sorted(values)}, its slices are not a dict of them")
+        for inner, item in values.items():
+            _check_sliced(f"{name}[{inner!r}]", inner, item, cut[inner], count, data, wrong)
+    elif type(values) in (list, tuple):
+        if not values:
+            raise wrong(f"attribute {name} is an empty list")
+        head = values[0]
+        if type(head) in (list, tuple) and len(head) > 0 and isinstance(head[0], torch.Tensor) \
+                and isinstance(cut, Sequence):
+            if not all(type(item) in (list, tuple) and len(item) == count for item in values):
+                raise wrong(f"attribute {name} is a list of lists, not each of {count} entries")
+        elif isinstance(head, torch.Tensor) and isinstance(cut, Sequence):
+            if type(cut) not in (list, tuple) or len(cut) != len(values):
+                raise wrong(f"attribute {name} is a list of {len(values)} tensors, its slices are not a list of "
+                            "as many")
+            for i, (item, part) in enumerate(zip(values, cut)):
+                _check_sliced(f"{name}[{i}]", key, item, part, count, data, wrong)
+        elif len(values) != count:
+            raise wrong(f"attribute {name} lists {len(values)} values for {count} graphs")
+    else:
+        raise wrong(f"attribute {name} is a {type(values).__name__}, which PyG cannot cut into graphs")
 
 
 def load_graphs(out_dir: str | os.PathLike, *, verify: bool = True) -> list[Any]:
     """Every graph :func:`precompute_graphs` wrote to ``out_dir``, as a list in input order (shard by shard;
-    the shards' checksums are verified unless ``verify=False``)."""
+    the shards' checksums are verified unless ``verify=False``; with or without, nothing is unpickled and a shard
+    of another structure than omnipos writes is a ValueError naming it)."""
     dataset = ShardedGraphDataset(out_dir, verify=verify, cache_shards=1)
     return [dataset[i] for i in range(len(dataset))]
