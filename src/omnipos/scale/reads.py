@@ -356,12 +356,14 @@ class _ReadsShard:
 
 class ShardedReadsDataset(ShardedDataset):
     """A lazy, map-style dataset over the shards :func:`precompute_reads` wrote: ``dataset[i]`` is row ``i`` (in
-    input order), unpadded, read from its shard on first use; the ``cache_shards`` most recently used shards stay
-    in memory. ``dataset.collate`` pads one batch of items, so iterating a job costs one shard and one batch of
-    memory, not the job padded to its longest read.
+    input order), unpadded, read from its shard on first use; the most recently used shards stay in memory
+    (``cache_bytes``). ``dataset.collate`` pads one batch of items, so iterating a job costs a few shards and one
+    batch of memory, not the job padded to its longest read.
 
     Works in a ``torch.utils.data.DataLoader`` with workers (``collate_fn=dataset.collate``): the dataset pickles
-    without its cache and each worker opens the shards it reads.
+    without its cache and each worker opens the shards it reads. Shuffle with
+    ``sampler=dataset.sampler(shuffle=True, seed=...)``, not ``shuffle=True`` (which reads a shard for almost
+    every item once the shards outgrow the cache).
 
     Args:
         out_dir: the output folder of a finished :func:`precompute_reads` job.
@@ -370,7 +372,8 @@ class ShardedReadsDataset(ShardedDataset):
             ``max_len`` that are items of their own (``"split"``; the index then reads every shard's lengths).
         positional: ``collate`` attaches the job's RC-symmetric encoding (when its ``dim > 0``).
         verify: check each shard's size and sha256 against the manifest when it is first read.
-        cache_shards: shards kept in memory.
+        cache_bytes, cache_shards: the parsed shards kept in memory: their size (default 256 MiB per process)
+            and / or count (see :class:`omnipos.scale.sharded.ShardedDataset`).
 
     Items are dicts, those of :class:`omnipos.dna.FastxDataset`: ``{"name": str, "tokens": [L] (the job's token
     dtype), "quality": [L] uint8 Phred or None (FASTA), "record": int, "offset": int (where the row starts in its
@@ -379,10 +382,12 @@ class ShardedReadsDataset(ShardedDataset):
 
     kind = KIND
     what = "reads"
+    parsed_per_file_byte = 4.0  # zstd packs 4-letter tokens ~4x; names become Python strings
 
     def __init__(self, out_dir: str | os.PathLike, *, max_len: int | None = None, truncation: str = "error",
-                 positional: bool = True, verify: bool = True, cache_shards: int = 2) -> None:
-        super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
+                 positional: bool = True, verify: bool = True, cache_shards: int | None = None,
+                 cache_bytes: int | None = None) -> None:
+        super().__init__(out_dir, verify=verify, cache_shards=cache_shards, cache_bytes=cache_bytes)
         self.max_len = check_truncation(max_len, truncation)
         self.truncation = truncation
         self.positional = bool(positional)
