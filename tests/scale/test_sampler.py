@@ -46,6 +46,16 @@ def lru_reads(shards, capacity: int) -> int:
     return reads
 
 
+def most_open(shards) -> int:
+    """The most shards begun and not yet finished at any point of a sequence of shards."""
+    shards = np.asarray(shards)
+    if not shards.size:
+        return 0
+    first = {s: i for i, s in reversed(list(enumerate(shards.tolist())))}
+    last = {s: i for i, s in enumerate(shards.tolist())}
+    return max(sum(first[s] <= i <= last[s] for s in first) for i in range(shards.size))
+
+
 def runs(shards) -> int:
     """Runs of one shard in a sequence of shards."""
     shards = np.asarray(shards)
@@ -66,7 +76,7 @@ def test_an_epoch_is_every_item_once_and_reads_each_shard_once(sizes, window, se
         assert np.array_equal(order, np.arange(sum(sizes)))
     shards = shard_of(bounds, order)
     assert lru_reads(shards.tolist(), window) == sum(size > 0 for size in sizes)  # each shard once
-    assert runs(shards) <= sum(size > 0 for size in sizes) + (0 if window == 1 else len(order))
+    assert most_open(shards) <= window  # items mix within a window of shards, never more
     if window == 1:  # a window of one shard: shards one after another, each read in one go
         assert runs(shards) == sum(size > 0 for size in sizes)
     assert np.array_equal(order, epoch_order(bounds, shuffle=shuffle, seed=seed, epoch=epoch, window=window))
@@ -174,7 +184,7 @@ def test_nbytes_of_counts_buffers_once():
     got = nbytes_of(Parsed())
     fixed = 8000 + 80 + 1000  # the array, its view (counted as its bytes), one storage for both tensors
     assert fixed + 100 <= got <= fixed + 3000  # plus the strings and containers' own overhead
-    assert nbytes_of(tensor) == 1000 and nbytes_of((tensor, tensor.view(2, 125))) > 1000 - 1
+    assert nbytes_of(tensor) == 1000 and 1000 < nbytes_of((tensor, tensor.view(2, 125))) < 1000 + 200
 
 
 # -- on real jobs: shard parses ---------------------------------------------------------------------------------------
