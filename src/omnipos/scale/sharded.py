@@ -5,7 +5,8 @@ A dataset reads the manifest when it is built and a shard when an item of it is 
 recently used shards stay in memory while their parsed size fits ``cache_bytes`` (default
 :data:`DEFAULT_CACHE_BYTES`, 256 MiB; or the ``cache_shards`` most recent, the older count-only setting), so
 iterating a job costs a few shards and one batch of memory, whatever the job's longest item. Pickling drops the
-cache: each ``DataLoader`` worker opens the shards it needs itself, and holds a cache of its own.
+cache: each ``DataLoader`` worker opens the shards it needs itself, and holds a cache of its own (a forked worker
+starts with a copy of the main process's cache as it stood when the loader started).
 
 Shuffling: ``DataLoader(dataset, shuffle=True)`` draws items from the whole job at random, so once the job's
 parsed shards outgrow the cache nearly every item reads, checks and parses a whole shard again. Pass
