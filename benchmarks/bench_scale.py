@@ -23,13 +23,22 @@ in a fresh child process: peak RSS (``ru_maxrss``) above the child's own after i
 issue 23 measured: reads, 40,000 of 151 bp and ten of 507 bp; MEDS, 20,000 subjects of ~50 events and one of
 8,000; graphs, the molecules above.
 
-    python benchmarks/bench_scale.py [--quick] [--graphs N] [--reads N] [--num-cpus 2] [--lazy]
+Shuffled epochs (``--shuffle``, a third table): one epoch of each lazy dataset through a ``DataLoader`` (batches
+of ``--lazy-batch``), each case with a fresh dataset in one child process per dataset: in order; shuffled by
+``dataset.sampler(shuffle=True, seed=0)``; ``shuffle=True`` with the default cache and with the old default of two
+cached shards (``cache_shards=2``); and with a tight budget (``cache_bytes`` = a quarter of the parsed job) in order,
+by the sampler and with ``shuffle=True``; then two workers, the sampler's plain and worker-aware orders
+(``batch_size=``/``num_workers=``). ``parses`` counts shard reads (summed over workers); seconds are wall and this
+process's CPU (with workers, the workers' CPU is not counted). The jobs have 20 shards (graphs: 12).
+
+    python benchmarks/bench_scale.py [--quick] [--graphs N] [--reads N] [--num-cpus 2] [--lazy] [--shuffle]
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import pickle
 import statistics
@@ -316,6 +325,177 @@ def run_lazy(args: argparse.Namespace, work: str) -> list[dict]:
     return rows[1:]
 
 
+# -- shuffled epochs: shard reads and time -------------------------------------------------------------------------
+def shuffle_sizes(args: argparse.Namespace) -> dict:
+    """The shuffle jobs (--quick: 10x fewer reads and subjects, 3,000 graphs as issue 36 measured)."""
+    scale = 10 if args.quick else 1
+    return {"reads": 40_000 // scale, "subjects": 20_000 // scale, "graphs": 3_000 if args.quick else 12_000,
+            "shards": 20, "graph_shards": 12}
+
+
+def shuffle_prepare(args: argparse.Namespace) -> dict:
+    """Write the three jobs the shuffle cases read (in a child process of its own)."""
+    import pandas as pd
+    from torch_geometric.transforms import Compose
+
+    from omnipos.graph import AddLaplacianPE, AddRandomWalkPE
+    from omnipos.scale import precompute_graphs, precompute_meds, precompute_reads
+
+    work, sizes = Path(args.work), shuffle_sizes(args)
+    rng = np.random.default_rng(7)
+    n = sizes["reads"]
+    bases = np.frombuffer(b"ACGT", np.uint8)[rng.integers(0, 4, (n, 151))]
+    quals = (33 + rng.integers(2, 41, (n, 151))).astype(np.uint8)
+    fastq = work / "shuffle_reads.fq"
+    fastq.write_bytes(b"".join(b"@r%d\n%s\n+\n%s\n" % (i, bases[i].tobytes(), quals[i].tobytes()) for i in range(n)))
+    precompute_reads(fastq, work / "shuffle-reads", dim=16, shard_size=-(-n // sizes["shards"]), progress=False)
+    counts = rng.poisson(50, sizes["subjects"]).clip(1)
+    subject = np.repeat(np.arange(sizes["subjects"]), counts)
+    frame = pd.DataFrame({"subject_id": subject, "code": rng.choice([f"LAB//{i}" for i in range(300)], subject.size),
+                          "time": pd.Timestamp("2020-01-01") + pd.to_timedelta(rng.integers(0, 10**8, subject.size),
+                                                                               unit="s"),
+                          "numeric_value": rng.normal(size=subject.size).astype(np.float32)})
+    (work / "shuffle_meds" / "data").mkdir(parents=True)
+    frame.to_parquet(work / "shuffle_meds" / "data" / "0.parquet")
+    precompute_meds(work / "shuffle_meds", work / "shuffle-meds", shard_size=-(-sizes["subjects"] // sizes["shards"]),
+                    progress=False)
+    precompute_graphs(molecules(sizes["graphs"]), work / "shuffle-graphs",
+                      Compose([AddLaplacianPE(8), AddRandomWalkPE(16)]),
+                      shard_size=-(-sizes["graphs"] // sizes["graph_shards"]), progress=False)
+    return {"case": "shuffle-prepare", **sizes}
+
+
+class CountingCollate:
+    """A worker case's collate: collates the batch (the work timed), then returns its item count, the worker's id
+    and that worker's shard parses so far (each worker counts in its own copy of the dataset)."""
+
+    def __init__(self, collate) -> None:
+        self.collate = collate
+
+    def __call__(self, items: list) -> tuple[int, int, int]:
+        import torch
+
+        self.collate(items)
+        info = torch.utils.data.get_worker_info()
+        return len(items), info.id, info.dataset.cache_info()["parses"]
+
+
+def shuffle_case(args: argparse.Namespace) -> dict:
+    """``shuffle-<kind>``: one epoch per way of ordering it, each with a fresh dataset."""
+    import torch
+
+    from omnipos import scale
+
+    kind = args.case.split("-")[1]
+    out = Path(args.work) / f"shuffle-{kind}"
+    make = {"graphs": scale.ShardedGraphDataset, "reads": scale.ShardedReadsDataset,
+            "meds": scale.ShardedMedsDataset}[kind]
+    if kind == "graphs":
+        from torch_geometric.loader.dataloader import Collater
+
+    def collate_of(dataset):
+        return Collater(dataset) if kind == "graphs" else dataset.collate
+    torch.set_num_threads(1)
+    probe = make(out)
+    for shard in range(len(probe.shards)):
+        probe.shard(shard)
+    parsed = probe.cache_info()["bytes"]
+    tight = parsed // 4
+    del probe
+    rows = []
+
+    def epoch(name: str, how: str, cache: dict, workers: int = 0, probe: int | None = None, repeats: int = 3,
+              keep: bool = True) -> None:
+        """One epoch (the median of ``repeats`` when an epoch takes under a second); ``probe``: only the first
+        ``probe`` batches, parses and seconds scaled to the whole epoch."""
+        runs = []
+        for _ in range(repeats):
+            runs.append(one_epoch(how, cache, workers, probe))
+            if runs[-1]["seconds"] > 1.0:
+                break
+        row = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+        if keep:
+            rows.append({"case": name, **row})
+
+    def one_epoch(how: str, cache: dict, workers: int, probe: int | None) -> dict:
+        dataset = make(out, **cache)
+        kw: dict = {}
+        window = ""
+        if how in ("sampler", "aware"):
+            extra = {"batch_size": args.lazy_batch, "num_workers": workers} if how == "aware" else {}
+            sampler = dataset.sampler(shuffle=True, seed=0, **extra)
+            kw["sampler"], window = sampler, sampler.window
+        elif how == "shuffle":
+            kw.update(shuffle=True, generator=torch.Generator().manual_seed(0))
+        collate = collate_of(dataset)
+        if workers:
+            kw.update(num_workers=workers)
+            collate = CountingCollate(collate)
+        t0, c0 = time.perf_counter(), time.process_time()
+        items, last = 0, {}
+        loader = torch.utils.data.DataLoader(dataset, batch_size=args.lazy_batch, collate_fn=collate, **kw)
+        for batch in itertools.islice(loader, probe):  # probe None: every batch
+            if workers:
+                count, worker, parses = batch
+                items, last[worker] = items + count, parses
+            else:
+                items += batch.num_graphs if kind == "graphs" else len(batch["names"] if kind == "reads" else
+                                                                       batch.subjects)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        parses = sum(last.values()) if workers else dataset.cache_info()["parses"]
+        factor = len(dataset) / items if probe is not None and items < len(dataset) else 1.0
+        return {"items": len(dataset) if factor != 1.0 else items, "shards": len(dataset.shards), "window": window,
+                "parses": round(parses * factor), "seconds": seconds * factor, "cpu_s": cpu * factor,
+                "scaled_from": items if factor != 1.0 else ""}
+
+    default = {}
+    epoch("warm-up", "order", default, repeats=1, keep=False)  # imports and first-call costs, untimed
+    epoch("in order", "order", default)
+    epoch("sampler", "sampler", default)
+    epoch("shuffle=True", "shuffle", default)
+    epoch("shuffle=True, cache_shards=2", "shuffle", {"cache_shards": 2}, probe=args.shuffle_probe)
+    budget = {"cache_bytes": tight}
+    epoch("in order, 1/4 budget", "order", budget)
+    epoch("sampler, 1/4 budget", "sampler", budget)
+    epoch("shuffle=True, 1/4 budget", "shuffle", budget, probe=args.shuffle_probe)
+    epoch("2 workers, in order", "order", default, workers=2)
+    epoch("2 workers, sampler", "sampler", default, workers=2)
+    epoch("2 workers, sampler(num_workers=2)", "aware", default, workers=2)
+    return {"case": args.case, "parsed_mib": parsed / 2**20, "tight_mib": tight / 2**20, "rows": rows}
+
+
+def shuffle_main(args: argparse.Namespace) -> None:
+    """The third table: shuffled vs in-order epochs of each lazy dataset."""
+    sys.path.insert(0, str(HERE))
+    from _harness import Bench
+
+    sizes = shuffle_sizes(args)
+    with tempfile.TemporaryDirectory(prefix="bench_scale_shuffle_") as work:
+        run_child(args, "shuffle-prepare", work)
+        results = [run_child(args, f"shuffle-{kind}", work) for kind in LAZY_KINDS]
+    bench = Bench("scale_shuffle", device="cpu", notes=(
+        f"one epoch through a DataLoader (batches of {args.lazy_batch}; the median of 3 when under 1 s; "
+        f"scaled_from: only that many items were read, parses and seconds scaled to the epoch): reads {sizes['reads']:,} x 151 bp, MEDS "
+        f"{sizes['subjects']:,} subjects of ~50 events (20 shards each), {sizes['graphs']:,} graphs (LapPE 8 + "
+        "RWPE 16, 12 shards); a fresh dataset per case; parses: shard reads (summed over workers); vs_order: "
+        "seconds / the in-order epoch's with the same cache (cpu_vs_order: the same for this process's CPU "
+        "seconds, the steadier figure on a shared machine; not with workers, whose CPU it does not see); 1/4 "
+        "budget: cache_bytes = a quarter of the parsed job; default cache 256 MiB"))
+    for result in results:
+        kind = result["case"].split("-")[1]
+        rows = {row["case"]: row for row in result["rows"]}
+        for row in result["rows"]:
+            base = rows["in order, 1/4 budget"] if "1/4" in row["case"] else \
+                rows["2 workers, in order"] if "workers" in row["case"] else rows["in order"]
+            bench.row(job=kind, case=row["case"], items=row["items"], shards=row["shards"], window=row["window"],
+                      parses=row["parses"], seconds=row["seconds"], cpu_s=row["cpu_s"],
+                      vs_order=row["seconds"] / base["seconds"],
+                      cpu_vs_order="" if "workers" in row["case"] else row["cpu_s"] / base["cpu_s"],
+                      scaled_from=row["scaled_from"],
+                      parsed_mib=result["parsed_mib"])
+    bench.finish(args.out.with_name("scale_shuffle.json") if args.out else None)
+
+
 def run_child(args: argparse.Namespace, case: str, work: str) -> dict:
     passed = [a for a in sys.argv[1:]]
     run = subprocess.run([sys.executable, __file__, *passed, "--case", case, "--work", work],
@@ -396,6 +576,11 @@ def main() -> None:
                         help="also measure reading jobs back: load_* vs iterating the lazy datasets (peak memory)")
     parser.add_argument("--lazy-only", action="store_true", help="only the lazy-dataset cases")
     parser.add_argument("--lazy-batch", type=int, default=256, help="batch size of the lazy datasets' DataLoader")
+    parser.add_argument("--shuffle", action="store_true",
+                        help="also measure shuffled vs in-order epochs of the lazy datasets (shard parses, seconds)")
+    parser.add_argument("--shuffle-only", action="store_true", help="only the shuffled-epoch cases")
+    parser.add_argument("--shuffle-probe", type=int, default=None,
+                        help="batches read of the slow shuffle=True cases (default: the whole epoch; quick: 3)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/scale.json)")
@@ -403,14 +588,23 @@ def main() -> None:
     args.graphs = args.graphs or (10_000 if args.quick else 100_000)
     args.reads = args.reads or (200_000 if args.quick else 2_000_000)
     args.graph_shard_size = args.graph_shard_size or max(args.graphs // 10, 1)
+    if args.shuffle_probe is None and args.quick:
+        args.shuffle_probe = 3
     if args.case:
         if args.case == "lazy-prepare":
             print(json.dumps(lazy_prepare(args)))
+        elif args.case == "shuffle-prepare":
+            print(json.dumps(shuffle_prepare(args)))
+        elif args.case.startswith("shuffle-"):
+            print(json.dumps(shuffle_case(args)))
         else:
             print(json.dumps(lazy_case(args) if args.case.startswith("lazy-") else run_case(args)))
         return
     if args.lazy_only:
         lazy_main(args)
+        return
+    if args.shuffle_only:
+        shuffle_main(args)
         return
 
     sys.path.insert(0, str(HERE))
@@ -449,6 +643,8 @@ def main() -> None:
         print(line)
     if args.lazy:
         lazy_main(args)
+    if args.shuffle:
+        shuffle_main(args)
 
 
 def lazy_main(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ from .graphs import ShardedGraphDataset, load_graphs, precompute_graphs
 from .job import PrecomputeError, PrecomputeResult
 from .meds import ShardedMedsDataset, load_meds, meds_data_files, precompute_meds, vocab_from_codes
 from .reads import ShardedReadsDataset, load_reads, precompute_reads
+from .sampler import ShardSampler
 
 __all__ = [
     "precompute_graphs",
@@ -30,6 +31,7 @@ __all__ = [
     "precompute_meds",
     "load_meds",
     "ShardedMedsDataset",
+    "ShardSampler",
     "vocab_from_codes",
     "meds_data_files",
     "PrecomputeResult",

@@ -444,11 +444,12 @@ def _encode_shard(graphs: list[Any], transform: Any, batch_size: int, device: st
 
 class ShardedGraphDataset(ShardedDataset):
     """A lazy dataset over the shards :func:`precompute_graphs` wrote: ``dataset[i]`` is graph ``i`` (in input
-    order), read from its shard on first use; the ``cache_shards`` most recently used shards stay in memory.
+    order), read from its shard on first use; the most recently used shards stay in memory (``cache_bytes``).
 
     Works with ``torch_geometric.loader.DataLoader`` and ``torch.utils.data.DataLoader`` (each DataLoader
-    worker keeps its own cache). Access in order, or shuffle within shards: a fully random order reads a
-    shard for almost every item once the dataset has more shards than the cache holds.
+    worker keeps its own cache). Shuffle with ``sampler=dataset.sampler(shuffle=True, seed=...)`` (shards in a
+    random order, items mixed within a window of shards: each shard read once per epoch), not ``shuffle=True``:
+    a fully random order reads a shard for almost every item once the shards outgrow the cache.
 
     Args:
         out_dir: the output folder of a finished :func:`precompute_graphs` job.
@@ -456,16 +457,17 @@ class ShardedGraphDataset(ShardedDataset):
         verify: check each shard's sha256 against the manifest when it is first read. Either way a shard is read
             with ``torch.load(weights_only=True)`` (never unpickled) and checked to have the structure omnipos
             writes; a shard that fails is a ValueError naming it.
-        cache_shards: shards kept in memory.
+        cache_bytes, cache_shards: the parsed shards kept in memory: their size (default 256 MiB per process)
+            and / or count (see :class:`omnipos.scale.sharded.ShardedDataset`).
     """
 
     kind = KIND
     what = "graphs"
 
     def __init__(self, out_dir: str | os.PathLike, transform: Any = None, *, verify: bool = True,
-                 cache_shards: int = 2) -> None:
+                 cache_shards: int | None = None, cache_bytes: int | None = None) -> None:
         _require_pyg()
-        super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
+        super().__init__(out_dir, verify=verify, cache_shards=cache_shards, cache_bytes=cache_bytes)
         self.transform = transform
 
     def _parse(self, payload: bytes, index: int) -> tuple[Any, dict[str, Any], type, Path]:

@@ -622,14 +622,15 @@ class _MedsShard:
 class ShardedMedsDataset(ShardedDataset):
     """A lazy, map-style dataset over the shards :func:`precompute_meds` wrote: ``dataset[i]`` is one subject's
     timeline (one window of it with ``truncation="split"``), unpadded, read from its shard on first use; the
-    ``cache_shards`` most recently used shards stay in memory. ``dataset.collate`` pads one batch into an
+    most recently used shards stay in memory (``cache_bytes``). ``dataset.collate`` pads one batch into an
     :class:`omnipos.timeseries.EventBatch`, so iterating a cohort costs one shard and one batch of memory, not the
     cohort padded to its longest subject.
 
     Items follow the shards (each data file's subjects sorted); codes index :attr:`vocab`, the vocabulary
     :func:`load_meds` uses. Works in a ``torch.utils.data.DataLoader`` with workers
     (``collate_fn=dataset.collate``): the dataset pickles without its cache and each worker opens the shards it
-    reads.
+    reads. Shuffle with ``sampler=dataset.sampler(shuffle=True, seed=...)``, not ``shuffle=True`` (which reads a
+    shard for almost every item once the shards outgrow the cache).
 
     Args:
         out_dir: the output folder of a finished :func:`precompute_meds` job.
@@ -641,7 +642,8 @@ class ShardedMedsDataset(ShardedDataset):
         verify: check each shard's sha256 against the manifest when it is read (its being a regular file, its
             size, item count and structure are checked whatever ``verify`` says; shards the index needs, MEDS
             vocabularies or lengths to cut, are read and checked when the dataset is built).
-        cache_shards: shards kept in memory.
+        cache_bytes, cache_shards: the parsed shards kept in memory: their size (default 256 MiB per process)
+            and / or count (see :class:`omnipos.scale.sharded.ShardedDataset`).
 
     Raises:
         ValueError: a subject in two MEDS data files (whatever ``split`` selects; naming the subject and both
@@ -655,10 +657,12 @@ class ShardedMedsDataset(ShardedDataset):
     kind = KIND
     what = "timelines"
     meta_schema = META
+    parsed_per_file_byte = 2.0  # 1.4 measured on 50-event timelines (zstd Parquet -> NumPy columns)
 
     def __init__(self, out_dir: str | os.PathLike, *, split: str | None = None, max_len: int | None = None,
-                 truncation: str = "error", verify: bool = True, cache_shards: int = 2) -> None:
-        super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
+                 truncation: str = "error", verify: bool = True, cache_shards: int | None = None,
+                 cache_bytes: int | None = None) -> None:
+        super().__init__(out_dir, verify=verify, cache_shards=cache_shards, cache_bytes=cache_bytes)
         self.max_len = check_truncation(max_len, truncation)
         self.truncation = truncation
         if split is not None and not isinstance(split, str):

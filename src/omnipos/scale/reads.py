@@ -423,12 +423,14 @@ class _ReadsShard:
 
 class ShardedReadsDataset(ShardedDataset):
     """A lazy, map-style dataset over the shards :func:`precompute_reads` wrote: ``dataset[i]`` is row ``i`` (in
-    input order), unpadded, read from its shard on first use; the ``cache_shards`` most recently used shards stay
-    in memory. ``dataset.collate`` pads one batch of items, so iterating a job costs one shard and one batch of
-    memory, not the job padded to its longest read.
+    input order), unpadded, read from its shard on first use; the most recently used shards stay in memory
+    (``cache_bytes``). ``dataset.collate`` pads one batch of items, so iterating a job costs a few shards and one
+    batch of memory, not the job padded to its longest read.
 
     Works in a ``torch.utils.data.DataLoader`` with workers (``collate_fn=dataset.collate``): the dataset pickles
-    without its cache and each worker opens the shards it reads.
+    without its cache and each worker opens the shards it reads. Shuffle with
+    ``sampler=dataset.sampler(shuffle=True, seed=...)``, not ``shuffle=True`` (which reads a shard for almost
+    every item once the shards outgrow the cache).
 
     Args:
         out_dir: the output folder of a finished :func:`precompute_reads` job.
@@ -439,7 +441,8 @@ class ShardedReadsDataset(ShardedDataset):
         verify: check each shard's sha256 against the manifest when it is read (its being a regular file, its
             size, item count and structure are checked whatever ``verify`` says; shards the index needs, MEDS
             vocabularies or lengths to cut, are read and checked when the dataset is built).
-        cache_shards: shards kept in memory.
+        cache_bytes, cache_shards: the parsed shards kept in memory: their size (default 256 MiB per process)
+            and / or count (see :class:`omnipos.scale.sharded.ShardedDataset`).
 
     Items are dicts, those of :class:`omnipos.dna.FastxDataset`: ``{"name": str, "tokens": [L] (the job's token
     dtype), "quality": [L] uint8 Phred or None (FASTA), "record": int, "offset": int (where the row starts in its
@@ -449,10 +452,12 @@ class ShardedReadsDataset(ShardedDataset):
     kind = KIND
     what = "reads"
     meta_schema = META
+    parsed_per_file_byte = 4.0  # zstd packs 4-letter tokens ~4x; names become Python strings
 
     def __init__(self, out_dir: str | os.PathLike, *, max_len: int | None = None, truncation: str = "error",
-                 positional: bool = True, verify: bool = True, cache_shards: int = 2) -> None:
-        super().__init__(out_dir, verify=verify, cache_shards=cache_shards)
+                 positional: bool = True, verify: bool = True, cache_shards: int | None = None,
+                 cache_bytes: int | None = None) -> None:
+        super().__init__(out_dir, verify=verify, cache_shards=cache_shards, cache_bytes=cache_bytes)
         self.max_len = check_truncation(max_len, truncation)
         self.truncation = truncation
         self.positional = bool(positional)
