@@ -286,28 +286,6 @@ def test_small_eigh_sends_other_cases_to_lapack(monkeypatch):
         torch.testing.assert_close(values, torch.linalg.eigvalsh(a))
 
 
-def test_kernels_compile_without_a_cache_directory(monkeypatch):
-    """Where numba finds no writable cache directory (``cache=True`` raises at decoration), the kernels are
-    compiled in the process instead of failing."""
-    import numba
-
-    from omnipos.graph.lane_eigh import compiled
-
-    njit = numba.njit
-
-    def no_cache_dir(*args, cache=False, **kwargs):
-        if cache:
-            raise RuntimeError("cannot cache function 'f': no locator available for file 'f.py'")
-        return njit(*args, **kwargs)
-
-    monkeypatch.setattr(numba, "njit", no_cache_dir)
-
-    def twice(x):
-        return 2.0 * x
-
-    assert compiled(twice)(1.5) == 3.0
-
-
 def test_an_unreadable_cache_file_is_a_miss_and_is_rewritten(tmp_path):
     """Cached machine code is read back from disk, so it is untrusted: garbage in numba's index and data files
     gives the right answer (compiled again), and the next process loads the rewritten cache."""
