@@ -132,6 +132,37 @@ def test_a_patched_vision_language_model_takes_transformers_own_mrope_ids(model_
     _check_patched(model, ids, position_ids=position_ids)
 
 
+@pytest.mark.parametrize("model_type", sorted(VLMS))
+def test_a_patched_vision_language_model_with_an_image(model_type):
+    """An image among text tokens: transformers' get_rope_index gives the image's tokens (t, h, w) ids that differ
+    per axis, handed to the rotary module as [3, B, L] unchanged; logits and greedy tokens equal the stock model's."""
+    model = _vlm(model_type).eval()
+    vision = model.config.vision_config
+    grid = torch.tensor([[1, 4, 4]])  # 16 patches, 4 image tokens after the 2 x 2 merge
+    pixels = torch.randn(16, 3 * vision.temporal_patch_size * vision.patch_size ** 2,
+                         generator=torch.Generator().manual_seed(3))
+    ids = torch.tensor([[5, 6, 122, 120, 120, 120, 120, 7, 8, 9]])
+    inputs = {"pixel_values": pixels, "image_grid_thw": grid}
+    if not TF4:  # transformers 5 asks for the processor's token types
+        inputs["mm_token_type_ids"] = (ids == 120).long()
+    with torch.no_grad():
+        stock_logits = model(ids, **inputs).logits
+        stock_tokens = model.generate(ids, max_new_tokens=3, do_sample=False, **inputs)
+        patch_rotary(model)
+        seen = []
+        patch = model.model.language_model.rotary_emb  # (4.57 also has unused per-layer copies)
+        assert isinstance(patch, RotaryPatch)
+        hook = patch.register_forward_pre_hook(lambda module, args: seen.append(args[1]))
+        logits = model(ids, **inputs).logits
+        tokens = model.generate(ids, max_new_tokens=3, do_sample=False, **inputs)
+        hook.remove()
+    torch.testing.assert_close(logits, stock_logits, rtol=0, atol=1e-4)
+    assert torch.equal(tokens, stock_tokens)
+    first = seen[0]
+    assert first.shape[0] == 3 and first.shape[-1] == ids.shape[1]  # [3, B, L] as transformers passes them
+    assert not torch.equal(first[1], first[2])  # the image's rows and columns: the axes differ
+
+
 def _patched(model_type):
     """{where: (form, call, layer types)} of the patched modules of the family's tiny model."""
     if model_type in VLMS:

@@ -137,7 +137,8 @@ def _output(rope: RotaryEmbedding, form: str, position_ids: torch.Tensor, dtype:
         return cos.to(dtype), sin.to(dtype)
     if form == "repeat":
         return cos.repeat_interleave(2, -1).to(dtype), sin.repeat_interleave(2, -1).to(dtype)
-    return torch.complex(cos, sin).to(dtype)  # freqs_cis
+    freqs_cis = torch.complex(cos, sin)  # complex64, as Llama 4's module returns it
+    return freqs_cis.to(dtype) if dtype.is_complex else freqs_cis
 
 
 def _check_kernel(kernel: Any) -> str:
