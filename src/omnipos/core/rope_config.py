@@ -9,6 +9,15 @@ dict has none), ``original_max_position_embeddings`` (the config attribute wins 
 for Phi-3), the head dim (``head_dim`` or ``hidden_size // num_attention_heads``) and, for the M-RoPE families,
 their default ``mrope_section`` and interleaving.
 
+Configs as transformers 4 wrote them give, per layer type, what transformers 4.57 builds: Gemma 3 / 3n's
+``rope_local_base_freq`` is the sliding layers' theta, unscaled (``rope_theta`` + ``rope_scaling``: the full
+layers'); Olmo 3's flat ``rope_scaling`` beside ``layer_types`` scales the full-attention layers only (sliding: the
+default RoPE). Hunyuan's ``"dynamic"`` with ``alpha`` is read as ``"ntk_alpha"`` (base * alpha^(d/(d-2)) at every
+length), as transformers 5.x runs it; transformers 4.57 recomputes past ``max_position_embeddings`` with plain
+dynamic NTK from ``rope_theta`` (alpha dropped): for that behaviour past the trained length use
+``scaling={"rope_type": "dynamic", "factor": ..., "max_position_embeddings": ...}``. A model (``nn.Module`` with a
+``.config``) is read through its config.
+
 Which layers use RoPE at all (:func:`rope_layers`) comes from the NoPE keys: ``no_rope_layers`` (SmolLM3, Llama 4,
 Mistral Large 3: 1 = RoPE, 0 = NoPE), ``no_rope_layer_interval`` (every n-th layer NoPE), a nested rope dict whose
 entry for a layer type is ``None``, and the families whose global (full-attention) layers skip RoPE (Cohere2,
@@ -195,11 +204,13 @@ def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) ->
     and the M-RoPE section / interleaving) and ``layout``.
 
     Args:
-        config: a transformers config (v4 or v5; a VLM's top-level config or its ``text_config``) or its
-            ``config.json`` dict.
+        config: a transformers config (v4 or v5; a VLM's top-level config or its ``text_config``), its
+            ``config.json`` dict, or a model holding one (``model.config`` is read).
         layer_type: for a config whose rope parameters are nested by layer type (``{"full_attention": {...},
             "sliding_attention": {...}}``), the layer type to build; required then. Also accepted for a flat
-            dict when it is one of ``config.layer_types`` (every layer type shares the dict).
+            dict when it is one of ``config.layer_types``: every layer type shares the dict, except in configs
+            as transformers 4 wrote them where the sliding layers have a RoPE of their own (Gemma 3's
+            ``rope_local_base_freq``, Olmo 3's default RoPE; see the module docstring).
 
     Raises:
         TypeError / ValueError: not a config, no head dim, a nested dict without ``layer_type``, a layer type
