@@ -95,6 +95,10 @@ def _check_patched(model, ids, **forward):
     torch.testing.assert_close(logits, stock_logits, rtol=0, atol=1e-4)
     assert torch.equal(tokens, stock_tokens)
     assert unpatch_rotary(model) is model
+    patch_rotary(model, scaling={"rope_type": "linear", "factor": 16.0})  # the logits do see the RoPE:
+    with torch.no_grad():
+        assert (model(ids, **forward).logits - stock_logits).abs().max() > 4e-4  # 4x the tolerance above
+    unpatch_rotary(model)
     after = {n: m for n, m in model.named_modules()}
     assert after.keys() == before.keys() and all(after[n] is before[n] for n in before)
     assert not any(isinstance(m, RotaryPatch) for m in model.modules())
