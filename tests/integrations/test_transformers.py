@@ -79,25 +79,27 @@ def _available(model_type):
         pytest.skip(f"transformers {VERSION} has no {model_type!r}")
 
 
-def _check_patched(model, ids, **forward):
-    """Logits within 1e-4 of the stock model's, greedy tokens equal, unpatch restores the module objects."""
+def _check_patched(model, ids, runner=None, **forward):
+    """Logits within 1e-4 of the stock model's, greedy tokens equal, unpatch restores the module objects.
+    ``runner``: what computes the logits and generates (default: the patched model itself)."""
     model.eval()
+    runner = model if runner is None else runner
     before = {n: m for n, m in model.named_modules()}
     with torch.no_grad():
-        stock_logits = model(ids, **forward).logits
-        stock_tokens = model.generate(ids, max_new_tokens=3, do_sample=False)
+        stock_logits = runner(ids, **forward).logits
+        stock_tokens = runner.generate(ids, max_new_tokens=3, do_sample=False)
     assert patch_rotary(model) is model
     patches = [m for m in model.modules() if isinstance(m, RotaryPatch)]
     assert patches
     with torch.no_grad():
-        logits = model(ids, **forward).logits
-        tokens = model.generate(ids, max_new_tokens=3, do_sample=False)
+        logits = runner(ids, **forward).logits
+        tokens = runner.generate(ids, max_new_tokens=3, do_sample=False)
     torch.testing.assert_close(logits, stock_logits, rtol=0, atol=1e-4)
     assert torch.equal(tokens, stock_tokens)
     assert unpatch_rotary(model) is model
     patch_rotary(model, scaling={"rope_type": "linear", "factor": 16.0})  # the logits do see the RoPE:
     with torch.no_grad():
-        assert (model(ids, **forward).logits - stock_logits).abs().max() > 4e-4  # 4x the tolerance above
+        assert (runner(ids, **forward).logits - stock_logits).abs().max() > 4e-4  # 4x the tolerance above
     unpatch_rotary(model)
     after = {n: m for n, m in model.named_modules()}
     assert after.keys() == before.keys() and all(after[n] is before[n] for n in before)
@@ -113,6 +115,36 @@ def test_a_patched_language_model_gives_the_stock_logits_and_tokens(model_type):
     model = AutoModelForCausalLM.from_config(config)
     ids = torch.randint(3, 128, (2, 9), generator=torch.Generator().manual_seed(1))
     _check_patched(model, ids)
+
+
+WRAPPERS = {  # multimodal wrappers of text families: model_type -> (text family, vision config, top-level keywords)
+    "gemma3": ("gemma3_text", {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1,
+                               "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+               {"mm_tokens_per_image": 4, "image_token_index": 120, "boi_token_index": 121, "eoi_token_index": 122}),
+    "llama4": ("llama4_text", {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1,
+                               "num_attention_heads": 2, "image_size": 28, "patch_size": 14, "vision_output_dim": 32,
+                               "projector_input_dim": 32, "projector_output_dim": 64}, {"image_token_index": 120}),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(WRAPPERS))
+def test_a_patched_multimodal_wrapper_patches_its_language_model(model_type):
+    """Gemma 3 / Llama 4 ...ForConditionalGeneration: the language model's rotary modules are patched, the vision
+    tower's left alone."""
+    _available(model_type)
+    text, vision, top = WRAPPERS[model_type]
+    config = AutoConfig.for_model(model_type, text_config={**COMMON, **FAMILIES[text]}, vision_config=vision, **top)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(config)
+    runner = None
+    if model_type == "llama4" and not TF4:
+        # transformers 5.24's Llama4ForConditionalGeneration fails on a text-only forward (outputs.image_outputs
+        # on its language model's output): its language model computes the logits
+        runner = model.get_decoder()
+    ids = torch.randint(3, 110, (1, 9), generator=torch.Generator().manual_seed(1))
+    patches = _check_patched(model, ids, runner)
+    assert all(type(p.original).__name__.startswith(("Gemma3RotaryEmbedding", "Llama4TextRotaryEmbedding"))
+               for p in patches)
 
 
 def _vlm(model_type):
