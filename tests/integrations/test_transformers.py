@@ -60,6 +60,10 @@ FAMILIES = {  # model_type -> config keywords (tiny sizes; the RoPE as the relea
     "gpt_neox": {"rotary_pct": 0.25, "rotary_emb_base": 1e4, "partial_rotary_factor": 0.25},
     "smollm3": {"no_rope_layer_interval": 2},
     "hunyuan_v1_dense": {"head_dim": 32, "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}},
+    # (transformers 5.x only) one rotary module per theta, read through rotary_emb.config: GraniteSWA;
+    # a layer type without RoPE (its rope entry None), never passed to the module: Beam
+    "granite_swa": {"head_dim": 32},
+    "beam": {"head_dim": 32},
 }
 VLMS = {  # model_type -> (text config keywords, vision config keywords)
     "qwen2_vl": ({"rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}},

@@ -46,7 +46,7 @@ __all__ = ["KERNELS", "SUPPORTED_FAMILIES", "RotaryPatch", "patch_rotary", "unpa
 SUPPORTED_FAMILIES = (
     "llama", "llama4_text", "llama4", "qwen2", "qwen3", "gemma3_text", "gemma3", "phi3", "phimoe", "deepseek_v3",
     "mistral", "ministral", "olmo", "olmo3", "gpt_neox", "smollm3", "hunyuan_v1_dense", "qwen2_vl", "qwen2_5_vl",
-    "qwen3_vl",
+    "qwen3_vl", "granite_swa", "beam",
 )
 #: ``"transformers"``: the family's own apply function rotates q/k by omnipos' cos/sin; ``"auto"``: that, today.
 #: (omnipos rotating q/k itself would mean replacing the modeling module's apply function, a process-global side
@@ -95,6 +95,16 @@ class RotaryPatch(nn.Module):
         self.out_dtype = out_dtype
         self.call = call
         self.original = original
+
+    def __getattr__(self, name: str) -> Any:
+        """What the model reads off its rotary module besides calling it (``rotary_emb.config``, ``.layer_types``,
+        ``.mrope_section``, ...) comes from the stock module."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "original":
+                raise
+            return getattr(super().__getattr__("original"), name)
 
     def extra_repr(self) -> str:
         return f"form={self.form!r}, call={self.call!r}, original={type(self.original).__name__}"
@@ -170,6 +180,23 @@ def _layer_type_of(dotted: str, parent: nn.Module, attribute: str) -> str | None
     if isinstance(parent, nn.ModuleDict):
         return attribute
     return None
+
+
+def _module_config(module: nn.Module, text: Any) -> Any:
+    """The config a rotary module was built from (transformers' rotary classes keep it: GraniteSWA builds one per
+    theta, 4.57 Gemma 3's local module a copy with the local theta); else the model's text config."""
+    config = getattr(module, "config", None)
+    return text if config is None or isinstance(config, nn.Module) else config
+
+
+def _rotated_layer_types(module: nn.Module, config: Any) -> list[str]:
+    """The layer types a module called with ``layer_type`` serves: its own ``layer_types`` when it lists them, else
+    the config's, less those whose rope entry is None (NoPE: the model does not call the module for them)."""
+    kinds = getattr(module, "layer_types", None)
+    if not isinstance(kinds, (list, tuple)):
+        kinds = getattr(config, "layer_types", None) or ()
+    raw = getattr(config, "rope_parameters", None)
+    return [t for t in dict.fromkeys(kinds) if not (isinstance(raw, Mapping) and t in raw and raw[t] is None)]
 
 
 def _call_style(module: nn.Module) -> str:
@@ -326,8 +353,9 @@ def patch_rotary(model: nn.Module, *, scaling: Any = None, kernel: str = "auto")
     for parent, attribute, dotted, module in found:
         call = _call_style(module)
         keyed = call == "layer_type"
+        config = _module_config(module, text)
         if keyed:
-            kinds = list(dict.fromkeys(getattr(text, "layer_types", None) or ()))
+            kinds = _rotated_layer_types(module, config)
             if not kinds:
                 raise _refuse(model, f"{dotted} takes a layer_type but the config lists no layer_types")
         else:
@@ -336,7 +364,7 @@ def patch_rotary(model: nn.Module, *, scaling: Any = None, kernel: str = "auto")
         ropes, forms = {}, set()
         for layer_type in kinds:
             try:
-                own = _build_rope(text, layer_type, None)
+                own = _build_rope(config, layer_type, None)
             except (TypeError, ValueError) as error:
                 raise _refuse(model, f"from_config cannot read its RoPE for {dotted}"
                                      f"{'' if layer_type is None else f' ({layer_type})'}: {error}") from error
@@ -345,7 +373,7 @@ def patch_rotary(model: nn.Module, *, scaling: Any = None, kernel: str = "auto")
                 raise _refuse(model, f"{dotted} ({type(module).__name__}"
                                      f"{'' if layer_type is None else f', {layer_type}'}): {why}")
             forms.add((form, out_dtype))
-            ropes[layer_type if keyed else "default"] = own if scaling is None else _build_rope(text, layer_type, scaling)
+            ropes[layer_type if keyed else "default"] = own if scaling is None else _build_rope(config, layer_type, scaling)
         if len(forms) != 1:
             raise _refuse(model, f"{dotted} returns different forms per layer type: {sorted(map(str, forms))}")
         form, out_dtype = forms.pop()
