@@ -16,8 +16,10 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "omnipos"
 DOMAINS = ("timeseries", "vision", "graph", "dna")
-LIBRARY = ("core", *DOMAINS, "scale")  # everything but app/
-RANK = {"core": 0, **{d: 1 for d in DOMAINS}, "scale": 2, "app": 3}
+LIBRARY = ("core", *DOMAINS, "integrations", "scale")  # everything but app/
+# integrations/ sits beside the domains: it imports omnipos.core (and may import a domain), never scale or app;
+# no domain, scale or app module imports it (a user does)
+RANK = {"core": 0, **{d: 1 for d in DOMAINS}, "integrations": 1, "scale": 2, "app": 3}
 
 #: Third-party integrations and the only library modules that may import them (ARCHITECTURE: one module each,
 #: optional). matplotlib and tqdm are never imported by a library package. app/ is a user of these libraries (the
@@ -35,6 +37,8 @@ INTEGRATIONS = {
     # (numba: the compiled kernels, each domain's in modules of their own; core says how they are compiled)
     "numba": {"omnipos.core.compiled_kernels", "omnipos.graph.lane_eigh", "omnipos.graph.canonical_kernel",
               "omnipos.timeseries.summed_kernels"},
+    "transformers": {"omnipos.integrations.transformers"},
+    "diffusers": {"omnipos.integrations.diffusers"},
     "matplotlib": set(),
     "tqdm": set(),
 }
@@ -108,13 +112,20 @@ def test_every_import_was_found():
     assert len(MODULES) > 40
 
 
+def points_up(src: str, dst: str) -> bool:
+    """Whether package ``src`` importing package ``dst`` breaks the layers (a domain importing another domain or
+    integrations, the same rank, counts; integrations may build on a domain)."""
+    if not src or not dst or src == dst:
+        return False
+    if src == "integrations" and dst in DOMAINS:
+        return False
+    return RANK[dst] >= RANK[src]
+
+
 def test_no_arrow_points_up_a_layer():
     bad = []
     for imp in INTERNAL:
-        src, dst = package_of(imp.source), package_of(imp.target)
-        if not src or not dst or src == dst:
-            continue
-        if RANK[dst] >= RANK[src]:  # also domain -> another domain (same rank)
+        if points_up(package_of(imp.source), package_of(imp.target)):
             bad.append(f"{imp.where()} imports {imp.target}")
     assert not bad, "imports that point up (or across) the layers app -> scale -> domains -> core:\n" + "\n".join(bad)
 
@@ -122,7 +133,8 @@ def test_no_arrow_points_up_a_layer():
 def test_domains_use_only_the_core_namespace():
     """A domain imports ``omnipos.core`` (its declared API), never a core submodule."""
     bad = [f"{imp.where()} imports {imp.target}" for imp in INTERNAL
-           if package_of(imp.source) in (*DOMAINS, "scale", "app") and imp.target.startswith("omnipos.core.")]
+           if package_of(imp.source) in (*DOMAINS, "integrations", "scale", "app")
+           and imp.target.startswith("omnipos.core.")]
     assert not bad, "\n".join(bad)
 
 
@@ -220,3 +232,8 @@ def test_the_check_catches_violations(tmp_path, monkeypatch):
     fake = Import("omnipos.dna.bad", "omnipos.core.rotary", ("_rotate",), 1)
     assert package_of(fake.source) == "dna" and fake.target.startswith("omnipos.core.")
     assert RANK[package_of("omnipos.app.cli")] > RANK[package_of(fake.source)]
+    # integrations: beside the domains, above the core, below scale and app
+    assert package_of("omnipos.integrations.transformers") == "integrations"
+    assert not points_up("integrations", "core") and not points_up("integrations", "vision")
+    assert points_up("integrations", "scale") and points_up("integrations", "app")
+    assert points_up("core", "integrations") and points_up("dna", "integrations")

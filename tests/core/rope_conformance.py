@@ -5,7 +5,9 @@ mentions RoPE is built with its default config; a family counts when its text-le
 ``text_config``) holds ``rope_parameters``. For each rope type the family supports (its own, and the standard
 scalings substituted into its rope dict; a type the family's rotary class refuses or ignores is not one it
 supports), the family's own rotary class and ``from_config`` are run at the same positions and compared: inverse
-frequencies, the factor multiplying cos/sin, cos/sin, and q/k rotated by the family's ``apply_rotary_pos_emb``.
+frequencies, the factor multiplying cos/sin, cos/sin, and q/k rotated by the family's own apply function whatever its
+name (``apply_rotary_pos_emb``; DeepSeek-V3's ``apply_rotary_pos_emb_interleave`` on cat-form cos/sin; Llama 4 and
+DeepSeek-V2's ``apply_rotary_emb`` on complex ``freqs_cis``), fed what the family's rotary module returned.
 
 ``PYTHONPATH=tests python -m core.rope_conformance`` prints the table (the README's); the tests are in
 ``test_rope_conformance.py``. Verified with transformers 5.24.
@@ -47,6 +49,7 @@ class FamilyResult:
     status: str  # "reproduced", "exception", "not counted"
     reason: str = ""
     rope_types: list[str] = field(default_factory=list)
+    rotation: set[str] = field(default_factory=set)  # the apply functions the rotated q/k were compared through
 
 
 class Unsupported(Exception):
@@ -101,28 +104,73 @@ def _nested_types(params) -> list[str | None]:
     return [None]
 
 
-def _hf_cos_sin(rotary, positions, layer_type, head_dim):
+def _hf_output(rotary, positions, layer_type, head_dim):
+    """The family's rotary module's own output at ``positions`` (``[L]`` or ``[L, 3]``), batch 1."""
     ids = positions[None] if positions.ndim == 1 else positions.T[:, None]
     x = torch.zeros(1, positions.shape[0], head_dim)
-    out = rotary(x, ids) if layer_type is None else rotary(x, ids, layer_type=layer_type)
+    return rotary(x, ids) if layer_type is None else rotary(x, ids, layer_type=layer_type)
+
+
+def _hf_cos_sin(rotary, positions, layer_type, head_dim):
+    return _cos_sin_of(_hf_output(rotary, positions, layer_type, head_dim), positions.shape[0])
+
+
+def _cos_sin_of(out, length):
     if isinstance(out, torch.Tensor) and out.is_complex():  # freqs_cis (Llama 4): half-width, interleaved pairs
         return torch.cat((out.real, out.real), -1)[0], torch.cat((out.imag, out.imag), -1)[0]
     cos, sin = out
-    return cos.reshape(-1, cos.shape[-1])[-positions.shape[0]:], sin.reshape(-1, sin.shape[-1])[-positions.shape[0]:]
+    return cos.reshape(-1, cos.shape[-1])[-length:], sin.reshape(-1, sin.shape[-1])[-length:]
 
 
-def _apply_function(module, config):
+def _complex_apply(apply):
+    """Llama 4 / DeepSeek-V2's ``apply_rotary_emb(xq, xk, freqs_cis)``: q/k ``[B, L, H, D]`` (Llama 4,
+    ``freqs_cis[:, :, None]``) or ``[B, H, L, D]`` (DeepSeek-V2, ``freqs_cis.unsqueeze(1)``); returns q/k as
+    ``[B, H, L, D]``."""
+    def rotate(q, k, out):
+        try:
+            return apply(q, k, out)
+        except RuntimeError:  # the other axis order
+            q_hf, k_hf = apply(q.transpose(1, 2), k.transpose(1, 2), out)
+            return q_hf.transpose(1, 2), k_hf.transpose(1, 2)
+    return rotate
+
+
+def _rotate_partial(apply, q, k, out, rotary_dim):
+    """``apply`` on the whole head, or (Phi, Persimmon, StableLM: the attention slices q/k first) on the rotary
+    channels, the rest passed through."""
+    try:
+        return apply(q, k, out)
+    except RuntimeError:
+        if rotary_dim == q.shape[-1]:
+            raise
+    q_rot, k_rot = apply(q[..., :rotary_dim], k[..., :rotary_dim], out)
+    return torch.cat((q_rot, q[..., rotary_dim:]), -1), torch.cat((k_rot, k[..., rotary_dim:]), -1)
+
+
+def apply_function(module, config):
+    """The family's own q/k rotation, whatever its name, as ``rotate(q, k, output) -> (q, k)`` on ``[B, H, L, D]``
+    (``output``: what its rotary module returned), the name, and whether it returns the channels de-interleaved
+    (DeepSeek-V3's ``apply_rotary_pos_emb_interleave``); ``(None, None, False)`` when the module has none."""
     if getattr(config, "rope_interleave", False) and hasattr(module, "apply_rotary_pos_emb_interleave"):
-        return module.apply_rotary_pos_emb_interleave, True
-    return getattr(module, "apply_rotary_pos_emb", None), False
+        f = module.apply_rotary_pos_emb_interleave
+        return (lambda q, k, out: f(q, k, out[0], out[1])[:2]), "apply_rotary_pos_emb_interleave", True
+    f = getattr(module, "apply_rotary_pos_emb", None)
+    if f is not None:
+        return (lambda q, k, out: f(q, k, out[0], out[1])[:2]), "apply_rotary_pos_emb", False
+    f = getattr(module, "apply_rotary_emb", None)
+    if f is not None:
+        return _complex_apply(f), "apply_rotary_emb", False
+    return None, None, False
 
 
-def compare(model_type, config, module, rotary_cls, layer_type, positions, tol) -> str | None:
-    """None when omnipos reproduces the family here, else what differs."""
+def compare(model_type, config, module, rotary_cls, layer_type, positions, tol, checked=None) -> str | None:
+    """None when omnipos reproduces the family here, else what differs. ``checked`` (a set) receives the name of
+    the family's apply function when the rotated q/k were compared through it."""
     text = _text(config)
     try:
         rotary = rotary_cls(text)
-        cos_hf, sin_hf = _hf_cos_sin(rotary, positions, layer_type, 16)
+        out_hf = _hf_output(rotary, positions, layer_type, 16)
+        cos_hf, sin_hf = _cos_sin_of(out_hf, positions.shape[0])
     except Exception as error:  # the family's own class refuses this config
         raise Unsupported(f"{type(error).__name__}: {error}") from error
     bound = tol * (1 + float(positions.max()) / 16)  # transformers' float32 angles: ~ulp(position) each
@@ -155,17 +203,19 @@ def compare(model_type, config, module, rotary_cls, layer_type, positions, tol) 
     factor_hf = float((cos_hf.double() ** 2 + sin_hf.double() ** 2).sqrt().mean())
     if abs(float(ours.attention_factor_at(positions)) - factor_hf) > 5e-6 * factor_hf:
         return f"attention factor {float(ours.attention_factor_at(positions)):.6g} vs {factor_hf:.6g}"
-    apply, deinterleaved = _apply_function(module, text)
+    apply, name, deinterleaved = apply_function(module, text)
     if apply is None:
         return None
     rope = RotaryEmbedding.from_config(config, layer_type=layer_type)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 2, positions.shape[0], rope.dim, generator=g)
     k = torch.randn(1, 2, positions.shape[0], rope.dim, generator=g)
+    if not isinstance(out_hf, torch.Tensor):  # (cos, sin) for batch 1, as the model hands them to its apply
+        out_hf = tuple(t.reshape(-1, t.shape[-1])[-positions.shape[0]:][None].float() for t in out_hf)
     try:
         with torch.no_grad():
-            q_hf, k_hf = apply(q, k, cos_hf[None].to(q.dtype), sin_hf[None].to(q.dtype))[:2]
-    except Exception:  # an apply function with another signature: cos/sin were compared
+            q_hf, k_hf = _rotate_partial(apply, q, k, out_hf, rope.rotary_dim)
+    except Exception:  # an apply function with another signature (M-RoPE's own, ...): cos/sin were compared
         return None
     q_ours, k_ours = rope(q, k, positions[None])
     if deinterleaved:
@@ -175,7 +225,9 @@ def compare(model_type, config, module, rotary_cls, layer_type, positions, tol) 
         return None  # the family's apply rotates a slice of its own choosing: cos/sin were compared
     if not torch.allclose(q_ours, q_hf, rtol=0, atol=20 * bound) or \
             not torch.allclose(k_ours, k_hf, rtol=0, atol=20 * bound):
-        return f"rotated q/k differ by {float((q_ours - q_hf).abs().max()):.2g} (layout {rope.layout!r})"
+        return f"rotated q/k differ by {float((q_ours - q_hf).abs().max()):.2g} (layout {rope.layout!r}, {name})"
+    if checked is not None:
+        checked.add(name)
     return None
 
 
@@ -240,6 +292,7 @@ def check_family(model_type: str, module_name: str, *, all_types: bool, position
                 except Exception:  # a config without a readable head dim: its own type is checked (and reported)
                     pass
         done = []
+        checked: set[str] = set()
         for kind, variant in variants:
             layer_types = _nested_types(_text(variant).rope_parameters)
             used = getattr(_text(variant), "layer_types", None)
@@ -258,7 +311,8 @@ def check_family(model_type: str, module_name: str, *, all_types: bool, position
                 last_error = None
                 for rotary_cls in classes:
                     try:
-                        problem = compare(model_type, variant, module, rotary_cls, layer_type, positions, tol)
+                        problem = compare(model_type, variant, module, rotary_cls, layer_type, positions, tol,
+                                          checked)
                         break
                     except Unsupported as error:
                         last_error = error
@@ -273,7 +327,7 @@ def check_family(model_type: str, module_name: str, *, all_types: bool, position
                     label = kind if layer_type is None else f"{kind}/{layer_type}"
                     return FamilyResult(model_type, "exception", f"{label}: {problem}")
                 done.append(kind if layer_type is None else f"{kind}/{layer_type}")
-        return FamilyResult(model_type, "reproduced", rope_types=sorted(set(done)))
+        return FamilyResult(model_type, "reproduced", rope_types=sorted(set(done)), rotation=checked)
 
 
 def _even_head_dim(text) -> None:

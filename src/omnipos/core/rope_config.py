@@ -9,6 +9,15 @@ dict has none), ``original_max_position_embeddings`` (the config attribute wins 
 for Phi-3), the head dim (``head_dim`` or ``hidden_size // num_attention_heads``) and, for the M-RoPE families,
 their default ``mrope_section`` and interleaving.
 
+Configs as transformers 4 wrote them give, per layer type, what transformers 4.57 builds: Gemma 3 / 3n's
+``rope_local_base_freq`` is the sliding layers' theta, unscaled (``rope_theta`` + ``rope_scaling``: the full
+layers'); Olmo 3's flat ``rope_scaling`` beside ``layer_types`` scales the full-attention layers only (sliding: the
+default RoPE). Hunyuan's ``"dynamic"`` with ``alpha`` is read as ``"ntk_alpha"`` (base * alpha^(d/(d-2)) at every
+length), as transformers 5.x runs it; transformers 4.57 recomputes past ``max_position_embeddings`` with plain
+dynamic NTK from ``rope_theta`` (alpha dropped): for that behaviour past the trained length use
+``scaling={"rope_type": "dynamic", "factor": ..., "max_position_embeddings": ...}``. A model (``nn.Module`` with a
+``.config``) is read through its config.
+
 Which layers use RoPE at all (:func:`rope_layers`) comes from the NoPE keys: ``no_rope_layers`` (SmolLM3, Llama 4,
 Mistral Large 3: 1 = RoPE, 0 = NoPE), ``no_rope_layer_interval`` (every n-th layer NoPE), a nested rope dict whose
 entry for a layer type is ``None``, and the families whose global (full-attention) layers skip RoPE (Cohere2,
@@ -50,6 +59,8 @@ _INTERLEAVED_MODELS = frozenset({
     "ernie4_5", "ernie4_5_moe", "helium", "moonshine", "moonshine_streaming", "openai_privacy_filter",
     "hy_v4_vl", "hy_v4_vl_text", "pe_audio", "pe_audio_encoder", "pe_video", "pe_video_encoder", "pe_audio_video",
     "pe_audio_video_encoder",
+    # Llama 4, DeepSeek-V2: complex freqs_cis times view_as_complex(q.reshape(..., -1, 2))
+    "llama4", "llama4_text", "deepseek_v2",
 })
 
 # Keys some families keep in their rope dict that are no RoPE parameter (read by the attention, not the rotary
@@ -60,6 +71,14 @@ _ATTENTION_KEYS = ("llama_4_scaling_beta",)
 _SLIDING_ROPE_ONLY = frozenset({"cohere2", "flint", "afmoe"})
 # EXAONE 4 style: when the config has a sliding window, only sliding layers rotate; without one, every layer does.
 _SLIDING_ROPE_WHEN_HYBRID = frozenset({"exaone4", "exaone4_5", "exaone_moe", "kolibri1"})
+# Configs as transformers 4 wrote them, per layer type: Olmo 3's flat rope_scaling beside layer_types scales the
+# full-attention layers only; its sliding layers use the default RoPE at the same theta (4.57's
+# ``rotary_embs["sliding_attention"] = Olmo3RotaryEmbedding(config, rope_type="default")``; 5.24 converts such a
+# config to per-layer-type rope_parameters alike). Gemma 3 / 3n's ``rope_local_base_freq`` is read apart (below).
+_SLIDING_DEFAULT_ROPE = frozenset({"olmo3"})
+_SLIDING = "sliding_attention"
+#: The most decoder layers a config may declare (rope_layers builds one flag per layer).
+MAX_LAYERS = 1_000_000
 
 
 def _get(config: Any, name: str) -> Any:
@@ -75,7 +94,14 @@ def _has(config: Any, name: str) -> bool:
 
 def _text_config(config: Any) -> Any:
     """The config that describes the language model's attention: ``text_config`` for a VLM whose top level
-    carries no attention heads, else ``config`` itself."""
+    carries no attention heads, else ``config`` itself. A model (a ``torch.nn.Module`` holding ``.config``, as every
+    transformers ``PreTrainedModel`` does) is read through its ``config``."""
+    if isinstance(config, torch.nn.Module):
+        inner = getattr(config, "config", None)
+        if inner is None or isinstance(inner, torch.nn.Module):
+            raise TypeError(f"config must be a transformers config or its config.json dict, got the module "
+                            f"{type(config).__name__}, which holds no .config: pass the model's config")
+        config = inner
     if config is None or isinstance(config, (str, bytes, int, float)):
         raise TypeError(f"config must be a transformers config or its config.json dict, got {type(config).__name__}")
     text = _get(config, "text_config")
@@ -133,11 +159,43 @@ def _rope_dict(config: Any, layer_type: str | None) -> dict[str, Any]:
     return dict(chosen)
 
 
-def _integral(value: Any, name: str) -> Any:
-    """A length written as a float (1200.0 in some config.json files) as the int it is; others unchanged."""
+def _integral(value: Any) -> Any:
+    """A length written as a float (1024.0 in some config.json files; transformers runs it) as the int it is; others
+    unchanged (a fractional length is refused by :class:`~omnipos.core.RopeScaling`, naming it)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
+
+
+def _is_nested(raw: Mapping, layer_types: list[str] | None) -> bool:
+    """True for a rope dict keyed by layer type (transformers 5), False for a flat one (v4, or v5 shared)."""
+    if any(k in raw for k in ("rope_type", "type", "rope_theta")):
+        return False
+    return any(isinstance(v, Mapping) or v is None for v in raw.values()) and (
+        layer_types is None or any(t in raw for t in layer_types) or _SLIDING in raw or "full_attention" in raw)
+
+
+def _v4_layer_params(text: Any, layer_type: str | None) -> dict[str, Any] | None:
+    """The rope dict of a layer type that a transformers 4 config (flat ``rope_scaling``) describes apart from its
+    flat dict, as 4.57's models build it; None when the flat dict holds for that layer type.
+
+    Gemma 3 / 3n: ``rope_local_base_freq`` is the sliding layers' theta, unscaled (4.57's ``rotary_emb_local``);
+    Olmo 3: the sliding layers use the default RoPE at ``rope_theta`` (4.57's ``rotary_embs``)."""
+    if layer_type != _SLIDING:
+        return None
+    raw = _get(text, "rope_parameters")
+    if raw is None:
+        raw = _get(text, "rope_scaling")
+    if isinstance(raw, Mapping) and _is_nested(raw, _layer_types(text)):
+        return None  # transformers 5: the dict names each layer type's parameters itself
+    local = _get(text, "rope_local_base_freq")
+    if local is not None:
+        return {"rope_type": "default", "rope_theta": local}
+    if _get(text, "model_type") in _SLIDING_DEFAULT_ROPE:
+        theta = raw.get("rope_theta") if isinstance(raw, Mapping) else None
+        theta = _get(text, "rope_theta") if theta is None else theta
+        return {"rope_type": "default", **({} if theta is None else {"rope_theta": theta})}
+    return None
 
 
 def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) -> dict[str, Any]:
@@ -146,11 +204,13 @@ def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) ->
     and the M-RoPE section / interleaving) and ``layout``.
 
     Args:
-        config: a transformers config (v4 or v5; a VLM's top-level config or its ``text_config``) or its
-            ``config.json`` dict.
+        config: a transformers config (v4 or v5; a VLM's top-level config or its ``text_config``), its
+            ``config.json`` dict, or a model holding one (``model.config`` is read).
         layer_type: for a config whose rope parameters are nested by layer type (``{"full_attention": {...},
             "sliding_attention": {...}}``), the layer type to build; required then. Also accepted for a flat
-            dict when it is one of ``config.layer_types`` (every layer type shares the dict).
+            dict when it is one of ``config.layer_types``: every layer type shares the dict, except in configs
+            as transformers 4 wrote them where the sliding layers have a RoPE of their own (Gemma 3's
+            ``rope_local_base_freq``, Olmo 3's default RoPE; see the module docstring).
 
     Raises:
         TypeError / ValueError: not a config, no head dim, a nested dict without ``layer_type``, a layer type
@@ -158,7 +218,11 @@ def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) ->
     """
     text = _text_config(config)
     head_dim = _head_dim(_layer_config(text, layer_type))
-    params = _rope_dict(text, layer_type)
+    v4_params = _v4_layer_params(text, layer_type)
+    params = _rope_dict(text, layer_type) if v4_params is None else v4_params
+    for key in ("original_max_position_embeddings", "max_position_embeddings"):
+        if key in params:
+            params[key] = _integral(params[key])
     kind = canonical_rope_type(params.get("rope_type", params.get("type", "default")))
     if "rope_theta" not in params:
         theta = _get(text, "rope_theta")
@@ -174,12 +238,12 @@ def rope_arguments_from_config(config: Any, *, layer_type: str | None = None) ->
             params["partial_rotary_factor"] = partial
     for key in _ATTENTION_KEYS:
         params.pop(key, None)
-    max_positions = _integral(_get(text, "max_position_embeddings"), "config.max_position_embeddings")
+    max_positions = _integral(_get(text, "max_position_embeddings"))
     if max_positions is not None:
         params.setdefault("max_position_embeddings", max_positions)
     if kind in ("llama3", "yarn", "longrope"):
-        original = _get(text, "original_max_position_embeddings") if _has(text, "original_max_position_embeddings") \
-            else None
+        original = _integral(_get(text, "original_max_position_embeddings")) \
+            if _has(text, "original_max_position_embeddings") else None
         if original is not None and layer_type is None:  # transformers: the config attribute wins (Phi-3)
             params["original_max_position_embeddings"] = original
         elif max_positions is not None:
@@ -213,6 +277,9 @@ def rope_layers(config: Any) -> tuple[bool, ...]:
     if n_layers is None:
         raise ValueError("config has no num_hidden_layers: cannot tell which layers use RoPE")
     n_layers = check_positive_int(n_layers, "config.num_hidden_layers")
+    if n_layers > MAX_LAYERS:
+        raise ValueError(f"config.num_hidden_layers must be at most {MAX_LAYERS:,} (one flag per layer is built), "
+                         f"got {n_layers:,}")
     layer_types = _layer_types(text)
     if layer_types is not None and len(layer_types) != n_layers:
         raise ValueError(f"config.layer_types has {len(layer_types)} entries, num_hidden_layers={n_layers}")

@@ -268,16 +268,20 @@ class RotaryEmbedding(ConstantBuffers):
     def from_config(cls, config: Any, *, layer_type: str | None = None,
                     layout: str | None = None) -> RotaryEmbedding:
         """The rotary embedding a model config describes (transformers v4 ``rope_scaling`` or v5
-        ``rope_parameters``, a VLM's top-level config or ``text_config``, or the ``config.json`` dict).
+        ``rope_parameters``, a VLM's top-level config or ``text_config``, the ``config.json`` dict, or a model,
+        whose ``.config`` is read).
 
         Head dim, partial rotary factor, theta, scaling, ``max_position_embeddings`` (dynamic, longrope / yarn
         without ``factor``), ``original_max_position_embeddings``, M-RoPE section and interleaving all come from the
         config, as transformers' rope code reads them; see :func:`~omnipos.core.rope_arguments_from_config`.
         ``layer_type`` picks the entry of per-layer-type parameters (``"full_attention"``,
-        ``"sliding_attention"``). ``layout`` defaults to the family's (``"interleaved"`` for GLM, Cohere, ERNIE 4.5 and
-        DeepSeek-V3 with ``rope_interleave``, whose output transformers returns de-interleaved: see
-        :func:`~omnipos.core.deinterleaved_channel_order`); whether a layer uses RoPE at all:
-        :func:`~omnipos.core.rope_layers`.
+        ``"sliding_attention"``). ``layout`` defaults to the family's (``"interleaved"`` for GLM, Cohere, ERNIE 4.5, Llama 4 and
+        DeepSeek-V2 (complex ``freqs_cis``), and DeepSeek-V3 with ``rope_interleave``, whose output transformers
+        returns de-interleaved: see :func:`~omnipos.core.deinterleaved_channel_order`); configs as transformers 4
+        wrote them give each layer type its own RoPE (Gemma 3's ``rope_local_base_freq``, Olmo 3's flat
+        ``rope_scaling``: see :func:`~omnipos.core.rope_arguments_from_config`); whether a layer uses RoPE at all:
+        :func:`~omnipos.core.rope_layers`. To put the result into a transformers model:
+        ``omnipos.integrations.transformers.patch_rotary(model)``.
         """
         arguments = rope_arguments_from_config(config, layer_type=layer_type)
         if layout is not None:
