@@ -99,3 +99,30 @@ def test_error_messages_show_at_most_about_100_characters_of_a_name_or_line(tmp_
         list(read_fastx(path, parser=parser))
     message = str(info.value)
     assert len(message) < len(str(path)) + 400, message
+
+
+# -- 4. bz2 / xz / zstd named -------------------------------------------------------------------------------------
+
+def _compress(kind: str, data: bytes) -> bytes:
+    import bz2
+    import lzma
+
+    if kind == "bz2":
+        return bz2.compress(data)
+    if kind == "xz":
+        return lzma.compress(data)
+    # a zstd frame: its magic bytes, then a frame header and a raw block holding the data (RFC 8878)
+    assert len(data) < 256
+    block = (len(data) << 3 | 1).to_bytes(3, "little")  # last block, raw
+    return b"\x28\xb5\x2f\xfd" + bytes([0x20, len(data)]) + block + data
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("kind", ["bz2", "xz", "zstd"])
+def test_bz2_xz_zstd_inputs_are_refused_saying_compressed(tmp_path, kind, parser):
+    """Before: "not FASTA or FASTQ: the first character is 'B'" (or an unprintable one), not saying compressed."""
+    path = tmp_path / "reads.fq"  # the name says nothing: the magic bytes tell
+    path.write_bytes(_compress(kind, b"@r1\nACGT\n+\nIIII\n"))
+    with pytest.raises(ValueError, match=rf"reads\.fq: compressed with {kind}, which omnipos does not read; "
+                                         "decompress it .* or use gzip"):
+        list(read_fastx(path, parser=parser))

@@ -88,12 +88,24 @@ def check_input_file(path: str | os.PathLike, name: str = "path") -> Path:
                      "(it is opened twice: once to tell its format); save the stream to a file first")
 
 
+# Compressions omnipos does not read, by their magic bytes: (magic, name, the command that decompresses it)
+_OTHER_COMPRESSIONS = ((b"BZh", "bz2", "bunzip2"), (b"\xfd7zXZ\x00", "xz", "unxz"),
+                       (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
+
+
 def open_binary(path: Path) -> IO[bytes]:
-    """The file opened for binary reading, gunzipped when it starts with gzip's magic bytes."""
+    """The file opened for binary reading, gunzipped when it starts with gzip's magic bytes. A file compressed
+    with bz2, xz or zstd (told by its magic bytes) is a ValueError saying so."""
     handle = open(path, "rb")
-    if handle.read(2) == _GZIP_MAGIC:
+    start = handle.read(6)
+    if start[:2] == _GZIP_MAGIC:
         handle.close()
         return gzip.open(path, "rb")
+    for magic, kind, command in _OTHER_COMPRESSIONS:
+        if start.startswith(magic):
+            handle.close()
+            raise ValueError(f"{path}: compressed with {kind}, which omnipos does not read; decompress it "
+                             f"({command} {str(path)!r}) or use gzip")
     handle.seek(0)
     return handle
 
