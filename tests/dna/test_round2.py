@@ -4,14 +4,20 @@ proportional to itself."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from Bio import SeqIO
 from Bio.SeqIO.QualityIO import FastqGeneralIterator
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import omnipos.dna.fastq_blocks as blocks
 from omnipos.dna import decode, read_fastx
 
 PEER = Path("/work/shared/peer-data")
@@ -126,3 +132,111 @@ def test_bz2_xz_zstd_inputs_are_refused_saying_compressed(tmp_path, kind, parser
     with pytest.raises(ValueError, match=rf"reads\.fq: compressed with {kind}, which omnipos does not read; "
                                          "decompress it .* or use gzip"):
         list(read_fastx(path, parser=parser))
+
+
+# -- 2. the block parser: the same batches and errors as the reference -------------------------------------------
+
+needs_blocks = pytest.mark.skipif(blocks.block_kernels() is None, reason="the block parser needs numba")
+PEER_FASTQ = sorted(p for p in PEER.glob("*/*") if p.suffix != ".pt")
+
+
+def _outcome(path, parser, **options):
+    try:
+        return "read", [(b.names, b.tokens.tolist(), b.tokens.dtype, b.mask.tolist(), b.lengths.tolist(),
+                         None if b.qualities is None else b.qualities.tolist(), b.records.tolist(),
+                         b.offsets.tolist(), None if b.rna is None else b.rna.tolist(), b.quality_offset,
+                         b.quality_encoding) for b in read_fastx(path, parser=parser, **options)]
+    except ValueError as exc:
+        return "refused", str(exc)
+
+
+def _blocks_used(monkeypatch):
+    """Count the records the block parser hands out (so a test knows it ran)."""
+    seen = []
+    original = blocks.block_records
+
+    def counting(*args, **kwargs):
+        for raw in original(*args, **kwargs):
+            seen.append(len(raw.names))
+            yield raw
+
+    monkeypatch.setattr(blocks, "block_records", counting)
+    return seen
+
+
+OPTION_SETS = [{}, {"rna": "keep", "quality_offset": "auto", "max_len": 30, "truncation": "split"},
+               {"bucket_size": 5, "ambiguity": "to_n", "lowercase": "fold", "token_dtype": torch.int64}]
+
+
+@needs_blocks
+@pytest.mark.parametrize("path", PEER_FASTQ, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_block_parser_equals_the_reference_on_every_peer_file(path):
+    for options in OPTION_SETS:
+        assert _outcome(path, "auto", batch_size=2, **options) == _outcome(path, "python", batch_size=2, **options)
+
+
+def _random_fastq(rng, count, *, long_every=0):
+    out = []
+    for i in range(count):
+        n = int(rng.integers(0, 40)) if not long_every or i % long_every else 5000
+        seq = rng.choice(np.frombuffer(b"ACGTNacgtRY", dtype=np.uint8), n).tobytes()
+        qual = rng.integers(33, 75, n).astype(np.uint8).tobytes()
+        name = b"r%d%s" % (i, b" desc" if i % 3 == 0 else b"")
+        out.append(b"@%s\n%s\n+\n%s\n" % (name, seq, qual))
+    return b"".join(out)
+
+
+@needs_blocks
+@pytest.mark.parametrize("block", [64, 1000, 1 << 22])
+@pytest.mark.parametrize("tail", [b"", b"\n\n \n", b"@bad\nAC\n+\nI\n@r\nA\n+\nI\n", b"@w\nAC\nGT\n+\nIIII\n",
+                                  b"@x\nACZ\n+\nIII\n", b"@q\nAC\n+\nI\x01\n", b"@c\nAC\r\n+\r\nII\r\n",
+                                  b"@n\nAC\n+n\nII\n", b"@s\nACGT\n+\nII\nII\n", b"@e\nAC\n+\nII"])
+def test_block_parser_across_blocks_batches_and_hand_overs(tmp_path, monkeypatch, block, tail):
+    """Records spanning block boundaries (tiny blocks, and a 5,000 bp read growing the buffer), batches spanning
+    blocks, and a tail the block parser does not read (handed over mid-file: malformed, wrapped, CRLF, a '+name'
+    line, a short quality line, no LF at the end): the same batches, or the same error, as the reference."""
+    monkeypatch.setattr(blocks, "BLOCK", block)
+    seen = _blocks_used(monkeypatch)
+    path = tmp_path / "r.fq"
+    path.write_bytes(_random_fastq(np.random.default_rng(block), 300, long_every=97) + tail)
+    for options in OPTION_SETS:
+        seen.clear()
+        assert _outcome(path, "auto", batch_size=7, **options) == _outcome(path, "python", batch_size=7, **options)
+        assert sum(seen) >= 7 * 40  # the block parser read most of the file itself
+
+
+@needs_blocks
+def test_block_parser_reads_gzip_without_dnaio_and_gives_the_same_batches(tmp_path, monkeypatch):
+    from omnipos.dna import reads
+
+    monkeypatch.setattr(reads, "_resolve_parser", lambda parser: "python")  # as if dnaio were not installed
+    seen = _blocks_used(monkeypatch)
+    path = tmp_path / "r.fq.gz"
+    path.write_bytes(gzip.compress(_random_fastq(np.random.default_rng(1), 200)))
+    assert _outcome(path, "auto", batch_size=16) == _outcome(path, "python", batch_size=16)
+    assert sum(seen) == 200
+
+
+def test_without_numba_auto_still_reads_every_file_like_the_reference(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIPOS_DISABLE_NUMBA", "1")
+    assert blocks.block_kernels() is None
+    path = tmp_path / "r.fq"
+    path.write_bytes(_random_fastq(np.random.default_rng(2), 100) + b"@x\nAC\nGT\n+\nIIII\n")
+    assert _outcome(path, "auto", batch_size=9) == _outcome(path, "python", batch_size=9)
+
+
+PIECES = [b"@", b"+", b">", b"#", b"\n", b"\r", b"\r\n", b"\n\n", b" ", b"\t", b"ACGT", b"acgtn", b"U", b"IIII",
+          b"!~", b"r1 x", b"\xef\xbb\xbf", b"\xc2\xa0", b"\x00", b"\x1c", b"\xff", b"@r\nACGT\n+\nIIII\n",
+          b"@r\nACGT\n+\nIIII\n", b"@s x \nAC\n+\nII\n", b"@e\n\n+\n\n", b"+r\n"]
+
+
+@needs_blocks
+@settings(max_examples=150, deadline=None)
+@given(data=st.lists(st.sampled_from(PIECES), max_size=16), gz=st.booleans(),
+       options=st.sampled_from(OPTION_SETS[:2]))
+def test_block_parser_agrees_with_the_reference_on_random_files(data, gz, options):
+    raw = b"".join(data)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.fq"
+        path.write_bytes(gzip.compress(raw, mtime=0) if gz else raw)
+        assert _outcome(path, "auto", batch_size=2, **options) == _outcome(path, "python", batch_size=2, **options)

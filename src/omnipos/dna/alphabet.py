@@ -115,6 +115,12 @@ def _build_tables() -> dict[tuple[str, str, bool], np.ndarray]:
 
 
 _ENCODE_TABLES = _build_tables()
+
+
+def encode_table(ambiguity: str, lowercase: str, u_as_t: bool) -> np.ndarray:
+    """The 256-entry letter -> token id table (255: invalid) that :func:`letter_codes` uses (read-only; the same
+    object on every call)."""
+    return _ENCODE_TABLES[ambiguity, lowercase, bool(u_as_t)]
 # Token id -> letter (upper, then lower: the soft-mask half); the pad ids decode to '?', which decode refuses.
 _DECODE_TABLE = np.frombuffer((TOKENS + "?" + TOKENS.lower() + "?").encode("ascii"), dtype=np.uint8)
 _DECODE_RNA_TABLE = np.frombuffer((TOKENS.replace("T", "U") + "?" + TOKENS.lower().replace("t", "u") + "?")

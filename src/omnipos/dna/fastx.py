@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = [
     "RawRecords",
@@ -57,12 +57,15 @@ DECOMPRESSION_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
 @dataclass
 class RawRecords:
-    """What a parser hands over for one batch: parallel lists, and the 0-based number of the first record."""
+    """What a parser hands over for one batch: parallel lists, and the 0-based number of the first record. The
+    block parser (:mod:`omnipos.dna.fastq_blocks`) hands over joined arrays instead: ``packed`` (a
+    :class:`~omnipos.dna.fastq_blocks.Packed`), with ``sequences`` and ``qualities`` None."""
 
     first: int
     names: list[str]
-    sequences: list[str] | list[bytes]
+    sequences: list[str] | list[bytes] | None
     qualities: list[str] | list[bytes] | None
+    packed: Any = None
 
 
 _KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
