@@ -202,7 +202,8 @@ def test_block_parser_across_blocks_batches_and_hand_overs(tmp_path, monkeypatch
     for options in OPTION_SETS:
         seen.clear()
         assert _outcome(path, "auto", batch_size=7, **options) == _outcome(path, "python", batch_size=7, **options)
-        assert sum(seen) >= 7 * 40  # the block parser read most of the file itself
+        if block < 1 << 22:  # (one block holding the whole file: an invalid letter in it hands over from 0)
+            assert sum(seen) >= 7 * 40  # the block parser read most of the file itself
 
 
 @needs_blocks

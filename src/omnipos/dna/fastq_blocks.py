@@ -41,16 +41,16 @@ class BlockStopped(Exception):
 
 @dataclass
 class Packed:
-    """One batch's records as joined arrays: ``data`` (the sequences' letters back to back), ``codes`` (their token
-    ids under ``table``; meaningful only when ``valid``: no letter outside the table), ``scores`` (the quality
-    characters), ``lengths [B]`` int64."""
+    """One batch's records as joined arrays: ``data`` (the sequences' letters back to back, or empty when not
+    asked for), ``codes`` (their token ids under ``table``, every letter valid: a batch with an invalid one is
+    read by the reference), ``scores`` (the quality characters; ``assemble`` turns them into
+    Phred scores in place), ``lengths [B]`` int64."""
 
     data: np.ndarray
     codes: np.ndarray
     scores: np.ndarray
     lengths: np.ndarray
     table: np.ndarray
-    valid: bool
 
 
 def block_kernels() -> ModuleType | None:
@@ -78,28 +78,29 @@ class _Segment:
     codes: np.ndarray
     scores: np.ndarray
     lengths: np.ndarray
-    valid: bool
 
     def split(self, count: int) -> tuple[_Segment, _Segment]:
         cut = int(self.lengths[:count].sum())
-        return (_Segment(self.names[:count], self.data[:cut], self.codes[:cut], self.scores[:cut],
-                         self.lengths[:count], self.valid),
-                _Segment(self.names[count:], self.data[cut:], self.codes[cut:], self.scores[cut:],
-                         self.lengths[count:], self.valid))
+        letters = self.data.size > 0
+        return (_Segment(self.names[:count], self.data[:cut] if letters else self.data, self.codes[:cut],
+                         self.scores[:cut], self.lengths[:count]),
+                _Segment(self.names[count:], self.data[cut:] if letters else self.data, self.codes[cut:],
+                         self.scores[cut:], self.lengths[count:]))
 
 
 def _join(segments: list[_Segment]) -> _Segment:
     if len(segments) == 1:
         return segments[0]
-    return _Segment([n for s in segments for n in s.names], *(np.concatenate([getattr(s, f) for s in segments])
-                                                               for f in ("data", "codes", "scores", "lengths")),
-                    all(s.valid for s in segments))
+    return _Segment([n for s in segments for n in s.names],
+                    *(np.concatenate([getattr(s, f) for s in segments]) for f in ("data", "codes", "scores",
+                                                                                  "lengths")))
 
 
-def block_records(path: Path, batch_size: int, table: np.ndarray) -> Iterator[RawRecords]:
+def block_records(path: Path, batch_size: int, table: np.ndarray, letters: bool = False) -> Iterator[RawRecords]:
     """Batches of ``batch_size`` records (the last one shorter) of a FASTQ file, as :class:`RawRecords` whose
-    ``packed`` holds the joined arrays (token ids looked up in ``table``). Raises :class:`BlockStopped` (with the
-    number of records handed out, always a whole number of batches) at the first record it does not read."""
+    ``packed`` holds the joined arrays (token ids looked up in ``table``; the letters themselves with ``letters``,
+    or where some letter is invalid, else an empty ``data``). Raises :class:`BlockStopped` (with the number of
+    records handed out, always a whole number of batches) at the first record it does not read."""
     kernels = block_kernels()
     if kernels is None:
         raise BlockStopped(0, "numba is not available")
@@ -120,20 +121,24 @@ def block_records(path: Path, batch_size: int, table: np.ndarray) -> Iterator[Ra
                 have += got or 0
                 buffer[have] = 10  # a LF after the data: the kernel's line scans need no bounds check
                 arr = np.frombuffer(buffer, dtype=np.uint8, count=have + 1)
-                data = np.empty(have, dtype=np.uint8)
-                codes = np.empty(have, dtype=np.uint8)
-                scores = np.empty(have, dtype=np.uint8)
-                names = np.empty(have, dtype=np.uint8)
-                lengths = np.empty(have // 4 + 1, dtype=np.int64)
-                count, pos, status, flags, used, named = kernels.scan_records(
-                    arr, 0, have, final, _SPACE, table, data, codes, scores, names, lengths)
+                layout = np.empty((have // 5 + 1, 5), dtype=np.int64)  # a record takes 5 bytes or more
+                count, pos, status = kernels.scan_records(arr, 0, have, final, layout)
                 if count:
+                    used = int(layout[:count, 3].sum())
+                    data = np.empty(used if letters else 0, dtype=np.uint8)
+                    codes = np.empty(used, dtype=np.uint8)
+                    scores = np.empty(used, dtype=np.uint8)
+                    names = np.empty(pos + 1, dtype=np.uint8)
+                    flags, used, named = kernels.gather_records(arr, layout, count, table, _SPACE, data, codes,
+                                                                scores, names)
+                    if flags & 1:  # an invalid letter: the reference reads the batch, and names it
+                        raise BlockStopped(done, "an invalid letter")
+                    lengths = layout[:count, 3].copy()
                     text = names[:named].tobytes().decode("ascii").split("\n")
                     text.pop()  # after the last LF
                     if flags & 2:
                         text = [n.rstrip() for n in text]
-                    pending.append(_Segment(text, data[:used], codes[:used], scores[:used], lengths[:count],
-                                            not flags & 1))
+                    pending.append(_Segment(text, data, codes, scores, lengths))
                     waiting += count
                     while waiting >= batch_size:
                         batch, done = _take(pending, batch_size), done + batch_size
@@ -174,5 +179,4 @@ def _take(pending: list[_Segment], count: int) -> _Segment:
 
 def _raw(first: int, segment: _Segment, table: np.ndarray) -> RawRecords:
     return RawRecords(first, segment.names, None, None,  # type: ignore[arg-type]
-                      packed=Packed(segment.data, segment.codes, segment.scores, segment.lengths, table,
-                                    segment.valid))
+                      packed=Packed(segment.data, segment.codes, segment.scores, segment.lengths, table))

@@ -12,33 +12,27 @@ import numba  # noqa: F401 - the kernel needs it: without numba this module does
 
 from ..core import compiled
 
-__all__ = ["IRREGULAR", "MORE", "scan_records"]
+__all__ = ["IRREGULAR", "MORE", "gather_records", "scan_records"]
 
 MORE = 1  # the buffer ends inside a record: read more
 IRREGULAR = 2  # a record that is not a plain 4-line record: the reference parser reads from here
 
 
 @compiled
-def scan_records(buf, pos, n, final, space, lut, data, codes, scores, names, lengths):
-    """Parse plain 4-line FASTQ records from ``buf[pos:n]`` (``buf[n]`` must be a LF, a sentinel): ``@name`` /
+def scan_records(buf, pos, n, final, layout):
+    """Find plain 4-line FASTQ records in ``buf[pos:n]`` (``buf[n]`` must be a LF, a sentinel): ``@name`` /
     sequence / ``+`` / quality, each line ended by LF (the last line of the file, ``final``, may end at ``n``), a
     header of ASCII without CR, a sequence line that starts with neither ``@`` nor ``+``, a quality line as long as
-    the sequence. Writes each record's sequence into ``data`` and its token ids (``lut`` of each letter) into
-    ``codes``, its quality into ``scores``, its name and a LF into ``names`` and its length into ``lengths``.
+    the sequence. ``layout[r]`` gets record r's name start and end, sequence start, length and quality start.
 
-    A CR or a non-ASCII byte in a sequence is an invalid letter (flag 1), in a quality a character below any
-    offset or above ``'~'``, which ``assemble`` refuses: the batch then goes to the reference parser, which reads
-    lone CRs as line ends and names the bad byte. A LF inside what should be the quality (a shorter quality line)
-    is such a character too.
+    A CR or a non-ASCII byte in a sequence or quality line is not looked for here: it is an invalid letter, or a
+    quality character below any offset or above ``'~'``, which ``assemble`` refuses, and the batch then goes to the
+    reference parser (which reads a lone CR as a line end, and names the bad byte). A LF inside what should be the
+    quality (a shorter quality line) is such a character too.
 
-    Returns ``(count, pos, status, flags, used, named)``: records parsed, where the next one starts, 0 (the buffer
-    is used up) / :data:`MORE` / :data:`IRREGULAR` (at ``pos``), flags (1: some letter maps to 255, invalid; 2:
-    some name ends in a character of ``space``, trailing whitespace), the bytes written to ``data`` and to
-    ``names``."""
+    Returns ``(count, pos, status)``: records found, where the next one starts, 0 (the buffer is used up) /
+    :data:`MORE` / :data:`IRREGULAR` (at ``pos``)."""
     count = 0
-    used = 0  # bytes written to data / codes / scores
-    named = 0  # bytes written to names
-    flags = 0
     status = 0
     while pos < n:
         # -- header: '@', then the name up to LF (ASCII, no CR)
@@ -58,7 +52,6 @@ def scan_records(buf, pos, n, final, space, lut, data, codes, scores, names, len
         if i >= n:
             status = IRREGULAR if final else MORE
             break
-        name_start, name_end = pos + 1, i
         # -- the sequence line
         s = i + 1
         if s >= n:
@@ -94,25 +87,45 @@ def scan_records(buf, pos, n, final, space, lut, data, codes, scores, names, len
         if end < n and buf[end] != 10:  # a longer quality line
             status = IRREGULAR
             break
-        # -- the record: letters, token ids, qualities, name, length
-        acc = 0
-        for k in range(length):
-            c = buf[s + k]
-            data[used + k] = c
-            code = lut[c]
-            codes[used + k] = code
-            acc |= code
-        scores[used:used + length] = buf[q:end]
-        if acc > 127:  # some 255
-            flags |= 1
-        names[named:named + name_end - name_start] = buf[name_start:name_end]
-        named += name_end - name_start
-        if name_end > name_start and space[buf[name_end - 1]]:
-            flags |= 2
-        names[named] = 10
-        named += 1
-        lengths[count] = length
-        used += length
+        layout[count, 0] = pos + 1
+        layout[count, 1] = i
+        layout[count, 2] = s
+        layout[count, 3] = length
+        layout[count, 4] = q
         count += 1
         pos = end + 1 if end < n else n
-    return count, pos, status, flags, used, named
+    return count, pos, status
+
+
+@compiled
+def gather_records(buf, layout, count, lut, space, data, codes, scores, names):
+    """The ``count`` records of ``layout`` (:func:`scan_records`) copied out of ``buf``: letters back to back into
+    ``data`` (unless it is empty: letters are needed only by ``rna="keep"`` and to name an invalid one), their
+    ids (``lut``) into ``codes``, qualities into ``scores``, each name and a LF into ``names``.
+    Returns ``(flags, used, named)``: 1 = some letter maps to 255 (invalid), 2 = some name ends in a character of
+    ``space`` (trailing whitespace); the bytes written to ``data`` and to ``names``. (Separate from the scan, and
+    copying with slices: one loop per kind of work is what the compiler makes fast.)"""
+    used = 0
+    named = 0
+    acc = 0
+    flags = 0
+    for r in range(count):
+        s, length, q = layout[r, 2], layout[r, 3], layout[r, 4]
+        for k in range(length):
+            code = lut[buf[s + k]]
+            codes[used + k] = code
+            acc |= code
+        if data.size:
+            data[used:used + length] = buf[s:s + length]
+        scores[used:used + length] = buf[q:q + length]
+        used += length
+        a, b = layout[r, 0], layout[r, 1]
+        names[named:named + b - a] = buf[a:b]
+        named += b - a
+        names[named] = 10
+        named += 1
+        if b > a and space[buf[b - 1]]:
+            flags |= 2
+    if acc > 127:  # some 255
+        flags |= 1
+    return flags, used, named

@@ -302,9 +302,10 @@ def _assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality,
     data = packed.data if packed is not None else np.frombuffer(_join(raw.sequences), dtype=np.uint8)
     errors: list[tuple[int, str]] = []
     codes = scores = phred = None
-    if packed is not None and packed.valid and packed.table is encode_table(options.ambiguity, options.lowercase,
-                                                                             options.rna != "error"):
-        codes = packed.codes  # looked up by the block parser in the same table: no invalid letter
+    if packed is not None:
+        if packed.table is not encode_table(options.ambiguity, options.lowercase, options.rna != "error"):
+            raise ValueError("the block parser looked the letters up in another table")  # (the reference reads)
+        codes = packed.codes  # every letter valid (fastq_blocks hands a batch with an invalid one over)
     else:
         try:
             codes = letter_codes(data, lengths, ambiguity=options.ambiguity, lowercase=options.lowercase,
@@ -319,9 +320,11 @@ def _assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality,
             bad = phred == 255
             refused = bool(scores.size and bad.any())
         else:  # one pass and a max: below the offset wraps around to 256 - offset and up, above 126 - offset too
-            phred = scores - np.uint8(quality.offset)
+            # (the block parser's scores are its own: they become the Phred scores in place, no new array)
+            phred = np.subtract(scores, np.uint8(quality.offset), out=scores if packed is not None else None)
             refused = bool(scores.size and int(phred.max()) > 126 - quality.offset)
             if refused:
+                scores = phred + np.uint8(quality.offset) if packed is not None else scores  # the characters
                 bad = (scores < quality.offset) | (scores > 126)
         if refused:
             errors.append(_quality_error(path, raw, lengths, scores, bad, options, quality))
@@ -541,7 +544,8 @@ def _read(path: Path, options: _Options, engine: str, blocks: bool = False) -> I
 
         table = encode_table(options.ambiguity, options.lowercase, options.rna != "error")
         try:
-            for batch, done in _assembled(path, fmt, block_records(path, chunk, table), options, quality):
+            for batch, done in _assembled(path, fmt, block_records(path, chunk, table, options.rna == "keep"),
+                                          options, quality):
                 yield batch
             return
         except (BlockStopped, ValueError):
