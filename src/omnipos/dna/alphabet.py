@@ -206,6 +206,8 @@ def length_mask(lengths: np.ndarray, width: int) -> np.ndarray:
     the caller's to check: ``0 <= L <= width``). For batches up to :data:`_MASK_TABLE_WIDTH` wide, one gather of
     whole rows from a cached table (~9x faster than the broadcast comparison on 1,024 reads of 150 bp); a fresh
     array either way."""
+    if lengths.size and int(lengths.min()) == width:  # every row full (reads of one length): a fill
+        return np.ones((lengths.size, width), dtype=bool)
     if width <= _MASK_TABLE_WIDTH:
         return np.take(_mask_table(width), lengths, axis=0)
     return np.arange(width) < lengths[:, None]

@@ -22,9 +22,9 @@ from types import ModuleType
 import numpy as np
 
 from ..core import compiled_kernels_enabled
-from .fastx import _GZIP_MAGIC, WHITESPACE, RawRecords
+from .fastx import WHITESPACE, RawRecords, is_gzip
 
-__all__ = ["BLOCK", "BlockStopped", "Packed", "block_kernels", "block_records", "is_gzip"]
+__all__ = ["BLOCK", "BlockStopped", "Packed", "block_kernels", "block_records"]
 
 BLOCK = 1 << 22  # bytes read at a time (a record longer than a block grows the buffer to hold it)
 _SPACE = np.zeros(256, dtype=np.bool_)  # what str.rstrip() removes from an ASCII name
@@ -62,11 +62,6 @@ def block_kernels() -> ModuleType | None:
     except ImportError:
         return None
     return fastq_kernels
-
-
-def is_gzip(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(2) == _GZIP_MAGIC
 
 
 @dataclass

@@ -47,6 +47,7 @@ __all__ = [
     "record_label",
     "damaged_stream_error",
     "has_bom",
+    "is_gzip",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -94,6 +95,12 @@ def check_input_file(path: str | os.PathLike, name: str = "path") -> Path:
 # Compressions omnipos does not read, by their magic bytes: (magic, name, the command that decompresses it)
 _OTHER_COMPRESSIONS = ((b"BZh", "bz2", "bunzip2"), (b"\xfd7zXZ\x00", "xz", "unxz"),
                        (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
+
+
+def is_gzip(path: Path) -> bool:
+    """True when the file starts with gzip's magic bytes."""
+    with open(path, "rb") as handle:
+        return handle.read(2) == _GZIP_MAGIC
 
 
 def open_binary(path: Path) -> IO[bytes]:

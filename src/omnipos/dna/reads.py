@@ -50,7 +50,7 @@ from .alphabet import (
     letter_codes,
     pad_rows,
 )
-from .fastx import RawRecords, check_input_file, detect_format, python_records, record_label
+from .fastx import RawRecords, check_input_file, detect_format, is_gzip, python_records, record_label
 from .limits import check_batch_bytes
 from .read_options import (
     PARSERS,
@@ -526,7 +526,7 @@ def _initial_quality(fmt: str, options: _Options) -> _Quality:
 def _use_blocks(path: Path, fmt: str, engine: str) -> bool:
     """Whether ``parser="auto"`` reads this file with the block parser: FASTQ, numba at hand, and plain (a gzip
     file goes to dnaio where it is installed: it gunzips in threads)."""
-    from .fastq_blocks import block_kernels, is_gzip
+    from .fastq_blocks import block_kernels
 
     return fmt == "fastq" and block_kernels() is not None and (engine != "dnaio" or not is_gzip(path))
 
