@@ -1,8 +1,11 @@
 """FASTA/FASTQ reads, plain or gzip, as batches of tokens: ``read_fastx`` and ``ReadBatch``.
 
-Two parsers give identical batches and identical errors: dnaio (extra ``[dna]``, C speed; ``omnipos.dna.dnaio``)
-and a pure-Python one (:mod:`omnipos.dna.fastx`, the reference: its docstring states the format rules). dnaio is
-the fast path for the files it reads; whatever it refuses is re-read by the reference from where dnaio stopped.
+The parsers give identical batches and identical errors: dnaio (extra ``[dna]``, C speed; ``omnipos.dna.dnaio``),
+a pure-Python one (:mod:`omnipos.dna.fastx`, the reference: its docstring states the format rules) and, under
+``parser="auto"`` where numba is installed (extra ``[fast]``), the block parser for plain 4-line FASTQ
+(:mod:`omnipos.dna.fastq_blocks`: joined arrays of token ids and qualities, no Python object per sequence). The
+fast paths read what they can; whatever they refuse is re-read by dnaio (from the start) or the reference (from
+where they stopped, which has the last word on every error).
 
 The format is told by the first significant character ('@' FASTQ, '>' FASTA), gzip by its magic bytes, never by
 the file name. A malformed record (quality and sequence lengths differ, a truncated record, a missing '@' or '+'
