@@ -187,15 +187,17 @@ def _random_fastq(rng, count, *, long_every=0):
 
 
 @needs_blocks
+@pytest.mark.parametrize("rows", [3, blocks.LAYOUT_ROWS])
 @pytest.mark.parametrize("block", [64, 1000, 1 << 22])
 @pytest.mark.parametrize("tail", [b"", b"\n\n \n", b"@bad\nAC\n+\nI\n@r\nA\n+\nI\n", b"@w\nAC\nGT\n+\nIIII\n",
                                   b"@x\nACZ\n+\nIII\n", b"@q\nAC\n+\nI\x01\n", b"@c\nAC\r\n+\r\nII\r\n",
                                   b"@n\nAC\n+n\nII\n", b"@s\nACGT\n+\nII\nII\n", b"@e\nAC\n+\nII"])
-def test_block_parser_across_blocks_batches_and_hand_overs(tmp_path, monkeypatch, block, tail):
+def test_block_parser_across_blocks_batches_and_hand_overs(tmp_path, monkeypatch, block, tail, rows):
     """Records spanning block boundaries (tiny blocks, and a 5,000 bp read growing the buffer), batches spanning
-    blocks, and a tail the block parser does not read (handed over mid-file: malformed, wrapped, CRLF, a '+name'
+    blocks and kernel calls, and a tail the block parser does not read (handed over mid-file: malformed, wrapped, CRLF, a '+name'
     line, a short quality line, no LF at the end): the same batches, or the same error, as the reference."""
     monkeypatch.setattr(blocks, "BLOCK", block)
+    monkeypatch.setattr(blocks, "LAYOUT_ROWS", rows)  # records located per kernel call
     seen = _blocks_used(monkeypatch)
     path = tmp_path / "r.fq"
     path.write_bytes(_random_fastq(np.random.default_rng(block), 300, long_every=97) + tail)

@@ -24,9 +24,10 @@ import numpy as np
 from ..core import compiled_kernels_enabled
 from .fastx import WHITESPACE, RawRecords, is_gzip
 
-__all__ = ["BLOCK", "BlockStopped", "Packed", "block_kernels", "block_records"]
+__all__ = ["BLOCK", "LAYOUT_ROWS", "BlockStopped", "Packed", "block_kernels", "block_records"]
 
 BLOCK = 1 << 22  # bytes read at a time (a record longer than a block grows the buffer to hold it)
+LAYOUT_ROWS = 1 << 15  # records located per kernel call
 _SPACE = np.zeros(256, dtype=np.bool_)  # what str.rstrip() removes from an ASCII name
 _SPACE[np.frombuffer(WHITESPACE, dtype=np.uint8)] = True
 
@@ -102,6 +103,7 @@ def block_records(path: Path, batch_size: int, table: np.ndarray, letters: bool 
     done = 0
     with (gzip.open(path, "rb") if is_gzip(path) else open(path, "rb", buffering=0)) as handle:
         buffer = bytearray(BLOCK)
+        layout = np.empty((LAYOUT_ROWS, 5), dtype=np.int64)
         have = 0  # bytes of buffer holding data (the start of a record not yet parsed, then the new block)
         pending: list[_Segment] = []
         waiting = 0  # records in pending
@@ -116,29 +118,18 @@ def block_records(path: Path, batch_size: int, table: np.ndarray, letters: bool 
                 have += got or 0
                 buffer[have] = 10  # a LF after the data: the kernel's line scans need no bounds check
                 arr = np.frombuffer(buffer, dtype=np.uint8, count=have + 1)
-                layout = np.empty((have // 5 + 1, 5), dtype=np.int64)  # a record takes 5 bytes or more
-                count, pos, status = kernels.scan_records(arr, 0, have, final, layout)
-                if count:
-                    used = int(layout[:count, 3].sum())
-                    data = np.empty(used if letters else 0, dtype=np.uint8)
-                    codes = np.empty(used, dtype=np.uint8)
-                    scores = np.empty(used, dtype=np.uint8)
-                    names = np.empty(pos + 1, dtype=np.uint8)
-                    flags, used, named = kernels.gather_records(arr, layout, count, table, _SPACE, data, codes,
-                                                                scores, names)
-                    if flags & 1:  # an invalid letter: the reference reads the batch, and names it
-                        raise BlockStopped(done, "an invalid letter")
-                    lengths = layout[:count, 3].copy()
-                    text = names[:named].tobytes().decode("ascii").split("\n")
-                    text.pop()  # after the last LF
-                    if flags & 2:
-                        text = [n.rstrip() for n in text]
-                    pending.append(_Segment(text, data, codes, scores, lengths))
-                    waiting += count
-                    while waiting >= batch_size:
-                        batch, done = _take(pending, batch_size), done + batch_size
-                        waiting -= batch_size
-                        yield _raw(done - batch_size, batch, table)
+                start, status = 0, 0
+                while True:  # a layout's worth of records at a time
+                    count, pos, status = kernels.scan_records(arr, start, have, final, layout)
+                    if count:
+                        waiting += _gather(kernels, arr, layout, count, start, pos, table, letters, pending, done)
+                        while waiting >= batch_size:
+                            batch, done = _take(pending, batch_size), done + batch_size
+                            waiting -= batch_size
+                            yield _raw(done - batch_size, batch, table)
+                    if status or pos >= have or count < len(layout):
+                        break
+                    start = pos
                 del arr
                 if status == kernels.IRREGULAR:
                     rest = bytes(buffer[pos:have])
@@ -155,6 +146,25 @@ def block_records(path: Path, batch_size: int, table: np.ndarray, letters: bool 
             raise
         except Exception as exc:  # any failure of the fast path goes to the parsers behind it
             raise BlockStopped(done, exc) from exc
+
+
+def _gather(kernels: ModuleType, arr: np.ndarray, layout: np.ndarray, count: int, start: int, pos: int,
+            table: np.ndarray, letters: bool, pending: list[_Segment], done: int) -> int:
+    """Copy the ``count`` records ``layout`` found in ``arr[start:pos]`` into a new segment of ``pending``."""
+    used = int(layout[:count, 3].sum())
+    data = np.empty(used if letters else 0, dtype=np.uint8)
+    codes = np.empty(used, dtype=np.uint8)
+    scores = np.empty(used, dtype=np.uint8)
+    names = np.empty(pos - start + 1, dtype=np.uint8)
+    flags, used, named = kernels.gather_records(arr, layout, count, table, _SPACE, data, codes, scores, names)
+    if flags & 1:  # an invalid letter: the reference reads the batch, and names it
+        raise BlockStopped(done, "an invalid letter")
+    text = names[:named].tobytes().decode("ascii").split("\n")
+    text.pop()  # after the last LF
+    if flags & 2:
+        text = [n.rstrip() for n in text]
+    pending.append(_Segment(text, data, codes, scores, layout[:count, 3].copy()))
+    return count
 
 
 def _take(pending: list[_Segment], count: int) -> _Segment:

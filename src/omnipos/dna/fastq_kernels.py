@@ -30,11 +30,11 @@ def scan_records(buf, pos, n, final, layout):
     reference parser (which reads a lone CR as a line end, and names the bad byte). A LF inside what should be the
     quality (a shorter quality line) is such a character too.
 
-    Returns ``(count, pos, status)``: records found, where the next one starts, 0 (the buffer is used up) /
-    :data:`MORE` / :data:`IRREGULAR` (at ``pos``)."""
+    Returns ``(count, pos, status)``: records found, where the next one starts, 0 (the buffer is used up, or
+    ``layout`` is full) / :data:`MORE` / :data:`IRREGULAR` (at ``pos``)."""
     count = 0
     status = 0
-    while pos < n:
+    while pos < n and count < layout.shape[0]:
         # -- header: '@', then the name up to LF (ASCII, no CR)
         if buf[pos] != 64:
             status = IRREGULAR
