@@ -121,11 +121,13 @@ def block_records(path: Path, batch_size: int, table: np.ndarray, letters: bool 
                 start, status = 0, 0
                 while True:  # a layout's worth of records at a time
                     count, pos, status = kernels.scan_records(arr, start, have, final, layout)
-                    if count:
-                        waiting += _gather(kernels, arr, layout, count, start, pos, table, letters, pending, done)
-                        while waiting >= batch_size:
-                            batch, done = _take(pending, batch_size), done + batch_size
-                            waiting -= batch_size
+                    first = 0
+                    while first < count:  # gathered a batch at a time: its arrays are still in cache for assemble
+                        last = min(count, first + batch_size - waiting)
+                        waiting += _gather(kernels, arr, layout[first:last], table, letters, pending, done)
+                        first = last
+                        if waiting == batch_size:
+                            batch, done, waiting = _take(pending, batch_size), done + batch_size, 0
                             yield _raw(done - batch_size, batch, table)
                     if status or pos >= have or count < len(layout):
                         break
@@ -148,14 +150,16 @@ def block_records(path: Path, batch_size: int, table: np.ndarray, letters: bool 
             raise BlockStopped(done, exc) from exc
 
 
-def _gather(kernels: ModuleType, arr: np.ndarray, layout: np.ndarray, count: int, start: int, pos: int,
-            table: np.ndarray, letters: bool, pending: list[_Segment], done: int) -> int:
-    """Copy the ``count`` records ``layout`` found in ``arr[start:pos]`` into a new segment of ``pending``."""
-    used = int(layout[:count, 3].sum())
+def _gather(kernels: ModuleType, arr: np.ndarray, layout: np.ndarray, table: np.ndarray, letters: bool,
+            pending: list[_Segment], done: int) -> int:
+    """Copy the records of ``layout`` (rows of :func:`~omnipos.dna.fastq_kernels.scan_records`) out of ``arr``
+    into a new segment of ``pending``; returns how many."""
+    count = len(layout)
+    used = int(layout[:, 3].sum())
     data = np.empty(used if letters else 0, dtype=np.uint8)
     codes = np.empty(used, dtype=np.uint8)
     scores = np.empty(used, dtype=np.uint8)
-    names = np.empty(pos - start + 1, dtype=np.uint8)
+    names = np.empty(int(layout[-1, 1] - layout[0, 0]) + 2, dtype=np.uint8)  # the names and a LF each
     flags, used, named = kernels.gather_records(arr, layout, count, table, _SPACE, data, codes, scores, names)
     if flags & 1:  # an invalid letter: the reference reads the batch, and names it
         raise BlockStopped(done, "an invalid letter")
