@@ -17,11 +17,21 @@ and positional work on it) nearly vanishes; outputs are checked equal per record
 The last column says where omnipos' time goes: CPU seconds in reading + collating, one-hot, RC and positional
 encoding, summed over the file (one more instrumented run per row, median of the repeats).
 
+A second table (``dna_parse``, its own JSON) times parsing alone on the fixed-length file, plain and gzip:
+``read_fastx`` producing tokens, mask and qualities (each parser) against dnaio's bare parse (``for r in
+dnaio.open(path): pass``) and Biopython's ``FastqGeneralIterator``, all in this process on the same file, each
+after a warm-up, medians of ``--parse-repeats`` runs interleaved (so a busy spell on a shared machine hits all
+alike); ``ratio`` is dnaio's bare time over the row's (1 = as fast as dnaio's bare parse, 0.5 = twice its time).
+``--parse-only`` runs only this table.
+
     python benchmarks/bench_dna.py [--quick] [--reads N] [--dim 16] [--batch-size 1024] [--bucket-size 8192]
+                                   [--parse-only] [--parse-repeats 7]
 """
 
 from __future__ import annotations
 
+import gzip
+import shutil
 import statistics
 import tempfile
 import time
@@ -135,6 +145,73 @@ def check_same(ours, theirs) -> float:
     return worst
 
 
+def _dnaio_bare(path: Path) -> int:
+    import dnaio
+
+    count = 0
+    with dnaio.open(path) as reader:
+        for _ in reader:
+            count += 1
+    return count
+
+
+def _biopython_bare(path: Path) -> int:
+    from Bio.SeqIO.QualityIO import FastqGeneralIterator
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        return sum(1 for _ in FastqGeneralIterator(handle))
+
+
+def _read_fastx_all(path: Path, parser: str, batch_size: int) -> int:
+    """Every batch's tokens, mask and qualities made (and touched): the reads counted."""
+    count = 0
+    for batch in read_fastx(path, parser=parser, batch_size=batch_size):
+        assert batch.qualities is not None and batch.mask.shape == batch.tokens.shape
+        count += len(batch)
+    return count
+
+
+def parse_table(tmp: Path, reads: int, length: int, batch_size: int, repeats: int, out: Path | None) -> None:
+    """``read_fastx`` (tokens, mask, qualities) vs dnaio's bare parse on one file, plain and gzip (module doc)."""
+    from omnipos.dna.fastq_blocks import block_kernels
+
+    bench = Bench("dna_parse", device="cpu", notes=(
+        f"one thread; {reads:,} generated reads of {length} bp; read_fastx batch_size={batch_size} (tokens, mask, "
+        f"qualities) vs dnaio's bare parse and Biopython's FastqGeneralIterator on the same file in one process, "
+        f"after a warm-up, medians of {repeats} interleaved runs; ratio = dnaio bare time / row time (CPU time "
+        f"ratio in brackets); 'auto' is the block parser (numba {'on' if block_kernels() else 'OFF'}) on the plain "
+        "file and dnaio on the gzip one"))
+    plain = tmp / "parse.fastq"
+    write_fastq(plain, np.full(reads, length))
+    packed = tmp / "parse.fastq.gz"
+    with open(plain, "rb") as source, gzip.open(packed, "wb", compresslevel=1) as target:
+        shutil.copyfileobj(source, target)
+    for path in (plain, packed):
+        runs = {"dnaio bare parse": partial(_dnaio_bare, path),
+                "read_fastx parser='auto'": partial(_read_fastx_all, path, "auto", batch_size),
+                "read_fastx parser='dnaio'": partial(_read_fastx_all, path, "dnaio", batch_size),
+                "read_fastx parser='python'": partial(_read_fastx_all, path, "python", batch_size),
+                "Biopython FastqGeneralIterator": partial(_biopython_bare, path)}
+        for name, run in runs.items():
+            assert run() == reads, name  # and the warm-up (page cache, numba's compile)
+        wall: dict[str, list[float]] = {name: [] for name in runs}
+        cpu: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(repeats):
+            for name, run in runs.items():
+                w0, c0 = time.perf_counter(), time.process_time()
+                run()
+                wall[name].append(time.perf_counter() - w0)
+                cpu[name].append(time.process_time() - c0)
+        base_w, base_c = statistics.median(wall["dnaio bare parse"]), statistics.median(cpu["dnaio bare parse"])
+        for name in runs:
+            w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+            bench.row(file=f"{path.name} ({path.stat().st_size / 1e6:,.0f} MB)", parse=name, wall_s=w,
+                      reads_per_s=f"{reads / w:,.0f} ({reads / c:,.0f})",
+                      ratio=f"{base_w / w:.2f} ({base_c / c:.2f})")
+    bench.finish(out)
+
+
 def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--reads", type=int, default=None, help="reads in the FASTQ (default 1,000,000; quick 50,000)")
@@ -146,9 +223,19 @@ def main() -> None:
                              "this many at a time, then cut into batches of --batch-size (0: no such rows)")
     parser.add_argument("--peer-reads", type=int, default=None,
                         help="reads the Biopython loop is timed on (default 20,000; quick 5,000)")
+    parser.add_argument("--parse-only", action="store_true", help="only the parse table (read_fastx vs dnaio)")
+    parser.add_argument("--parse-repeats", type=int, default=7)
+    parser.add_argument("--parse-reads", type=int, default=None,
+                        help="reads of the parse table's file (default 200,000; quick 50,000)")
+    parser.add_argument("--parse-out", type=Path, default=None, help="JSON of the parse table")
     parser.set_defaults(repeats=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.parse_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            parse_table(Path(tmp), args.parse_reads or (50_000 if args.quick else 200_000), args.length,
+                        args.batch_size, 3 if args.quick else args.parse_repeats, args.parse_out)
+        return
     n = args.reads or (50_000 if args.quick else 1_000_000)
     peer_n = min(n, args.peer_reads or (5_000 if args.quick else 20_000))
     repeats = 1 if args.quick else args.repeats
@@ -192,7 +279,9 @@ def main() -> None:
                           max_pe_diff=worst,
                           cpu_s_read_onehot_rc_pe=" / ".join(f"{stages[k]:.3f}" for k in stages))
             path.unlink()
-    bench.finish(args.out)
+        bench.finish(args.out)
+        parse_table(Path(tmp), args.parse_reads or (50_000 if args.quick else 200_000), args.length,
+                    args.batch_size, 3 if args.quick else args.parse_repeats, args.parse_out)
 
 
 if __name__ == "__main__":

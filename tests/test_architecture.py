@@ -35,7 +35,8 @@ INTEGRATIONS = {
     "ray": {"omnipos.scale.engine"},
     "pyamg": {"omnipos.graph.eigensolvers"},
     # (numba: the compiled kernels, each domain's in modules of their own; core says how they are compiled)
-    "numba": {"omnipos.core.compiled_kernels", "omnipos.graph.lane_eigh", "omnipos.graph.canonical_kernel",
+    "numba": {"omnipos.core.compiled_kernels", "omnipos.dna.fastq_kernels", "omnipos.graph.lane_eigh",
+              "omnipos.graph.canonical_kernel",
               "omnipos.timeseries.summed_kernels"},
     "transformers": {"omnipos.integrations.transformers"},
     "diffusers": {"omnipos.integrations.diffusers"},

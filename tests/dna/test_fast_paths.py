@@ -131,7 +131,6 @@ def test_a_last_empty_read_keeps_its_empty_quality_line(tmp_path, tail):
 @pytest.mark.parametrize("data", [
     b"@a\nACGT\n+\nIIII  \n\n",  # spaces after the last quality: part of its line, refused by both
     b"@a\nACGT\n+\nIIII\n@b\nAC\n\n\n",  # a truncated last record before the blank lines
-    b"@a\nACGT\n+\nIIII\r\r\n\n",  # a lone CR ends no line: a character of the quality line
     b"@a\nACGT\n+\n\n\n",  # a missing quality line: blank lines are no quality
 ])
 def test_trailing_whitespace_that_is_no_blank_line_gets_the_reference_error(tmp_path, data):

@@ -22,9 +22,42 @@ from omnipos.dna.reads import MAX_TOKENS
 from .paths import check_output_file
 from .progress import tqdm_progress
 
-__all__ = ["featurize_file", "MAX_POSITIONAL_BYTES"]
+__all__ = ["MAX_PADDED_RATIO", "MAX_POSITIONAL_BYTES", "PADDED_BYTES_FLOOR", "featurize_file"]
 
 MAX_POSITIONAL_BYTES = 2 << 30  # the positional tensor is N * L * dim * 4 bytes: refuse to build more than 2 GiB
+#: The saved tensors are padded to the longest row ([N, L]): above :data:`PADDED_BYTES_FLOOR`, padding may cost at
+#: most this many times the reads' own positions, so one long read among short ones is refused (naming the flags that
+#: cut it) before its padding of every other row is allocated.
+MAX_PADDED_RATIO = 4
+PADDED_BYTES_FLOOR = 1 << 30
+
+
+def _check_padded_size(path: Any, names: list[str], lengths: torch.Tensor, records: torch.Tensor, dim: int,
+                       bytes_per_position: int) -> None:
+    """Refuse, before anything padded is allocated, a result whose padding to the longest row would dwarf the
+    reads (one long read among short ones) or whose positional encoding would pass :data:`MAX_POSITIONAL_BYTES`,
+    naming the longest read and the options that bound the width."""
+    if not lengths.numel():
+        return
+    rows, longest = lengths.numel(), int(lengths.max())
+    where = int(lengths.argmax())
+    read = (f"the longest row (record {int(records[where]) + 1} of {os.fspath(path)!r}, "
+            f"{names[where][:100]!r}: {longest:,} letters)")
+    cure = ("pass --max-len N --truncation split (or head / tail) to cut reads into rows of at most N letters "
+            "(max_len=, truncation= in Python), or read the file batch by batch, each within a token budget: "
+            "omnipos.dna.read_fastx(path, max_tokens=...) or omnipos precompute reads")
+    if dim and rows * longest * dim * 4 > MAX_POSITIONAL_BYTES:
+        size = rows * longest * dim * 4
+        raise ValueError(f"dim={dim}: the positional encoding of {rows:,} rows x {longest:,} positions ({read}) "
+                         f"would take {size / 2**30:.1f} GiB (more than omnipos.app.featurize.MAX_POSITIONAL_BYTES = "
+                         f"{MAX_POSITIONAL_BYTES / 2**30:g} GiB); pass --dim 0 (dim=0) and compute it per batch from "
+                         f"the saved lengths with omnipos.dna.rc_symmetric_encoding, a smaller --dim, or {cure}")
+    per_position = bytes_per_position + dim * 4
+    padded, real = rows * longest * per_position, int(lengths.sum()) * per_position
+    if padded > PADDED_BYTES_FLOOR and padded > MAX_PADDED_RATIO * real:
+        raise ValueError(f"{read} pads all {rows:,} rows to its length: the saved tensors [{rows:,}, {longest:,}] "
+                         f"would take {padded / 2**30:.1f} GiB for {real / 2**20:,.1f} MiB of reads (more than "
+                         f"{MAX_PADDED_RATIO}x their own size, above {PADDED_BYTES_FLOOR / 2**30:g} GiB); {cure}")
 
 
 def featurize_file(
@@ -51,7 +84,9 @@ def featurize_file(
 
     The reading options are a :class:`omnipos.dna.ReadOptions` and/or its fields as keywords, as in
     :func:`omnipos.dna.read_fastx`; ``max_len`` with ``truncation`` bounds the padded width (a single long read
-    otherwise pads every row to its length). ``out`` is checked (a writable file name, not a folder) before the
+    otherwise pads every row to its length: above :data:`PADDED_BYTES_FLOOR`, padding of more than
+    :data:`MAX_PADDED_RATIO` times the reads is refused before it is allocated, naming the longest read and these
+    options; so is a positional encoding over :data:`MAX_POSITIONAL_BYTES`). ``out`` is checked (a writable file name, not a folder) before the
     file is read. ``progress``: True draws a tqdm bar (a plain line without tqdm), False nothing, or a
     ``(done, total)`` callable.
     """
@@ -86,6 +121,8 @@ def featurize_file(
             bar.update(len(batch))
     empty = torch.zeros(0, dtype=torch.long)
     all_lengths = torch.cat(lengths) if lengths else empty
+    _check_padded_size(path, names, all_lengths, torch.cat(records) if records else empty, dim,
+                       token_dtype.itemsize + 1 + bool(has_quality))
     mask = lengths_to_mask(all_lengths)
     tokens = pad_packed(torch.cat(flat_tokens) if flat_tokens else torch.zeros(0, dtype=token_dtype), mask, PAD)
     result: dict[str, Any] = {
@@ -106,12 +143,6 @@ def featurize_file(
     if rna == "keep":
         result["rna"] = torch.cat(rna_flags) if rna_flags else torch.zeros(0, dtype=torch.bool)
     if dim:
-        size = mask.numel() * dim * 4
-        if size > MAX_POSITIONAL_BYTES:
-            raise ValueError(f"dim={dim}: the positional encoding of {len(names):,} reads x {mask.shape[1]} positions "
-                             f"would take {size / 2**30:.1f} GiB; pass dim=0 (--dim 0) and compute it per batch "
-                             "from the saved lengths with omnipos.dna.rc_symmetric_encoding, a smaller dim, or "
-                             "bound the width with max_len (--max-len N --truncation split)")
         result["positional"] = rc_symmetric_encoding(all_lengths, dim, strand_aware=strand_aware)
     torch.save(result, out)
     return result

@@ -67,6 +67,9 @@ def add_precompute_parser(commands: Any) -> None:
     meds.add_argument("inputs", nargs=1, metavar="INPUT", help="the MEDS root (the folder holding data/)")
     meds.add_argument("--unit", default="h", help="time unit of the offsets (s, min, h, d, w; default h)")
     meds.add_argument("--origin", default="first", help="'first' (each subject's first event) or 'epoch'")
+    meds.add_argument("--naive-as", choices=("UTC",), default=None,
+                      help="read naive times (no time zone) as this zone where they meet timezone-aware ones (an "
+                           "aware --origin, or aware data); default: refuse the mix")
     meds.add_argument("--static", choices=("keep", "drop", "error"), default="keep",
                       help="events without a time (MEDS static events): each subject's static codes (default), "
                            "dropped, or refused")
@@ -131,6 +134,8 @@ def run_precompute(args: argparse.Namespace) -> int:
                     "truncation": args.truncation}
             if args.vocab is not None:
                 meds["vocab"] = args.vocab
+            if args.naive_as is not None:  # only when given: a job's recorded options stay as they were
+                meds["naive_as"] = args.naive_as
             result = scale.precompute_meds(args.inputs[0], args.output, split=args.split, **meds, **common)
     except scale.PrecomputeError as exc:
         print(exc.result.summary())

@@ -115,6 +115,12 @@ def _build_tables() -> dict[tuple[str, str, bool], np.ndarray]:
 
 
 _ENCODE_TABLES = _build_tables()
+
+
+def encode_table(ambiguity: str, lowercase: str, u_as_t: bool) -> np.ndarray:
+    """The 256-entry letter -> token id table (255: invalid) that :func:`letter_codes` uses (read-only; the same
+    object on every call)."""
+    return _ENCODE_TABLES[ambiguity, lowercase, bool(u_as_t)]
 # Token id -> letter (upper, then lower: the soft-mask half); the pad ids decode to '?', which decode refuses.
 _DECODE_TABLE = np.frombuffer((TOKENS + "?" + TOKENS.lower() + "?").encode("ascii"), dtype=np.uint8)
 _DECODE_RNA_TABLE = np.frombuffer((TOKENS.replace("T", "U") + "?" + TOKENS.lower().replace("t", "u") + "?")
@@ -200,6 +206,8 @@ def length_mask(lengths: np.ndarray, width: int) -> np.ndarray:
     the caller's to check: ``0 <= L <= width``). For batches up to :data:`_MASK_TABLE_WIDTH` wide, one gather of
     whole rows from a cached table (~9x faster than the broadcast comparison on 1,024 reads of 150 bp); a fresh
     array either way."""
+    if lengths.size and int(lengths.min()) == width:  # every row full (reads of one length): a fill
+        return np.ones((lengths.size, width), dtype=bool)
     if width <= _MASK_TABLE_WIDTH:
         return np.take(_mask_table(width), lengths, axis=0)
     return np.arange(width) < lengths[:, None]

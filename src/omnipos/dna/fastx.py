@@ -10,14 +10,15 @@ The rules, written down once (the README promises them for both parsers):
 - Either format: a UTF-8 byte-order mark at the start of the file is skipped; Windows line endings (CRLF) read
   like Unix ones; record names lose trailing whitespace (as Biopython's and dnaio's FASTA names do); any byte
   outside ASCII is refused (dnaio refuses it; a name or sequence never needs one).
-- FASTA (dnaio's reader): lines end at LF, CR or CRLF; each line is stripped of surrounding whitespace; blank
+- FASTA (dnaio's reader): each line is stripped of surrounding whitespace; blank
   lines are skipped; lines starting with ``#`` are comments, before the first record or anywhere (dnaio's rule,
   Biopython's "fasta-blast"); a sequence may span lines; inner spaces are kept (and refused by the alphabet).
 - FASTQ (Biopython's reader, which reads everything dnaio reads): a record is a ``@`` header, one or more sequence
   lines (wrapped FASTQ), a ``+`` line (empty or repeating the header, trailing whitespace ignored), then quality
   lines until the quality is as long as the sequence (a quality line may start with ``@`` or ``+``). Blank lines
-  between records, and at the end of the file, are skipped. Lines end at LF or CRLF; a lone CR inside a line is
-  a character (refused by the alphabet), as dnaio reads it.
+  between records, and at the end of the file, are skipped.
+- Either format: lines end at LF, CRLF or a lone CR (old Mac files), as Biopython reads a file (Python's universal
+  newlines); a lone CR is never part of a name, sequence or quality.
 - A gzip stream that is truncated, fails its CRC, or has trailing garbage is a ValueError naming the file and the
   last record read in full.
 """
@@ -33,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = [
     "RawRecords",
@@ -46,6 +47,7 @@ __all__ = [
     "record_label",
     "damaged_stream_error",
     "has_bom",
+    "is_gzip",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -56,12 +58,15 @@ DECOMPRESSION_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
 @dataclass
 class RawRecords:
-    """What a parser hands over for one batch: parallel lists, and the 0-based number of the first record."""
+    """What a parser hands over for one batch: parallel lists, and the 0-based number of the first record. The
+    block parser (:mod:`omnipos.dna.fastq_blocks`) hands over joined arrays instead: ``packed`` (a
+    :class:`~omnipos.dna.fastq_blocks.Packed`), with ``sequences`` and ``qualities`` None."""
 
     first: int
     names: list[str]
-    sequences: list[str] | list[bytes]
+    sequences: list[str] | list[bytes] | None
     qualities: list[str] | list[bytes] | None
+    packed: Any = None
 
 
 _KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
@@ -87,20 +92,51 @@ def check_input_file(path: str | os.PathLike, name: str = "path") -> Path:
                      "(it is opened twice: once to tell its format); save the stream to a file first")
 
 
+# Compressions omnipos does not read, by their magic bytes: (magic, name, the command that decompresses it)
+_OTHER_COMPRESSIONS = ((b"BZh", "bz2", "bunzip2"), (b"\xfd7zXZ\x00", "xz", "unxz"),
+                       (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
+
+
+def is_gzip(path: Path) -> bool:
+    """True when the file starts with gzip's magic bytes."""
+    with open(path, "rb") as handle:
+        return handle.read(2) == _GZIP_MAGIC
+
+
 def open_binary(path: Path) -> IO[bytes]:
-    """The file opened for binary reading, gunzipped when it starts with gzip's magic bytes."""
+    """The file opened for binary reading, gunzipped when it starts with gzip's magic bytes. A file compressed
+    with bz2, xz or zstd (told by its magic bytes) is a ValueError saying so."""
     handle = open(path, "rb")
-    if handle.read(2) == _GZIP_MAGIC:
+    start = handle.read(6)
+    if start[:2] == _GZIP_MAGIC:
         handle.close()
         return gzip.open(path, "rb")
+    for magic, kind, command in _OTHER_COMPRESSIONS:
+        if start.startswith(magic):
+            handle.close()
+            raise ValueError(f"{path}: compressed with {kind}, which omnipos does not read; decompress it "
+                             f"({command} {str(path)!r}) or use gzip")
     handle.seek(0)
     return handle
 
 
+#: The most characters of a record name or line an error message shows (a malformed file can make a "name" of
+#: megabytes: the rest is elided, saying how long it was).
+SHOWN_CHARS = 100
+
+
+def shown_text(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``repr(text)``, of at most ``limit`` characters of ``text``: a longer one ends in ``...`` and its length."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
 def record_label(path: Path, number: int, name: str | None) -> str:
-    """``"<path>: record <number + 1> ('<name>')"``: how every error names a record (number is 0-based)."""
+    """``"<path>: record <number + 1> ('<name>')"``: how every error names a record (number is 0-based; at most
+    :data:`SHOWN_CHARS` characters of the name)."""
     label = f"{path}: record {number + 1}"
-    return f"{label} ({name!r})" if name is not None else label
+    return f"{label} ({shown_text(name)})" if name is not None else label
 
 
 def damaged_stream_error(path: Path, done: int, last_name: str | None, exc: BaseException) -> ValueError:
@@ -158,12 +194,33 @@ def detect_format(path: str | os.PathLike) -> str | None:
     return None
 
 
-def _strip_eol(line: bytes) -> bytes:
-    if line[-1:] == b"\n":
-        line = line[:-1]
-    if line[-1:] == b"\r":
-        line = line[:-1]
-    return line
+_BLOCK = 1 << 16  # bytes read at a time by the line splitter
+
+
+def _lines(handle: IO[bytes]) -> Iterator[bytes]:
+    """The lines of a binary stream without their ends, which are LF, CRLF or a lone CR (Python's universal
+    newlines, how Biopython reads a file). Read a block at a time, so a file with no LF (old Mac line ends) costs
+    one block and one line of memory, not the whole file. Blocks come from ``read1`` (one read of the stream below),
+    so the lines read before a damaged part of a compressed stream are handed out before its error is raised."""
+    read = getattr(handle, "read1", handle.read)
+    carry: list[bytes] = []  # the start of a line not yet ended (or ended by a CR that may be a CRLF's)
+    while block := read(_BLOCK):
+        if b"\n" not in block and b"\r" not in block:
+            carry.append(block)
+            continue
+        data = b"".join(carry) + block if carry else block
+        lines = data.splitlines(keepends=True)  # bytes split at LF, CR and CRLF only
+        last = lines[-1]
+        if last[-1:] == b"\n":
+            carry = []
+        else:  # unterminated, or ended by a CR whose LF may come in the next block
+            carry = [last]
+            lines.pop()
+        for line in lines:
+            yield line[:-2] if line[-2:] == b"\r\n" else line[:-1]
+    if carry:
+        last = b"".join(carry)
+        yield last[:-1] if last[-1:] == b"\r" else last
 
 
 def _check_ascii(path: Path, number: int, name: str | None, line: bytes, what: str) -> None:
@@ -174,7 +231,7 @@ def _check_ascii(path: Path, number: int, name: str | None, line: bytes, what: s
 
 
 def _shown(line: bytes) -> str:
-    return repr(line[:30].decode("latin-1"))
+    return shown_text(line.decode("latin-1"), 30)
 
 
 def _skip_four_line_records(path: Path, lines: Iterator[bytes], count: int) -> str | None:
@@ -184,14 +241,14 @@ def _skip_four_line_records(path: Path, lines: Iterator[bytes], count: int) -> s
     last = list(islice(lines, 4))
     if len(last) < 4 or last[0][:1] != b"@":
         raise ValueError(f"{path}: the file changed while it was read (record {count} is not where it was)")
-    return _strip_eol(last[0])[1:].decode("ascii", errors="replace").rstrip()
+    return last[0][1:].decode("ascii", errors="replace").rstrip()
 
 
 def _python_fastq(path: Path, handle: IO[bytes], skip_four_line: int = 0) -> Iterator[tuple[str, bytes, bytes]]:
     """Records of a FASTQ stream: (name, sequence, quality), Biopython's reading of the format (see the module
     docstring); the common 4-line record takes the shortest path through the loop. The first
     ``skip_four_line`` records, known to be plain 4-line records, are skipped unparsed."""
-    lines = iter(handle)
+    lines = _lines(handle)
     number = 0  # records read in full
     last_name: str | None = None
     line_no = 0
@@ -209,7 +266,7 @@ def _python_fastq(path: Path, handle: IO[bytes], skip_four_line: int = 0) -> Ite
                 if raw is None:
                     return
                 line_no += 1
-                header = _strip_eol(raw)
+                header = raw
                 if line_no == 1 and header.startswith(BOM):
                     header = header[len(BOM):]
             if header[:1] != b"@":
@@ -229,7 +286,7 @@ def _python_fastq(path: Path, handle: IO[bytes], skip_four_line: int = 0) -> Ite
                     raise ValueError(f"{record_label(path, number, name)}: truncated record: the file ends before "
                                      f"its {what} line{detail}")
                 line_no += 1
-                line = _strip_eol(raw)
+                line = raw
                 if line[:1] == b"+":
                     break
                 if line[:1] == b"@":  # never a nucleotide: the next header, so this record lacks its '+' line
@@ -242,7 +299,7 @@ def _python_fastq(path: Path, handle: IO[bytes], skip_four_line: int = 0) -> Ite
             title = line[1:].rstrip(WHITESPACE)
             if title and title != header[1:].rstrip(WHITESPACE):
                 raise ValueError(f"{record_label(path, number, name)}, line {line_no}: the '+' line names "
-                                 f"{title.decode('latin-1')!r}; it must be empty or repeat the header")
+                                 f"{shown_text(title.decode('latin-1'))}; it must be empty or repeat the header")
             sequence = parts[0] if len(parts) == 1 else b"".join(parts)
             # -- quality lines, until the quality is as long as the sequence
             raw = next(lines, None)
@@ -250,7 +307,7 @@ def _python_fastq(path: Path, handle: IO[bytes], skip_four_line: int = 0) -> Ite
                 raise ValueError(f"{record_label(path, number, name)}: truncated record: the file ends before its "
                                  "quality line")
             line_no += 1
-            quality = _strip_eol(raw)
+            quality = raw
             if not sequence and quality[:1] == b"@":  # an empty read whose quality line was left out (Biopython)
                 pending, quality = quality, b""
             _check_ascii(path, number, name, quality, "quality")
@@ -262,7 +319,7 @@ def _python_fastq(path: Path, handle: IO[bytes], skip_four_line: int = 0) -> Ite
                     if raw is None:
                         break
                     line_no += 1
-                    line = _strip_eol(raw)
+                    line = raw
                     if line[:1] == b"@" and total + len(line) > len(sequence):
                         pending = line  # the next record's header (line_no already counts it)
                         break
@@ -287,29 +344,28 @@ def _python_fasta(path: Path, handle: IO[bytes]) -> Iterator[tuple[str, bytes, N
     parts: list[bytes] = []
     last_name: str | None = None
     try:
-        for line_no, raw in enumerate(handle, 1):
+        for line_no, raw in enumerate(_lines(handle), 1):
             if line_no == 1:
                 raw = raw.removeprefix(BOM)
-            for piece in raw.split(b"\r") if b"\r" in raw else (raw,):
-                line = piece.strip(WHITESPACE)
-                if not line:
-                    continue
-                lead = line[0]
-                if lead == 62:  # '>'
-                    if name is not None:
-                        yield name, b"".join(parts), None
-                        last_name = name
-                    number += 1
-                    _check_ascii(path, number, None, line, "header")
-                    name, parts = line[1:].decode("ascii"), []
-                elif lead == 35:  # '#': a comment
-                    continue
-                elif name is None:
-                    raise ValueError(f"{path}: line {line_no}: expected a '>' header before the first sequence, "
-                                     f"found {_shown(line)}")
-                else:
-                    _check_ascii(path, number, name, line, "sequence")
-                    parts.append(line)
+            line = raw.strip(WHITESPACE)
+            if not line:
+                continue
+            lead = line[0]
+            if lead == 62:  # '>'
+                if name is not None:
+                    yield name, b"".join(parts), None
+                    last_name = name
+                number += 1
+                _check_ascii(path, number, None, line, "header")
+                name, parts = line[1:].decode("ascii"), []
+            elif lead == 35:  # '#': a comment
+                continue
+            elif name is None:
+                raise ValueError(f"{path}: line {line_no}: expected a '>' header before the first sequence, "
+                                 f"found {_shown(line)}")
+            else:
+                _check_ascii(path, number, name, line, "sequence")
+                parts.append(line)
         if name is not None:
             yield name, b"".join(parts), None
     except DECOMPRESSION_ERRORS as exc:

@@ -33,8 +33,8 @@ class ReadOptions:
     Attributes:
         ambiguity: ``"keep"`` (IUPAC ambiguity codes keep their tokens) or ``"to_n"`` (:func:`omnipos.dna.encode`).
         lowercase: ``"soft_mask"`` (lowercase = token + ``SOFT_MASK``) or ``"fold"``.
-        parser: ``"auto"`` (dnaio when installed, else pure Python), ``"dnaio"`` or ``"python"``; both give
-            identical batches and errors.
+        parser: ``"auto"`` (plain FASTQ: the compiled block parser where numba is installed; else dnaio when
+            installed, else pure Python), ``"dnaio"`` or ``"python"``; all give identical batches and errors.
         quality_offset: 33, 64 or ``"auto"``; None (default): 33, or 64 with Solexa (:attr:`offset`).
         quality_encoding: ``"phred"`` or ``"solexa"`` (Solexa scores converted to Phred as Biopython does).
         rna: ``"error"`` (U refused), ``"to_t"`` (U read as T) or ``"keep"`` (read as T, each read flagged).

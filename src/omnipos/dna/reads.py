@@ -1,8 +1,11 @@
 """FASTA/FASTQ reads, plain or gzip, as batches of tokens: ``read_fastx`` and ``ReadBatch``.
 
-Two parsers give identical batches and identical errors: dnaio (extra ``[dna]``, C speed; ``omnipos.dna.dnaio``)
-and a pure-Python one (:mod:`omnipos.dna.fastx`, the reference: its docstring states the format rules). dnaio is
-the fast path for the files it reads; whatever it refuses is re-read by the reference from where dnaio stopped.
+The parsers give identical batches and identical errors: dnaio (extra ``[dna]``, C speed; ``omnipos.dna.dnaio``),
+a pure-Python one (:mod:`omnipos.dna.fastx`, the reference: its docstring states the format rules) and, under
+``parser="auto"`` where numba is installed (extra ``[fast]``), the block parser for plain 4-line FASTQ
+(:mod:`omnipos.dna.fastq_blocks`: joined arrays of token ids and qualities, no Python object per sequence). The
+fast paths read what they can; whatever they refuse is re-read by dnaio (from the start) or the reference (from
+where they stopped, which has the last word on every error).
 
 The format is told by the first significant character ('@' FASTQ, '>' FASTA), gzip by its magic bytes, never by
 the file name. A malformed record (quality and sequence lengths differ, a truncated record, a missing '@' or '+'
@@ -45,11 +48,12 @@ from ..core import check_positive_int
 from .alphabet import (
     PAD,
     InvalidLetterError,
+    encode_table,
     length_mask,
     letter_codes,
     pad_rows,
 )
-from .fastx import RawRecords, check_input_file, detect_format, python_records, record_label
+from .fastx import RawRecords, check_input_file, detect_format, is_gzip, python_records, record_label
 from .limits import check_batch_bytes
 from .read_options import (
     PARSERS,
@@ -152,6 +156,13 @@ class ReadBatch:
     def __repr__(self) -> str:
         kind = f"FASTQ ({self.quality_format})" if self.qualities is not None else "FASTA"
         return f"ReadBatch({len(self)} {kind} reads, tokens {tuple(self.tokens.shape)} {self.tokens.dtype})"
+
+
+def _quality_bytes(raw: RawRecords) -> np.ndarray | None:
+    """The quality characters of a batch joined (uint8), None for FASTA."""
+    if raw.packed is not None:
+        return raw.packed.scores
+    return None if raw.qualities is None else np.frombuffer(_join(raw.qualities), dtype=np.uint8)
 
 
 def _join(parts: Sequence[str] | Sequence[bytes]) -> bytes:
@@ -267,6 +278,8 @@ def _assemble_presorted(path: Path, raw: RawRecords, options: _Options, quality:
     reorder instead of gathering every base and quality through an index), so the joined bytes come out sorted.
     None where it does not apply: a read that ``max_len`` cuts into rows, or a record that is refused (the file-order
     path then names the first bad record in the file, as without ``bucket_size``)."""
+    if raw.packed is not None:  # already joined: the file-order path gathers them in length order
+        return None
     lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
     if options.max_len is not None and int(lengths.max()) > options.max_len:
         return None
@@ -285,26 +298,38 @@ def _assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality,
     """:func:`assemble` in file order, or (``records``: each record's number; ``lengths``: each sequence's length)
     of records already sorted by length by :func:`_assemble_presorted`."""
     presorted = records is not None
+    packed = raw.packed
     if lengths is None:
-        lengths = np.fromiter(map(len, raw.sequences), dtype=np.int64, count=len(raw.sequences))
-    joined = _join(raw.sequences)
-    data = np.frombuffer(joined, dtype=np.uint8)
+        lengths = packed.lengths if packed is not None else np.fromiter(map(len, raw.sequences), dtype=np.int64,
+                                                                        count=len(raw.sequences))
+    data = packed.data if packed is not None else np.frombuffer(_join(raw.sequences), dtype=np.uint8)
     errors: list[tuple[int, str]] = []
     codes = scores = phred = None
-    try:
-        codes = letter_codes(data, lengths, ambiguity=options.ambiguity, lowercase=options.lowercase,
-                             rna="error" if options.rna == "error" else "to_t")
-    except InvalidLetterError as exc:
-        errors.append((exc.index, f"{record_label(path, raw.first + exc.index, raw.names[exc.index])}: {exc.detail}"))
-    if raw.qualities is not None:
-        scores = np.frombuffer(_join(raw.qualities), dtype=np.uint8)
+    if packed is not None:
+        if packed.table is not encode_table(options.ambiguity, options.lowercase, options.rna != "error"):
+            raise ValueError("the block parser looked the letters up in another table")  # (the reference reads)
+        codes = packed.codes  # every letter valid (fastq_blocks hands a batch with an invalid one over)
+    else:
+        try:
+            codes = letter_codes(data, lengths, ambiguity=options.ambiguity, lowercase=options.lowercase,
+                                 rna="error" if options.rna == "error" else "to_t")
+        except InvalidLetterError as exc:
+            errors.append((exc.index, f"{record_label(path, raw.first + exc.index, raw.names[exc.index])}: "
+                                      f"{exc.detail}"))
+    scores = _quality_bytes(raw)
+    if scores is not None:
         if options.quality_encoding == "solexa":
             phred = np.take(_SOLEXA_TABLE, scores)
             bad = phred == 255
-        else:
-            bad = (scores < quality.offset) | (scores > 126)
-            phred = scores - np.uint8(quality.offset)
-        if scores.size and bad.any():
+            refused = bool(scores.size and bad.any())
+        else:  # one pass and a max: below the offset wraps around to 256 - offset and up, above 126 - offset too
+            # (the block parser's scores are its own: they become the Phred scores in place, no new array)
+            phred = np.subtract(scores, np.uint8(quality.offset), out=scores if packed is not None else None)
+            refused = bool(scores.size and int(phred.max()) > 126 - quality.offset)
+            if refused:
+                scores = phred + np.uint8(quality.offset) if packed is not None else scores  # the characters
+                bad = (scores < quality.offset) | (scores > 126)
+        if refused:
             errors.append(_quality_error(path, raw, lengths, scores, bad, options, quality))
     if options.max_len is not None and options.truncation == "error" and lengths.size \
             and int(lengths.max()) > options.max_len:
@@ -357,7 +382,7 @@ def _assemble(path: Path, raw: RawRecords, options: _Options, quality: _Quality,
             names[first:last], tokens, torch.from_numpy(mask), torch.from_numpy(sizes), qualities,
             torch.from_numpy(records[first:last]), torch.from_numpy(offsets[first:last]),
             None if rna is None else torch.from_numpy(rna[first:last]), quality.offset,
-            options.quality_encoding if raw.qualities is not None else None))
+            options.quality_encoding if scores is not None else None))
     return batches
 
 
@@ -454,7 +479,7 @@ def read_fastx(
     settings = read_options(read, batch_size=batch_size, max_tokens=max_tokens, bucket_size=bucket_size)
     engine = _resolve_parser(read.parser)
     check_input_file(path)
-    return _read(path, settings, engine)
+    return _read(path, settings, engine, blocks=read.parser == "auto")
 
 
 def _decide_offset(path: Path, raw_batches: Iterable[RawRecords], quality: _Quality) -> Iterator[RawRecords]:
@@ -465,7 +490,7 @@ def _decide_offset(path: Path, raw_batches: Iterable[RawRecords], quality: _Qual
     for raw in iterator:
         held.append(raw)
         seen += len(raw.names)
-        scores = np.frombuffer(_join(raw.qualities), dtype=np.uint8)
+        scores = _quality_bytes(raw)
         if scores.size:
             low, high = min(low, int(scores.min())), max(high, int(scores.max()))
         if low < 59 or seen >= AUTO_WINDOW:
@@ -501,13 +526,37 @@ def _initial_quality(fmt: str, options: _Options) -> _Quality:
     return _Quality(offset=int(options.quality_offset))
 
 
-def _read(path: Path, options: _Options, engine: str) -> Iterator[ReadBatch]:
+def _use_blocks(path: Path, fmt: str, engine: str) -> bool:
+    """Whether ``parser="auto"`` reads this file with the block parser: FASTQ, numba at hand, and plain (a gzip
+    file goes to dnaio where it is installed: it gunzips in threads)."""
+    from .fastq_blocks import block_kernels
+
+    return fmt == "fastq" and block_kernels() is not None and (engine != "dnaio" or not is_gzip(path))
+
+
+def _read(path: Path, options: _Options, engine: str, blocks: bool = False) -> Iterator[ReadBatch]:
     fmt = detect_format(path)
     if fmt is None:
         return
     chunk = options.bucket_size or options.batch_size  # records parsed (and validated) at a time
     quality = _initial_quality(fmt, options)
     done = 0
+    four_line_prefix = False  # the first `done` records are plain 4-line records (a fast path read them)
+    if blocks and _use_blocks(path, fmt, engine):
+        from .fastq_blocks import BlockStopped, block_records
+
+        table = encode_table(options.ambiguity, options.lowercase, options.rna != "error")
+        try:
+            for batch, done in _assembled(path, fmt, block_records(path, chunk, table, options.rna == "keep"),
+                                          options, quality):
+                yield batch
+            return
+        except (BlockStopped, ValueError):
+            pass  # the parsers behind it re-read from the first record not yet handed over
+        if done == 0:  # nothing handed over: dnaio (where installed) reads what the block parser does not
+            quality = _initial_quality(fmt, options)
+        else:
+            engine, four_line_prefix = "python", True  # the reference, from the first record not handed over
     if engine == "dnaio":
         from .dnaio import DnaioStopped, dnaio_records
 
@@ -520,7 +569,8 @@ def _read(path: Path, options: _Options, engine: str) -> Iterator[ReadBatch]:
             pass  # the reference parser re-reads from the first record not yet handed over, and has the last word
         if done == 0:  # nothing handed over: the reference decides everything afresh ("auto" included)
             quality = _initial_quality(fmt, options)
-    source = python_records(path, fmt, chunk, skip=done, four_line_prefix=engine == "dnaio")
+        four_line_prefix = True
+    source = python_records(path, fmt, chunk, skip=done, four_line_prefix=four_line_prefix)
     for batch, _ in _assembled(path, fmt, source, options, quality):
         yield batch
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import check_choice, check_positive_int
+from ..core import allocation_guard, check_choice, check_positive_int
 
 __all__ = ["PLACEMENTS", "ERPE", "erpe_bias", "erpe_score_mod", "erpe_attention"]
 
@@ -57,8 +57,9 @@ def erpe_bias(table: torch.Tensor, length: int) -> torch.Tensor:
     if length > max_len:
         raise ValueError(f"length={length} is beyond max_len={max_len}: the table has offsets up to "
                          f"+-{max_len - 1} only")
-    rows = _relative_rows(length, max_len, table.device).reshape(-1)
-    return table.index_select(0, rows).reshape(length, length, -1).permute(2, 0, 1)
+    with allocation_guard(f"erpe_bias: length={length:,} (a bias [{table.shape[1]}, {length:,}, {length:,}])"):
+        rows = _relative_rows(length, max_len, table.device).reshape(-1)
+        return table.index_select(0, rows).reshape(length, length, -1).permute(2, 0, 1)
 
 
 def erpe_score_mod(erpe: ERPE | torch.Tensor) -> ScoreMod:
@@ -107,7 +108,9 @@ class ERPE(nn.Module):
         self.max_len = check_positive_int(max_len, "max_len")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.placement = check_choice(placement, "placement", PLACEMENTS)
-        self.table = nn.Parameter(torch.empty(2 * self.max_len - 1, self.num_heads))
+        with allocation_guard(f"ERPE: max_len={self.max_len:,} with num_heads={self.num_heads:,} (a table "
+                              f"[2 * max_len - 1, num_heads] = [{2 * self.max_len - 1:,}, {self.num_heads:,}])"):
+            self.table = nn.Parameter(torch.empty(2 * self.max_len - 1, self.num_heads))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -42,7 +42,8 @@ def check_cu_seqlens(cu_seqlens: Any, total: int, name: str = "cu_seqlens") -> t
     lengths = cu[1:] - cu[:-1]
     if can_inspect_values(cu):
         if int(cu[0]) != 0 or bool((lengths < 0).any()):
-            raise ValueError(f"{name} must start at 0 and be non-decreasing, got {cu.tolist()[:8]}...")
+            raise ValueError(f"{name} must start at 0 and be non-decreasing (row b's events are "
+                             f"{name}[b]:{name}[b + 1]), got {cu[:8].tolist()}{'...' if cu.numel() > 8 else ''}")
         if int(cu[-1]) != total:
             raise ValueError(f"{name} ends at {int(cu[-1])} but there are {total} events (its last entry is the "
                              f"total)")
@@ -68,6 +69,17 @@ class PackedEvents:
                  clock: torch.Tensor | None = None, static_codes: torch.Tensor | None = None,
                  static_values: torch.Tensor | None = None, static_cu_seqlens: torch.Tensor | None = None,
                  window: torch.Tensor | None = None) -> None:
+        for tensor, what in ((times, "times"), (codes, "codes"), (values, "values")):
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"PackedEvents: {what} must be a 1-D tensor [N] (N = total events), got "
+                                f"{type(tensor).__name__}")
+            if tensor.ndim != 1:
+                raise ValueError(f"PackedEvents: {what} must be a 1-D tensor [N] (N = total events), got shape "
+                                 f"{tuple(tensor.shape)}")
+        if not times.numel() == codes.numel() == values.numel():
+            raise ValueError(f"PackedEvents: times, codes and values must hold the same N events, got "
+                             f"{times.numel()}, {codes.numel()} and {values.numel()}")
+        check_cu_seqlens(cu_seqlens, times.numel(), "cu_seqlens")
         self.times, self.codes, self.values, self.cu_seqlens = times, codes, values, cu_seqlens
         self.vocab, self.subjects = list(vocab), list(subjects)
         self.unit, self.origin, self.clock = unit, origin, clock
@@ -77,6 +89,11 @@ class PackedEvents:
                               else static_values)
         self.static_cu_seqlens = (torch.zeros(rows + 1, dtype=torch.int32, device=device)
                                   if static_cu_seqlens is None else static_cu_seqlens)
+        if static_cu_seqlens is not None:
+            check_cu_seqlens(static_cu_seqlens, self.static_codes.numel(), "static_cu_seqlens")
+            if static_cu_seqlens.numel() != rows + 1:
+                raise ValueError(f"static_cu_seqlens must have B + 1 = {rows + 1} entries (one row per row of "
+                                 f"cu_seqlens), got {static_cu_seqlens.numel()}")
         self.window = torch.zeros(rows, dtype=torch.long, device=device) if window is None else window
 
     @classmethod

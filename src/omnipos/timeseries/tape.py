@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..core import ConstantBuffers, check_even_dim, check_float_dtype, check_positive_int, sinusoidal
+from ..core import ConstantBuffers, allocation_guard, check_even_dim, check_float_dtype, check_positive_int, sinusoidal
 
 __all__ = ["tape", "TAPE"]
 
@@ -44,15 +44,17 @@ def tape(length: int, dim: int, *, base: float = 10000.0, dtype: torch.dtype = t
         dtype: floating dtype of the result; device: where to build it.
 
     Raises:
-        ValueError: ``length < 1``, odd or non-positive ``dim``, ``base <= 1``. TypeError: non-int sizes, a
+        ValueError: ``length < 1``, odd or non-positive ``dim``, ``base <= 1``, a table the allocator refuses
+            (naming ``length``). TypeError: non-int sizes, a
             non-floating ``dtype``.
     """
     length = check_positive_int(length, "length")
     dim = check_even_dim(dim)
     base = _check_base(base)
     check_float_dtype(dtype)
-    positions = torch.arange(length, dtype=torch.float64, device=device) * (dim / length)
-    return sinusoidal(positions, dim, base=base, layout="interleaved", dtype=dtype)
+    with allocation_guard(f"tape: length={length:,} with dim={dim} (a [{length:,}, {dim}] table, built in float64)"):
+        positions = torch.arange(length, dtype=torch.float64, device=device) * (dim / length)
+        return sinusoidal(positions, dim, base=base, layout="interleaved", dtype=dtype)
 
 
 class TAPE(ConstantBuffers):
