@@ -130,6 +130,7 @@ def test_a_unit_is_not_moved_into_a_folder_its_run_no_longer_holds(tmp_path):
 
     out = tmp_path / "out"
     with hold_folder(out) as held:
+        held.staging.mkdir()
         runner = UnitRunner("reads", str(out), "parquet", ["x"], [None], body, staging=str(held.staging),
                             token=held.token, driver_pid=-1)
         assert runner(0, None)["items"] == 1  # held by this run: moved in
@@ -139,8 +140,15 @@ def test_a_unit_is_not_moved_into_a_folder_its_run_no_longer_holds(tmp_path):
                            token="0" * 32, driver_pid=-1)
         record = other(0, None)
         assert "held by another run now" in record["error"]
-    record = runner(0, None)  # the run ended: the lock is free (and its staging folder gone)
-    assert "no longer hold" in record["error"]
+    record = runner(0, None)  # the run ended: its staging folder is gone
+    assert "staging folder" in record["error"] and "no longer holds the folder" in record["error"]
+    held.staging.mkdir()  # and with it back, the lock is free: nothing is moved in either
+    assert "is no longer held: the run that started this unit ended" in runner(0, None)["error"]
+    with hold_folder(out) as second:  # another run holds the folder now: the first run's unit moves nothing in
+        second.staging.mkdir()
+        assert "no longer hold" in runner(0, None)["error"]
+        held.staging.mkdir()  # even with its staging folder back, the lock names the other run
+        assert "held by another run now" in runner(0, None)["error"]
     assert not (out / "reads-00000-00000.parquet").exists() and not (out / ".reads-00000.done.json").exists()
     with pytest.raises(LockLost):
         check_held(out, held.token)

@@ -122,6 +122,8 @@ def run_job(
         known = [u.items for u in units]
         total = sum(known) if all(n is not None for n in known) else None
         # workers write through this run's staging folder, into out_dir only while this run holds it
+        if pending:
+            held.staging.mkdir(mode=0o700, exist_ok=True)
         work = UnitRunner(kind, str(manifest.out_dir), ext, [u.source for u in units], [u.identity for u in units],
                           body, staging=str(held.staging), token=held.token, driver_pid=os.getpid())
         with progress_reporter(progress, total=total, desc=f"precompute {kind}") as bar:

@@ -51,7 +51,8 @@ _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a cha
 
 class HeldFolder(NamedTuple):
     """A folder this run holds: ``path``; ``token``, the run's identity written in the lock file; ``staging``,
-    the folder its workers write temporaries to (deleted when the run ends, or by the next run if it died)."""
+    the folder its workers write temporaries to (not made yet: a job makes it when it has units to run; deleted
+    when the run ends, or by the next run if it died)."""
 
     path: Path
     token: str
@@ -158,7 +159,7 @@ def _open_lock(path: Path, mode: int) -> int:
 
 @contextmanager
 def _staging(out_dir: Path, token: str) -> Iterator[HeldFolder]:
-    """Move earlier runs' staging folders out of reach, then make this run's; delete it when the run ends."""
+    """Move earlier runs' staging folders out of reach; this run's is deleted when the run ends."""
     for entry in os.scandir(out_dir):
         if _OWN_FOLDER.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
             stale = Path(entry.path)
@@ -167,8 +168,7 @@ def _staging(out_dir: Path, token: str) -> Iterator[HeldFolder]:
                 stale = out_dir / f"{_STALE_PREFIX}{uuid.uuid4().hex}"
                 os.rename(entry.path, stale)
             shutil.rmtree(stale, ignore_errors=True)
-    staging = out_dir / f"{STAGING_PREFIX}{token}"
-    staging.mkdir(mode=0o700)
+    staging = out_dir / f"{STAGING_PREFIX}{token}"  # made by the job when it has units to run
     try:
         yield HeldFolder(out_dir, token, staging)
     finally:
