@@ -109,6 +109,29 @@ def test_code_of_main_is_sent_by_value():
     assert os.getpid() not in {r["pid"] for r in got}
 
 
+EXEC_CELL = """
+import os
+
+class Scale:
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __call__(self, unit, payload):
+        return {"unit": unit, "value": payload * self.factor, "pid": os.getpid()}
+"""
+
+
+def test_code_run_by_exec_is_sent_by_value():
+    """A class made by ``exec`` in a namespace that is no module (as some notebook front ends and README runners
+    do): before, pickle refused it in this process ("the unit function cannot be sent to worker processes")."""
+    namespace = {"__name__": "cell_without_a_module"}
+    exec(EXEC_CELL, namespace)  # noqa: S102 - the code above
+    got = []
+    run_on_workers([0, 1], namespace["Scale"](3), lambda u: u + 1, got.append, workers=2, retries=0)
+    assert sorted((r["unit"], r["value"]) for r in got) == [(0, 3), (1, 6)]
+    assert os.getpid() not in {r["pid"] for r in got}
+
+
 def test_without_cloudpickle_the_units_run_in_this_process_with_a_note(monkeypatch):
     monkeypatch.setattr(workers_module, "_cloudpickle", lambda: None)
     got = []

@@ -89,8 +89,8 @@ def _context(cuda: bool = False) -> Any:
 # -- what is sent to a worker --------------------------------------------------------------------------------------
 class _MainFinder(pickle.Pickler):
     """Pickles to nowhere, noting whether anything pickled refers to code defined in ``__main__`` (which a worker
-    cannot import by name: it does not run the caller's main module). Tensors and plain arrays are not walked
-    into: they hold no code."""
+    cannot import by name: it does not run the caller's main module) or in no module at all (code run by
+    ``exec``). Tensors and plain arrays are not walked into: they hold no code."""
 
     def __init__(self) -> None:
         super().__init__(_Nowhere(), protocol=pickle.HIGHEST_PROTOCOL)
@@ -98,7 +98,7 @@ class _MainFinder(pickle.Pickler):
         self.plain = _plain_types()
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
+        if isinstance(obj, (type, types.FunctionType)) and _by_value(getattr(obj, "__module__", None)):
             self.found = True
         elif type(obj) in self.plain and getattr(obj, "dtype", None) != object:
             return int, ()
@@ -122,8 +122,15 @@ def _plain_types() -> tuple[type, ...]:
     return tuple(plain)
 
 
+def _by_value(module: Any) -> bool:
+    """Whether code of ``module`` must travel by value: ``__main__``, or a name no imported module has (as
+    cloudpickle decides)."""
+    return module == "__main__" or not isinstance(module, str) or module not in sys.modules
+
+
 def _refers_to_main(obj: Any) -> bool:
-    """Whether pickling ``obj`` meets a class or function defined in ``__main__`` (it may fail after that)."""
+    """Whether pickling ``obj`` meets a class or function defined in ``__main__`` or in no imported module (it may
+    fail after that)."""
     finder = _MainFinder()
     with suppress(Exception):  # a lambda of __main__ fails after it was seen; anything else fails in _serialize
         finder.dump(obj)
@@ -289,9 +296,9 @@ def run_on_workers(units: Sequence[int], work: Callable[[int, Any], dict],
     installed runs here instead, unit by unit, with one :class:`InProcessNote` warning."""
     pickled_work, _ = _serialize(work)
     if pickled_work is None:
-        warnings.warn("the job's transform or unit function is defined in __main__ (a notebook or a script), which "
-                      "worker processes can load only by value, with cloudpickle (pip install cloudpickle): its "
-                      "units run in this process, one at a time", InProcessNote, stacklevel=3)
+        warnings.warn("the job's transform or unit function is defined in __main__ (a notebook, a script, python -c) "
+                      "or by exec, which worker processes can load only by value, with cloudpickle (pip install "
+                      "cloudpickle): its units run in this process, one at a time", InProcessNote, stacklevel=3)
         for unit in units:
             on_result(work(unit, None if payload is None else payload(unit)))
         return
@@ -357,9 +364,9 @@ def _send(worker: _Worker, unit: int, payload: Callable[[int], Any] | None) -> N
     if by_value:
         pickled, _ = _serialize(value)
         if pickled is None:
-            raise ValueError(f"unit {unit}'s input holds a class or function defined in __main__ (a notebook or a "
-                             "script), which worker processes can load only with cloudpickle: pip install "
-                             "cloudpickle, or define it in an importable module")
+            raise ValueError(f"unit {unit}'s input holds a class or function defined in __main__ (a notebook, a "
+                             "script, python -c) or by exec, which worker processes can load only with cloudpickle: "
+                             "pip install cloudpickle, or define it in an importable module")
         value = pickled
     try:
         worker.connection.send((unit, value, by_value))
