@@ -85,7 +85,9 @@ def test_kill_9_of_the_driver_takes_its_workers_and_their_writes_with_it(tmp_pat
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
-    assert wait_for(lambda: not alive(family), 5), f"processes of the killed driver survive: {alive(family)}"
+    assert wait_for(lambda: not alive(workers), 5), f"workers of the killed driver survive: {alive(workers)}"
+    # its fork server too, and then the resource tracker (which exits once nobody holds its pipe)
+    assert wait_for(lambda: not alive(family), 10), f"processes of the killed driver survive: {alive(family)}"
     # a second run takes the folder (another job: overwrite=True) and finishes
     second = AddRandomWalkPE(4)
     graphs = small_graphs()
