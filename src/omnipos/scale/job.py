@@ -17,7 +17,7 @@ from .lock import hold_folder
 from .manifest import Manifest
 from .shards import ShardWriter, UnitRunner
 
-__all__ = ["PrecomputeError", "PrecomputeResult", "Unit", "file_units", "run_job"]
+__all__ = ["Unit", "file_units", "PrecomputeResult", "PrecomputeError", "run_job"]
 
 
 @dataclass(frozen=True)
