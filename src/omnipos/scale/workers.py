@@ -123,9 +123,16 @@ def _plain_types() -> tuple[type, ...]:
 
 
 def _by_value(module: Any) -> bool:
-    """Whether code of ``module`` must travel by value: ``__main__``, or a name no imported module has (as
-    cloudpickle decides)."""
-    return module == "__main__" or not isinstance(module, str) or module not in sys.modules
+    """Whether code of ``module`` must travel by value: ``__main__``, or a name no module has (code run by
+    ``exec``: a worker could not import it by name)."""
+    if module == "__main__" or not isinstance(module, str):
+        return True
+    if module in sys.modules:
+        return False
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
 
 
 def _refers_to_main(obj: Any) -> bool:
