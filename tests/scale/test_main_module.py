@@ -142,3 +142,24 @@ def test_without_cloudpickle_the_units_run_in_this_process_with_a_note(monkeypat
     with pytest.raises(ValueError, match=r"unit 0's input holds a class or function defined in __main__ .* pip "
                                          "install cloudpickle"):
         run_on_workers([0], echo_unit, MainPayload, got.append, workers=1, retries=0)
+
+
+@pytest.mark.parametrize("spec_name", [None, "jobs.nightly"])
+def test_workers_start_without_the_main_module(monkeypatch, tmp_path, spec_name):
+    """``python script.py`` (a path) and ``python -m jobs.nightly`` (a name): multiprocessing would have each worker
+    import it, running its top level again; the workers' preparation data name neither."""
+    import types
+    from importlib.machinery import ModuleSpec
+    from multiprocessing import spawn
+
+    main = types.ModuleType("__main__")
+    main.__file__ = str(tmp_path / "nightly.py")
+    main.__spec__ = None if spec_name is None else ModuleSpec(spec_name, None)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    key = "init_main_from_path" if spec_name is None else "init_main_from_name"
+    assert key in spawn.get_preparation_data("x")
+    with workers_module._without_main():
+        data = spawn.get_preparation_data("x")
+    assert "init_main_from_path" not in data and "init_main_from_name" not in data
+    assert data["sys_path"] == sys.path  # the rest is kept: the script's folder stays importable
+    assert key in spawn.get_preparation_data("x")  # only while a worker starts
