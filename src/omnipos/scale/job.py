@@ -3,6 +3,7 @@ finishes, report progress, and sum up (:class:`PrecomputeResult`; :class:`Precom
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -110,7 +111,7 @@ def run_job(
     in-memory slice); ``meta`` is recorded in the manifest for the loaders (e.g. the options they need)."""
     started = time.perf_counter()
     check_writable(out_dir)  # a read-only folder is refused by name before the lock file or anything is written
-    with hold_folder(out_dir):  # one run per folder, from reading the manifest to recording the last unit
+    with hold_folder(out_dir) as held:  # one run per folder, from reading the manifest to recording the last unit
         manifest = Manifest.open(out_dir, job, [u.identity for u in units], resume=resume, overwrite=overwrite)
         if meta and manifest.meta != meta:
             manifest.set_meta(meta)
@@ -121,8 +122,11 @@ def run_job(
         result.units_resumed = len(units) - len(pending)
         known = [u.items for u in units]
         total = sum(known) if all(n is not None for n in known) else None
+        # workers write through this run's staging folder, into out_dir only while this run holds it
+        if pending:
+            held.staging.mkdir(mode=0o700, exist_ok=True)
         work = UnitRunner(kind, str(manifest.out_dir), ext, [u.source for u in units], [u.identity for u in units],
-                          body)
+                          body, staging=str(held.staging), token=held.token, driver_pid=os.getpid())
         with progress_reporter(progress, total=total, desc=f"precompute {kind}") as bar:
             resumed_items = sum(r["items"] for r in manifest.units.values())
             if resumed_items:
