@@ -245,3 +245,19 @@ def test_mrope_keys_and_legacy_mrope_type_are_the_plain_ladder():
         inv, att = rope_frequencies(128, scaling=params)
         torch.testing.assert_close(inv, rope_frequencies(128, base=1e6)[0], rtol=0, atol=0)
         assert att == 1.0
+
+
+def test_a_float_length_in_a_scaling_dict_is_the_length_it_is():
+    """A rope_scaling dict copied from a config.json that writes 1024.0 (transformers runs it) gives the same
+    frequencies as 1024, compared with transformers' own yarn; failed before ('must be an int'). 1024.5 is refused."""
+    written = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024.0}
+    scaling = RopeScaling.from_dict(written)
+    assert scaling.original_max_position_embeddings == 1024 and type(scaling.original_max_position_embeddings) is int
+    ours, factor = rope_frequencies(64, base=10000.0, scaling=written)
+    config = LlamaConfig(hidden_size=128, num_attention_heads=2, rope_theta=10000.0, max_position_embeddings=4096,
+                         rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024})
+    hf_inv, hf_factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
+    torch.testing.assert_close(ours.to(torch.float32), hf_inv.to(torch.float32), rtol=1e-6, atol=0)
+    assert factor == pytest.approx(hf_factor)
+    with pytest.raises(TypeError, match="original_max_position_embeddings"):
+        rope_frequencies(64, scaling={**written, "original_max_position_embeddings": 1024.5})

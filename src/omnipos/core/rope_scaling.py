@@ -140,6 +140,9 @@ class RopeScaling:
             raise TypeError(f"scaling['mrope_interleaved'] must be a bool, got {self.mrope_interleaved!r}")
         for name in ("original_max_position_embeddings", "max_position_embeddings"):
             value = getattr(self, name)
+            if isinstance(value, float) and value.is_integer():  # 1024.0 in some config.json files: transformers runs it
+                value = int(value)
+                object.__setattr__(self, name, value)
             if value is not None:
                 check_positive_int(value, f"scaling['{name}']")
         for name in ("factor", "attention_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor",
