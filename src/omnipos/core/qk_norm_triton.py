@@ -18,6 +18,7 @@ tests use; :func:`omnipos.core.qk_norm_rope` takes them for CUDA tensors by itse
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from torch import Tensor
@@ -280,7 +281,7 @@ def _launch(forward: bool, tensors: list[Tensor], weights: tuple[Tensor, Tensor]
     heads = max(hq, hk)
     n_q = views[0].shape[0] * s_blocks
     n_k = views[-1].shape[0] * s_blocks
-    dim = q.shape[-1]
+    dim = int(q.shape[-1])  # a constexpr: the head dim is fixed per model (a guard, never a recompile per length)
     half = rotary_dim // 2
     rest = dim - rotary_dim
     strides = []
@@ -292,45 +293,64 @@ def _launch(forward: bool, tensors: list[Tensor], weights: tuple[Tensor, Tensor]
         strides += [v.stride(0), v.stride(1), v.stride(2)]
     strides += [out_views[1].stride(0), out_views[1].stride(1), out_views[1].stride(2)]
     strides += [pos[1].stride(0), pos[1].stride(1), pos[1].stride(2)]
-    meta = dict(D=dim, HALF=half, REST=rest, ROT=rotary_dim, BLOCK_S=BLOCK_S,
-                BLOCK_HALF=_next_power_of_2(half), BLOCK_REST=_next_power_of_2(max(rest, 1)),
-                INTERLEAVED=interleaved)
+    meta = {"D": dim, "HALF": half, "REST": rest, "ROT": rotary_dim, "BLOCK_S": BLOCK_S,
+            "BLOCK_HALF": _next_power_of_2(half), "BLOCK_REST": _next_power_of_2(max(rest, 1)),
+            "INTERLEAVED": interleaved}
     grid = (n_q + n_k,)
+    # Triton's interpreter (TRITON_INTERPRET=1) makes wrap_triton return the kernel itself, which would run on the
+    # fake tensors of a trace: there only the output shapes count. (Compiled, wrap_triton's wrapper traces it.)
+    skip = os.environ.get("TRITON_INTERPRET") == "1" and (q.is_meta or torch._guards.detect_fake_mode((q,)) is not None)
     sizes = (seq, hq, hk, n_q, s_blocks, heads, 1, 1)
     scalars = (float(attention_factor), float(eps), float(offset))
     if forward:
+        if skip:
+            return outs
         wrap_triton(_qk_norm_rope_fwd_kernel)[grid](
             views[0], out_views[0], weights[0], pos[0], views[1], out_views[1], weights[1], pos[1], turns, slot_axis,
             *sizes, *strides, *scalars, **meta)
         return outs
     partial = torch.empty(n_q + n_k, dim, dtype=torch.float32, device=q.device)
-    wrap_triton(_qk_norm_rope_bwd_kernel)[grid](
-        views[0], views[1], out_views[0], weights[0], pos[0], views[2], views[3], out_views[1], weights[1], pos[1],
-        partial, turns, slot_axis, *sizes, *strides, *scalars, **meta)
+    if skip:
+        partial = partial.zero_()
+    else:
+        wrap_triton(_qk_norm_rope_bwd_kernel)[grid](
+            views[0], views[1], out_views[0], weights[0], pos[0], views[2], views[3], out_views[1], weights[1],
+            pos[1], partial, turns, slot_axis, *sizes, *strides, *scalars, **meta)
     return [*outs, partial[:n_q].sum(0).to(weights[0].dtype), partial[n_q:].sum(0).to(weights[1].dtype)]
 
 
+def _forward_body(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, positions: Tensor, turns: Tensor,
+                  slot_axis: Tensor, seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float,
+                  eps: float, offset: float, multi_axis: bool) -> tuple[Tensor, Tensor]:
+    q_out, k_out = _launch(True, [q, k], (q_weight, k_weight), positions, turns, slot_axis, seq_axis, rotary_dim,
+                           interleaved, attention_factor, eps, offset, multi_axis)
+    return q_out, k_out
+
+
+def _backward_body(grad_q: Tensor, grad_k: Tensor, q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor,
+                   positions: Tensor, turns: Tensor, slot_axis: Tensor, seq_axis: int, rotary_dim: int,
+                   interleaved: bool, attention_factor: float, eps: float, offset: float,
+                   multi_axis: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    gq, gk, gqw, gkw = _launch(False, [grad_q, q, grad_k, k], (q_weight, k_weight), positions, turns, slot_axis,
+                               seq_axis, rotary_dim, interleaved, attention_factor, eps, offset, multi_axis)
+    return gq, gk, gqw, gkw
+
+
+#: Under Triton's interpreter wrap_triton hands back the kernel itself, which a trace cannot see: there the ops are
+#: opaque custom ops (a fake kernel gives the shapes), so that opcheck and torch.compile test the same contract on
+#: the CPU; on CUDA they are triton_ops, whose kernels inductor sees and schedules.
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
 if HAS_TRITON:
-
-    @triton_op("omnipos::qk_norm_rope", mutates_args=())
-    def _qk_norm_rope_op(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, positions: Tensor,
-                         turns: Tensor, slot_axis: Tensor, seq_axis: int, rotary_dim: int, interleaved: bool,
-                         attention_factor: float, eps: float, offset: float,
-                         multi_axis: bool) -> tuple[Tensor, Tensor]:
-        q_out, k_out = _launch(True, [q, k], (q_weight, k_weight), positions, turns, slot_axis, seq_axis,
-                               rotary_dim, interleaved, attention_factor, eps, offset, multi_axis)
-        return q_out, k_out
-
-    @triton_op("omnipos::qk_norm_rope_backward", mutates_args=())
-    def _qk_norm_rope_backward_op(grad_q: Tensor, grad_k: Tensor, q: Tensor, k: Tensor, q_weight: Tensor,
-                                  k_weight: Tensor, positions: Tensor, turns: Tensor, slot_axis: Tensor,
-                                  seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float,
-                                  eps: float, offset: float,
-                                  multi_axis: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        gq, gk, gqw, gkw = _launch(False, [grad_q, q, grad_k, k], (q_weight, k_weight), positions, turns,
-                                   slot_axis, seq_axis, rotary_dim, interleaved, attention_factor, eps, offset,
-                                   multi_axis)
-        return gq, gk, gqw, gkw
+    if INTERPRETED:
+        _qk_norm_rope_op = torch.library.custom_op("omnipos::qk_norm_rope", mutates_args=())(_forward_body)
+        _qk_norm_rope_op.register_fake(_forward_body)
+        _qk_norm_rope_backward_op = torch.library.custom_op("omnipos::qk_norm_rope_backward",
+                                                            mutates_args=())(_backward_body)
+        _qk_norm_rope_backward_op.register_fake(_backward_body)
+    else:
+        _qk_norm_rope_op = triton_op("omnipos::qk_norm_rope", mutates_args=())(_forward_body)
+        _qk_norm_rope_backward_op = triton_op("omnipos::qk_norm_rope_backward", mutates_args=())(_backward_body)
 
     def _setup_context(ctx, inputs, output):
         q, k, q_weight, k_weight, positions, turns, slot_axis, *options = inputs
