@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from _harness import Bench, RESULTS, common_arguments, synchronize
+from _harness import RESULTS, Bench, common_arguments, synchronize
 
 from omnipos.core import QKNormRope, RotaryEmbedding
 
@@ -27,7 +27,10 @@ HEAD_DIM, THETA, EPS = 128, 1e6, 1e-6
 
 def hf_modules(head_dim: int, q_heads: int, kv_heads: int, device: torch.device, dtype: torch.dtype):
     from transformers import Qwen3Config
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, Qwen3RotaryEmbedding
+    from transformers.models.qwen3.modeling_qwen3 import (
+        Qwen3RMSNorm,
+        Qwen3RotaryEmbedding,
+    )
 
     config = Qwen3Config(head_dim=head_dim, hidden_size=head_dim * q_heads, num_attention_heads=q_heads,
                          num_key_value_heads=kv_heads, rms_norm_eps=EPS,
@@ -95,6 +98,64 @@ def graph_of(fn: Callable[[], object]) -> Callable[[], object]:
     return graph.replay
 
 
+def measure(batch: int, hq: int, hk: int, seq: int, *, device: torch.device, dtype: torch.dtype, repeats: int,
+            compile_hf: bool, g: torch.Generator) -> dict:
+    """One row: q [batch, hq, seq, 128], k [batch, hk, seq, 128]; on CUDA also copy (the floor), omnipos in a CUDA
+    graph and compile(omnipos)."""
+    cuda = device.type == "cuda"
+    q = torch.randn(batch, hq, seq, HEAD_DIM, generator=g).to(device=device, dtype=dtype)
+    k = torch.randn(batch, hk, seq, HEAD_DIM, generator=g).to(device=device, dtype=dtype)
+    qw = (torch.rand(HEAD_DIM, generator=g) + 0.5).to(device=device, dtype=dtype)
+    kw = (torch.rand(HEAD_DIM, generator=g) + 0.5).to(device=device, dtype=dtype)
+    past = 4096 if seq == 1 else 0  # decode: one new token after a 4096-token prefix
+    positions = (torch.arange(seq) + past).expand(batch, seq).to(device)
+    ours = QKNormRope(RotaryEmbedding(HEAD_DIM, base=THETA), eps=EPS).to(device=device, dtype=dtype)
+    q_norm, k_norm, rotary = hf_modules(HEAD_DIM, hq, hk, device, dtype)
+    with torch.no_grad():
+        for p, w in ((ours.q_weight, qw), (ours.k_weight, kw), (q_norm.weight, qw), (k_norm.weight, kw)):
+            p.copy_(w)
+    hf = hf_call(q_norm, k_norm, rotary)
+    fns = {"omnipos": lambda: ours(q, k, positions), "hf_eager": lambda: hf(q, k, positions)}
+    refs = reference(q, k, qw, kw, positions)
+    errors = {name: max_err(fn(), refs) for name, fn in fns.items()}
+    compile_s = None
+    if compile_hf:
+        compiled = torch.compile(hf, dynamic=False)
+        start = time.perf_counter()
+        errors["compile_hf"] = max_err(compiled(q, k, positions), refs)
+        compile_s = time.perf_counter() - start
+        fns["compile_hf"] = lambda: compiled(q, k, positions)
+    if cuda:
+        fns["omnipos_graph"] = graph_of(lambda: ours(q, k, positions))
+        if compile_hf:  # omnipos inside a compiled model: its op in inductor's graph
+            compiled_ours = torch.compile(ours, dynamic=False)
+            errors["compile_omnipos"] = max_err(compiled_ours(q, k, positions), refs)
+            fns["compile_omnipos"] = lambda: compiled_ours(q, k, positions)
+        copy = lambda: (q.clone(), k.clone())  # the floor of an out-of-place q/k pass
+        fns["copy"] = copy
+    with torch.no_grad():
+        times = paired_times(fns, device=device, repeats=repeats)
+    row = {"q / k": f"[{batch},{hq},{seq},{HEAD_DIM}] / [{batch},{hk},..]"}
+    row.update({f"{name}_ms": t * 1e3 for name, t in times.items()})
+    row["speedup"] = times["hf_eager"] / times["omnipos"]
+    if "compile_hf" in times:
+        row["vs_compile"] = times["compile_hf"] / times["omnipos"]
+        row["compile_s"] = compile_s
+    row.update({f"err_{name}": e for name, e in errors.items()})
+    # forward + backward (q, k and the norm weights)
+    qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+    grads = (torch.randn_like(q), torch.randn_like(k))
+
+    def fwd_bwd(call):
+        return lambda: torch.autograd.backward(call(qg, kg, positions), grads)
+
+    both = paired_times({"omnipos": fwd_bwd(ours), "hf_eager": fwd_bwd(hf)}, device=device,
+                        repeats=max(3, repeats // 2))
+    row["fwd_bwd_omnipos_ms"] = both["omnipos"] * 1e3
+    row["fwd_bwd_hf_ms"] = both["hf_eager"] * 1e3
+    return row
+
+
 def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile of the HF composition")
@@ -118,53 +179,8 @@ def main() -> None:
         "speedup = HF eager / omnipos; vs_compile = compile(HF eager) / omnipos"))
     g = torch.Generator().manual_seed(0)
     for batch, hq, hk, seq in shapes:
-        q = torch.randn(batch, hq, seq, HEAD_DIM, generator=g).to(device=device, dtype=dtype)
-        k = torch.randn(batch, hk, seq, HEAD_DIM, generator=g).to(device=device, dtype=dtype)
-        qw = (torch.rand(HEAD_DIM, generator=g) + 0.5).to(device=device, dtype=dtype)
-        kw = (torch.rand(HEAD_DIM, generator=g) + 0.5).to(device=device, dtype=dtype)
-        past = 4096 if seq == 1 else 0  # decode: one new token after a 4096-token prefix
-        positions = (torch.arange(seq) + past).expand(batch, seq).to(device)
-        ours = QKNormRope(RotaryEmbedding(HEAD_DIM, base=THETA), eps=EPS).to(device=device, dtype=dtype)
-        q_norm, k_norm, rotary = hf_modules(HEAD_DIM, hq, hk, device, dtype)
-        with torch.no_grad():
-            for p, w in ((ours.q_weight, qw), (ours.k_weight, kw), (q_norm.weight, qw), (k_norm.weight, kw)):
-                p.copy_(w)
-        hf = hf_call(q_norm, k_norm, rotary)
-        fns = {"omnipos": lambda: ours(q, k, positions), "hf_eager": lambda: hf(q, k, positions)}
-        refs = reference(q, k, qw, kw, positions)
-        errors = {name: max_err(fn(), refs) for name, fn in fns.items()}
-        compile_s = None
-        if not args.no_compile:
-            compiled = torch.compile(hf, dynamic=False)
-            start = time.perf_counter()
-            errors["compile_hf"] = max_err(compiled(q, k, positions), refs)
-            compile_s = time.perf_counter() - start
-            fns["compile_hf"] = lambda: compiled(q, k, positions)
-        if cuda:
-            fns["omnipos_graph"] = graph_of(lambda: ours(q, k, positions))
-            copy = lambda: (q.clone(), k.clone())  # noqa: E731 - the floor of an out-of-place q/k pass
-            fns["copy"] = copy
-        with torch.no_grad():
-            times = paired_times(fns, device=device, repeats=repeats)
-        row = {"q / k": f"[{batch},{hq},{seq},{HEAD_DIM}] / [{batch},{hk},..]"}
-        row.update({f"{name}_ms": t * 1e3 for name, t in times.items()})
-        row["speedup"] = times["hf_eager"] / times["omnipos"]
-        if "compile_hf" in times:
-            row["vs_compile"] = times["compile_hf"] / times["omnipos"]
-            row["compile_s"] = compile_s
-        row.update({f"err_{name}": e for name, e in errors.items()})
-        # forward + backward (q, k and the norm weights)
-        qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
-        grads = (torch.randn_like(q), torch.randn_like(k))
-
-        def fwd_bwd(call):
-            return lambda: torch.autograd.backward(call(qg, kg, positions), grads)
-
-        both = paired_times({"omnipos": fwd_bwd(ours), "hf_eager": fwd_bwd(hf)}, device=device,
-                            repeats=max(3, repeats // 2))
-        row["fwd_bwd_omnipos_ms"] = both["omnipos"] * 1e3
-        row["fwd_bwd_hf_ms"] = both["hf_eager"] * 1e3
-        bench.row(**row)
+        bench.row(**measure(batch, hq, hk, seq, device=device, dtype=dtype, repeats=repeats,
+                            compile_hf=not args.no_compile, g=g))
     bench.finish(args.out or RESULTS / ("qknorm_cuda.json" if cuda else "qknorm.json"))
 
 
