@@ -156,7 +156,9 @@ def qk_norm_rope(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, rope:
     evaluation. Returns ``(q_out, k_out)`` of q's and k's shapes and dtype.
     """
     positions, seq_axis, eps, offset = _prepare(q, k, q_weight, k_weight, rope, positions, seq_dim, eps, variant)
-    if _kernel_applies(q, k, rope):
+    if _kernel_applies(q, k, rope) and not isinstance(rope.attention_factor_at(positions), Tensor):
+        # (a factor that depends on the positions' values, longrope with two mscales, stays eager: reading it
+        # on the host would synchronise)
         return _fused(q, k, q_weight, k_weight, rope, positions, seq_axis, eps, offset)
     return _eager(q, k, q_weight, k_weight, rope, positions, seq_dim, eps, offset)
 
