@@ -303,6 +303,34 @@ CASES = textwrap.dedent('''
             torch.library.opcheck(torch.ops.omnipos.qk_norm_rope.default, args)
         return True
 
+    def double_backward(device):
+        """create_graph=True through the kernel: first and second derivatives equal the eager path's."""
+        g = torch.Generator().manual_seed(4)
+        for kwargs, qs, ks, seq_dim, pos, variant in cases()[:2] + cases()[4:5]:
+            rope = RotaryEmbedding(**kwargs).to(device)
+            q = torch.randn(qs, generator=g).to(device)
+            k = torch.randn(ks, generator=g).to(device)
+            qw = (torch.rand(qs[-1], generator=g) + 0.5).to(device)
+            kw = (torch.rand(qs[-1], generator=g) + 0.5).to(device)
+            positions, seq_axis, eps, offset = qn._prepare(q, k, qw, kw, rope, pos.to(device), seq_dim, 1e-6,
+                                                           variant)
+            results = []
+            for path in ("fused", "eager"):
+                leaves = [t.clone().requires_grad_() for t in (q, k, qw, kw)]
+                if path == "fused":
+                    out = qn._fused(*leaves, rope, positions, seq_axis, eps, offset)
+                else:
+                    out = qn._eager(*leaves, rope, positions, seq_dim, eps, offset)
+                loss = out[0].pow(2).sum() + (out[1] * out[1].detach().sin()).sum()
+                first = torch.autograd.grad(loss, leaves, create_graph=True)
+                second = torch.autograd.grad(sum((d * t.detach().cos()).sum() for d, t in zip(first, leaves)),
+                                             leaves)
+                results.append(first + second)
+            for a, b in zip(*results):
+                err = ((a - b).abs() / (1 + b.abs())).max().item()
+                assert err < 5e-5, (kwargs, err)
+        return True
+
     def compiles_without_recompiles(device):
         """fullgraph=True, dynamic=True across 3 lengths: one graph, no graph break, no recompile."""
         import torch._dynamo
@@ -344,13 +372,13 @@ def _interpreter_or_skip():
 
 
 def test_kernel_matches_eager_in_triton_interpreter():
-    """Forward (float32, bfloat16) and the gradients of q, k and both weights, opcheck, and compile with dynamic
-    shapes, all through the kernel run by Triton's interpreter on the CPU (one subprocess)."""
+    """Forward (float32, bfloat16) and the gradients of q, k and both weights, opcheck, double backward, and
+    compile with dynamic shapes, all through the kernel run by Triton's interpreter on the CPU (one subprocess)."""
     _interpreter_or_skip()
     result = _run(CASES + "\nprint(check('cpu', torch.float32, 2e-6, 2e-5), check('cpu', torch.bfloat16, 1e-2, 0),"
-                          " op_check('cpu'), compiles_without_recompiles('cpu'))\n")
+                          " op_check('cpu'), double_backward('cpu'), compiles_without_recompiles('cpu'))\n")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[-2:] == ["True", "True"], result.stdout
+    assert result.stdout.split()[-3:] == ["True", "True", "True"], result.stdout
 
 
 def test_triton_module_imports_without_triton_use():
@@ -379,6 +407,7 @@ def test_opcheck_and_compile_on_cuda():
     pytest.importorskip("triton")
     namespace = _namespace()
     assert namespace["op_check"]("cuda")
+    assert namespace["double_backward"]("cuda")
     assert namespace["compiles_without_recompiles"]("cuda")
 
 

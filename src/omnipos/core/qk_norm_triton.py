@@ -7,7 +7,8 @@ channels (the others pass through normalised), rounded once to the input dtype. 
 
 Backward, the same tiling: ``gy = R^T g`` (the kernel turning the other way), then the RMSNorm backward
 ``gx = rstd * (gy w' - n mean(gy w' n))`` (rstd recomputed, nothing saved but the inputs) and per-program partial
-sums of ``gy * n`` for the weights, summed by one reduction.
+sums of ``gy * n`` for the weights, summed by one reduction. Twice differentiable: the backward's own backward
+runs autograd through the eager form of the op (:func:`_eager_forward`, the same phases).
 
 Both are ``torch.library`` ops (``triton_op`` + ``wrap_triton``): ``torch.compile`` traces through them
 (``fullgraph=True``, dynamic shapes: no size is a ``tl.constexpr`` but the head dim), CUDA graphs capture them, and
@@ -336,6 +337,31 @@ def _backward_body(grad_q: Tensor, grad_k: Tensor, q: Tensor, k: Tensor, q_weigh
     return gq, gk, gqw, gkw
 
 
+def _eager_forward(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, positions: Tensor, turns: Tensor,
+                   slot_axis: Tensor, seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float,
+                   eps: float, offset: float, multi_axis: bool) -> tuple[Tensor, Tensor]:
+    """The op's forward out of torch ops, on the op's own arguments (the same phases as the kernel): what the
+    backward's backward differentiates (double backward)."""
+    outs = []
+    for x, w in ((q, q_weight), (k, k_weight)):
+        view = x.reshape(math.prod(x.shape[:seq_axis]), x.shape[seq_axis], -1, x.shape[-1]).float()
+        pos = _row_positions(positions, x, seq_axis, multi_axis).to(torch.float64)
+        cycles = pos.index_select(-1, slot_axis.long()) if multi_axis else pos
+        cycles = cycles * turns
+        phase = ((cycles - torch.floor(cycles)) * (2 * math.pi)).float().unsqueeze(2)  # [rows, S, 1, half]
+        c, s = torch.cos(phase) * attention_factor, torch.sin(phase) * attention_factor
+        n = view * torch.rsqrt(view.pow(2).mean(-1, keepdim=True) + eps) * (w.float() + offset)
+        if interleaved:
+            x1, x2 = n[..., 0:rotary_dim:2], n[..., 1:rotary_dim:2]
+            rotated = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), -1).flatten(-2)
+        else:
+            half = rotary_dim // 2
+            x1, x2 = n[..., :half], n[..., half:rotary_dim]
+            rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), -1)
+        outs.append(torch.cat((rotated, n[..., rotary_dim:]), -1).reshape(x.shape).to(x.dtype))
+    return outs[0], outs[1]
+
+
 #: Under Triton's interpreter wrap_triton hands back the kernel itself, which a trace cannot see: there the ops are
 #: opaque custom ops (a fake kernel gives the shapes), so that opcheck and torch.compile test the same contract on
 #: the CPU; on CUDA they are triton_ops, whose kernels inductor sees and schedules.
@@ -364,6 +390,26 @@ if HAS_TRITON:
         return gq, gk, gqw, gkw, None, None, None, None, None, None, None, None, None, None
 
     _qk_norm_rope_op.register_autograd(_backward, setup_context=_setup_context)
+
+    def _setup_backward_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:9])
+        ctx.options = inputs[9:]
+
+    def _backward_backward(ctx, *cotangents):
+        """Double backward: the vjp of the backward, by autograd through the eager form of the forward."""
+        saved = ctx.saved_tensors
+        rest = saved[6:9]
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() for t in saved[:6]]
+            grad_q, grad_k, q, k, q_weight, k_weight = leaves
+            outs = _eager_forward(q, k, q_weight, k_weight, *rest, *ctx.options)
+            first = torch.autograd.grad(outs, (q, k, q_weight, k_weight), (grad_q, grad_k), create_graph=True)
+            pairs = [(f, c) for f, c in zip(first, cotangents) if c is not None]
+            second = torch.autograd.grad([f for f, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True)
+        second = [torch.zeros_like(t) if g is None else g for g, t in zip(second, leaves)]
+        return (*second, None, None, None, None, None, None, None, None, None, None)
+
+    _qk_norm_rope_backward_op.register_autograd(_backward_backward, setup_context=_setup_backward_context)
 
 
 def fused_qk_norm_rope(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, positions: Tensor,
