@@ -464,3 +464,54 @@ def test_cuda_graph_capture_replays_like_eager():
                                      module.eps, 0.0)
         for a, b in zip((q_out, k_out), want):
             assert ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item() <= 1e-2
+
+
+def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch):
+    """The CUDA path's Python, run on fake CUDA tensors (no GPU needed) as during a CUDA-graph capture: the public
+    call and the op's forward and backward bodies create no CPU tensor, read nothing back to the host, and launch
+    exactly one kernel each way."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from omnipos.core import qk_norm_triton
+
+    if not qk_norm_triton.HAS_TRITON or qk_norm_triton.INTERPRETED:
+        pytest.skip("needs triton, outside its interpreter (the ops are then triton_ops)")
+
+    class Watch(TorchDispatchMode):
+        supports_higher_order_operators = True
+
+        def __init__(self):
+            super().__init__()
+            self.cpu, self.syncs, self.kernels = [], [], []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(func, torch._ops.HigherOrderOperator):
+                self.kernels.append(func.name())
+            if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
+                self.syncs.append(func)
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                    self.cpu.append(func)
+            return out
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        module = QKNormRope(RotaryEmbedding(32, mrope_section=(4, 6, 6)).to("cuda"), device="cuda")
+        q = torch.randn(2, 4, 10, 32, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(2, 2, 10, 32, device="cuda", dtype=torch.bfloat16)
+        positions = torch.zeros(2, 10, 3, dtype=torch.long, device="cuda")
+        with Watch() as public:
+            out = module(q, k, positions)
+        assert [t.shape for t in out] == [q.shape, k.shape] and out[0].device.type == "cuda"
+        turns = module.rope.inv_freq.double() / (2 * math.pi)
+        slot_axis = module.rope.slot_axis.to(torch.int32)
+        options = (positions, turns, slot_axis, 2, 32, False, 1.0, 1e-6, 0.0, True)
+        with Watch() as bodies:
+            q_out, k_out = qk_norm_triton._forward_body(q, k, module.q_weight, module.k_weight, *options)
+            grads = qk_norm_triton._backward_body(q_out, k_out, q, k, module.q_weight, module.k_weight, *options)
+    assert not public.cpu and not public.syncs, (public.cpu, public.syncs)
+    assert not bodies.cpu and not bodies.syncs, (bodies.cpu, bodies.syncs)
+    assert bodies.kernels == ["triton_kernel_wrapper_mutation"] * 2
+    assert [g.shape for g in grads] == [q.shape, k.shape, (32,), (32,)]
