@@ -501,7 +501,7 @@ def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch):
         module = QKNormRope(RotaryEmbedding(32, mrope_section=(4, 6, 6)).to("cuda"), device="cuda")
         q = torch.randn(2, 4, 10, 32, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(2, 2, 10, 32, device="cuda", dtype=torch.bfloat16)
-        positions = torch.zeros(2, 10, 3, dtype=torch.long, device="cuda")
+        positions = torch.zeros(2, 10, 3, dtype=torch.float64, device="cuda")  # real-valued: checked when eager
         with Watch() as public:
             out = module(q, k, positions)
         assert [t.shape for t in out] == [q.shape, k.shape] and out[0].device.type == "cuda"
