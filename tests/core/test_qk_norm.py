@@ -126,6 +126,36 @@ def test_matches_transformers_qwen3(dtype):
             assert ours_err <= hf_err, (ours_err, hf_err)
 
 
+def test_from_config_matches_a_qwen3_attention_layer():
+    """QKNormRope.from_config(Qwen3Config) with the weights of a Qwen3Attention's q_norm / k_norm: the layer's
+    q_norm(q), k_norm(k) and apply_rotary_pos_emb with its config's rotary embedding."""
+    pytest.importorskip("transformers")
+    from transformers import Qwen3Config
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3RotaryEmbedding, apply_rotary_pos_emb
+
+    config = Qwen3Config(head_dim=32, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                         rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    attention = Qwen3Attention(config, layer_idx=0)
+    with torch.no_grad():
+        attention.q_norm.weight.uniform_(0.5, 1.5)
+        attention.k_norm.weight.uniform_(0.5, 1.5)
+    module = QKNormRope.from_config(config)
+    assert (module.eps, module.variant, module.rope.dim) == (1e-5, "qwen3", 32)
+    module.load_state_dict({"q_weight": attention.q_norm.weight, "k_weight": attention.k_norm.weight})
+    q, k, _, _ = _inputs((2, 4, 9, 32), (2, 2, 9, 32), seed=7)
+    positions = torch.arange(9).expand(2, 9)
+    with torch.no_grad():
+        cos, sin = Qwen3RotaryEmbedding(config)(q, positions)
+        want = apply_rotary_pos_emb(attention.q_norm(q), attention.k_norm(k), cos, sin)
+        got = module(q, k, positions)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="whole projection"):
+        QKNormRope.from_config({"model_type": "olmo2", "rms_norm_eps": 1e-6, "head_dim": 32})
+    with pytest.raises(ValueError, match="llama"):
+        QKNormRope.from_config({"model_type": "llama", "rms_norm_eps": 1e-6})
+
+
 def test_matches_transformers_gemma3_norm():
     """Gemma 3: Gemma3RMSNorm (1 + weight, in float32) on each head, then the rotation."""
     pytest.importorskip("transformers")

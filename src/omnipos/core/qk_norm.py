@@ -203,6 +203,28 @@ class QKNormRope(nn.Module):
         self.k_weight = nn.Parameter(torch.empty(self.head_dim, device=device, dtype=dtype))
         self.reset_parameters()
 
+    #: transformers model types whose attention normalises q and k per head, and the variant they use.
+    MODEL_VARIANTS = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "gemma3": "gemma3", "gemma3_text": "gemma3"}
+
+    @classmethod
+    def from_config(cls, config: Any, *, layer_type: str | None = None) -> QKNormRope:
+        """The QK-norm + RoPE of a transformers config (Qwen3, Qwen3-MoE, Gemma 3; a VLM's ``text_config``):
+        :meth:`RotaryEmbedding.from_config`, ``eps = config.rms_norm_eps``, the variant from ``model_type``.
+        OLMo 2 (norm over the whole projection) and other model types are refused by name."""
+        text = getattr(config, "text_config", None) or config
+        get = text.get if isinstance(text, dict) else lambda name, default=None: getattr(text, name, default)
+        model_type = get("model_type")
+        if model_type in ("olmo2", "olmo3"):
+            raise ValueError(f"model_type {model_type!r}: {_REFUSED['olmo2']}")
+        if model_type not in cls.MODEL_VARIANTS:
+            raise ValueError(f"model_type {model_type!r} has no per-head QK-norm that QKNormRope knows; known: "
+                             f"{', '.join(sorted(cls.MODEL_VARIANTS))}")
+        eps = get("rms_norm_eps")
+        if eps is None:
+            raise ValueError("the config has no rms_norm_eps")
+        return cls(RotaryEmbedding.from_config(text, layer_type=layer_type), eps=eps,
+                   variant=cls.MODEL_VARIANTS[model_type])
+
     def reset_parameters(self) -> None:
         with torch.no_grad():
             fill = 1.0 - self.offset  # qwen3: 1, gemma3: 0 (so that 1 + weight starts at 1)
