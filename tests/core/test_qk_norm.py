@@ -131,7 +131,11 @@ def test_from_config_matches_a_qwen3_attention_layer():
     q_norm(q), k_norm(k) and apply_rotary_pos_emb with its config's rotary embedding."""
     pytest.importorskip("transformers")
     from transformers import Qwen3Config
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3RotaryEmbedding, apply_rotary_pos_emb
+    from transformers.models.qwen3.modeling_qwen3 import (
+        Qwen3Attention,
+        Qwen3RotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
 
     config = Qwen3Config(head_dim=32, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
                          rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
