@@ -549,3 +549,39 @@ def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch):
     assert not bodies.cpu and not bodies.syncs, (bodies.cpu, bodies.syncs)
     assert bodies.kernels == ["triton_kernel_wrapper_mutation"] * 2
     assert [g.shape for g in grads] == [q.shape, k.shape, (32,), (32,)]
+
+
+@pytest.mark.parametrize("direction,interleaved,rest", [("forward", False, 0), ("backward", True, 16)])
+def test_kernels_compile_for_sm90_without_a_gpu(direction, interleaved, rest):
+    """The kernels go through Triton's whole CUDA pipeline (to a cubin for sm_90) on a machine without a GPU: what
+    the interpreter cannot see (types, layouts, the constexpr branches as compiled) fails here, not on the device."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from omnipos.core import qk_norm_triton
+
+    kernel = {"forward": qk_norm_triton._qk_norm_rope_fwd_kernel,
+              "backward": qk_norm_triton._qk_norm_rope_bwd_kernel}[direction]
+    constexprs = {"D": 64 + rest, "HALF": 32, "REST": rest, "ROT": 64, "BLOCK_S": 16, "BLOCK_HALF": 32,
+                  "BLOCK_REST": max(rest, 1), "INTERLEAVED": interleaved}
+    pointers = {"qw_ptr": "fp32", "kw_ptr": "fp32", "qpos_ptr": "i64", "kpos_ptr": "i64", "inv_ptr": "fp64",
+                "axis_ptr": "i32", "part_ptr": "fp32"}
+    signature = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = "*" + pointers.get(name, "bf16")
+        elif name in ("attention_factor", "eps", "offset"):
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i64" if name.endswith(("_sb", "_ss", "_sh", "_sa")) else "i32"
+    try:
+        compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                                  target=GPUTarget("cuda", 90, 32))
+    except RuntimeError as exc:  # the toolchain (ptxas) missing from this installation, not the kernel
+        if "ptxas" in str(exc).lower() and "not found" in str(exc).lower():
+            pytest.skip(f"no CUDA toolchain in this Triton: {exc}")
+        raise
+    assert compiled.asm.get("cubin"), "no cubin produced"

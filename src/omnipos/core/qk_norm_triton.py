@@ -64,6 +64,13 @@ if HAS_TRITON:
         return tl.cos(phase) * attention_factor, tl.sin(phase) * (attention_factor * sign)
 
     @triton.jit
+    def _rstd(squares, eps, D: tl.constexpr, BLOCK_S: tl.constexpr):
+        """``1 / sqrt(sum / D + eps)`` per row, ``[BLOCK_S, 1]``: IEEE-rounded square root and division (as torch's
+        CPU ``rsqrt``; the approximate ``rsqrt`` instruction is off by up to 2 ulp)."""
+        ones = tl.full([BLOCK_S], 1.0, tl.float32)
+        return tl.div_rn(ones, tl.sqrt_rn(squares / D + eps))[:, None]
+
+    @triton.jit
     def _forward_tile(x_ptr, o_ptr, w_ptr, pos_ptr, row, s0, h0, h1,
                       S, x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss, p_sa,
                       inv_ptr, axis_ptr, attention_factor, eps, offset,
@@ -98,7 +105,7 @@ if HAS_TRITON:
                 x1 = tl.load(x_row + j[None, :], mask=ok, other=0.0).to(tl.float32)
                 x2 = tl.load(x_row + HALF + j[None, :], mask=ok, other=0.0).to(tl.float32)
                 squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1) + tl.sum(xr * xr, 1)
-            rstd = tl.div_rn(1.0, tl.sqrt_rn(squares / D + eps))[:, None]
+            rstd = _rstd(squares, eps, D, BLOCK_S)
             if INTERLEAVED:
                 y = x * rstd * wd[None, :]
                 y1, y2 = tl.split(tl.reshape(y, [BLOCK_S, BLOCK_HALF, 2]))
@@ -153,7 +160,7 @@ if HAS_TRITON:
                 g = tl.load(g_row + d[None, :], mask=d_ok, other=0.0).to(tl.float32)
                 g1, g2 = tl.split(tl.reshape(g, [BLOCK_S, BLOCK_HALF, 2]))
                 gy = tl.reshape(tl.join(g1 * c - g2 * sn, g2 * c + g1 * sn), [BLOCK_S, 2 * BLOCK_HALF])
-                rstd = tl.div_rn(1.0, tl.sqrt_rn((tl.sum(x * x, 1) + tl.sum(xr * xr, 1)) / D + eps))[:, None]
+                rstd = _rstd(tl.sum(x * x, 1) + tl.sum(xr * xr, 1), eps, D, BLOCK_S)
                 n = x * rstd
                 nr = xr * rstd
                 acc_d += tl.sum(gy * n, 0)
@@ -170,7 +177,7 @@ if HAS_TRITON:
                 gy1 = g1 * c - g2 * sn
                 gy2 = g2 * c + g1 * sn
                 squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1) + tl.sum(xr * xr, 1)
-                rstd = tl.div_rn(1.0, tl.sqrt_rn(squares / D + eps))[:, None]
+                rstd = _rstd(squares, eps, D, BLOCK_S)
                 n1 = x1 * rstd
                 n2 = x2 * rstd
                 nr = xr * rstd
