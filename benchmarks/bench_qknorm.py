@@ -141,6 +141,9 @@ def measure(batch: int, hq: int, hk: int, seq: int, *, device: torch.device, dty
     if "compile_hf" in times:
         row["vs_compile"] = times["compile_hf"] / times["omnipos"]
         row["compile_s"] = compile_s
+    if "copy" in times:  # the share of the copy floor reached (100% = as fast as cloning q and k)
+        row["omnipos_pct_of_copy"] = 100 * times["copy"] / times["omnipos"]
+        row["graph_pct_of_copy"] = 100 * times["copy"] / times["omnipos_graph"]
     row.update({f"err_{name}": e for name, e in errors.items()})
     # forward + backward (q, k and the norm weights)
     qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
