@@ -10,6 +10,7 @@ from contract.harness import CHECKS, Case, run
 
 from omnipos.core import (
     LearnedPositionalEmbedding,
+    QKNormRope,
     RelativePositionBias,
     RotaryEmbedding,
     SinusoidalEncoding,
@@ -137,6 +138,12 @@ CASES += [
                gradgrad=True,
                skip={"dtypes": "cos_sin's dtype is its dtype= argument (float32 or float64), by design: "
                                "RoPE holds no parameters, and cos/sin are never built below float32"}),
+    # QK-norm + RoPE: q, k (GQA) and float64 positions; the norm weights are parameters (gradcheck covers them)
+    Case("QKNormRope[qwen3]", make=lambda: QKNormRope(RotaryEmbedding(16), eps=1e-5), inputs=qk(16),
+         grad_inputs=(0, 1), gradgrad=True),
+    Case("QKNormRope[gemma3, interleaved partial]",
+         make=lambda: QKNormRope(RotaryEmbedding(20, rotary_dim=12, layout="interleaved"), variant="gemma3"),
+         inputs=qk(20, seed=1), grad_inputs=(0, 1)),
     Case("SinusoidalEncoding", make=lambda: SinusoidalEncoding(8), inputs=positions_only(),
          grad_inputs=(0,), gradgrad=True),
     Case("SinusoidalEncoding[learnable split]",

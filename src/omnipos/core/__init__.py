@@ -38,6 +38,7 @@ from .learned import LearnedPositionalEmbedding
 from .optional import require
 from .phase import cos_sin_of_angles, cos_sin_of_turns
 from .progress import ProgressCallback, ProgressReporter, progress_reporter
+from .qk_norm import QK_NORM_VARIANTS, QKNormRope, qk_norm_rope
 from .relative import (
     RelativePositionBias,
     alibi_bias,
@@ -93,6 +94,9 @@ __all__ = [
     "apply_rotary",
     "convert_rope_layout",
     "rope_cos_sin",
+    "qk_norm_rope",
+    "QKNormRope",
+    "QK_NORM_VARIANTS",
     "rope_arguments_from_config",
     "rope_layers",
     "deinterleaved_channel_order",
