@@ -7,13 +7,13 @@
 #       backports.zstd biopython pyamg rotary-embedding-torch diffusers importlib_metadata lazy-importer liger-kernel
 #   cp -r ../shared/peer-data .peer
 #
-#   device run: bash benchmarks/device_check.sh [tests] [gpu] [rope] [profile] [tune]     (carry: .whl, .peer)
+#   device run: bash benchmarks/device_check.sh [tests] [gpu] [rope] [qknorm] [profile] [tune]     (carry: .whl, .peer)
 # Logs and JSON land in $OUT.
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/omnipos-device}
 mkdir -p "$OUT"
-steps=${*:-tests gpu rope}
+steps=${*:-tests gpu rope qknorm}
 
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 if compgen -G ".whl/*.whl" >/dev/null; then  # (a machine with the test dependencies installed needs none)
@@ -54,6 +54,9 @@ for step in $steps; do
         rope)
             (cd benchmarks && timeout 120 python3 bench_rope.py --device cuda --out "$OUT/rope.json" 2>&1 \
                 | tee "$OUT/rope.log" | tail -16) ;;
+        qknorm)
+            (cd benchmarks && timeout 150 python3 bench_qknorm.py --device cuda --out "$OUT/qknorm.json" 2>&1 \
+                | tee "$OUT/qknorm.log" | tail -8) ;;
         *)
             echo "unknown step $step"; exit 2 ;;
     esac
