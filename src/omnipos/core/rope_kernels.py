@@ -18,6 +18,11 @@ __all__ = ["ROPE_LAYOUTS", "channel_pairs", "rotate_pairs", "work_dtype"]
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
+#: Device types whose tensors :class:`~omnipos.core.RotaryEmbedding` sends to the fused kernel
+#: (:mod:`~omnipos.core.rope_triton`). An internal switch for tests and the host-time benchmark: with ``"meta"``
+#: added, the CUDA path's Python runs on meta tensors (outputs allocated, no launch: meta tensors hold no data).
+KERNEL_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
+
 
 def work_dtype(*dtypes: torch.dtype) -> torch.dtype:
     """float32, or float64 when any input is float64: rotations never run below float32."""

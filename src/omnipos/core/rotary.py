@@ -32,12 +32,14 @@ from typing import Any
 
 import torch
 
+from . import rope_kernels
 from .checks import (
     as_position_tensor,
     can_inspect_values,
     check_choice,
     check_even_dim,
     check_finite,
+    check_integer_tensor,
     check_positive_int,
     to_device,
 )
@@ -394,7 +396,10 @@ class RotaryEmbedding(ConstantBuffers):
                 "exactly (bfloat16 has 8 bits of mantissa: 1030 positions collapse to 514 values)"
             )
         positions = to_device(positions, device, "positions")
-        check_finite(positions, "positions")  # skipped while compiling and on meta tensors (no values)
+        # skipped while compiling and on meta tensors (no values), and inside a CUDA graph capture (a host sync
+        # there is an error); integer positions are finite by type: no check, no sync
+        if positions.is_floating_point() and not (positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+            check_finite(positions, "positions")
         axes = self.position_axes
         if axes is not None and (positions.ndim < 2 or positions.shape[-1] != axes):
             if self.mrope_section is not None:
@@ -503,8 +508,27 @@ class RotaryEmbedding(ConstantBuffers):
         """``arange(seq)``; for M-RoPE a text sequence (the same id on t, h and w)."""
         if self.n_axes is not None:
             raise ValueError("positions are required for axial RoPE ([..., seq, n_axes])")
-        positions = torch.arange(x.shape[seq_axis], device=x.device)
+        positions = self._arange(x.shape[seq_axis], x.device)
         return positions.unsqueeze(-1).expand(-1, 3) if self.mrope_section is not None else positions
+
+    def _packed_positions(self, cu_seqlens: Any, positions: Any, x: torch.Tensor, seq_axis: int) -> torch.Tensor:
+        """Per-document positions ``[total]`` of a packed batch from ``cu_seqlens``, on x's device: the document
+        of each token by ``searchsorted`` (no host sync, no value read on an accelerator)."""
+        if positions is not None:
+            raise ValueError("give positions or cu_seqlens, not both")
+        if self.position_axes is not None:
+            raise ValueError("cu_seqlens gives 1-D positions; axial RoPE / M-RoPE need positions [..., seq, n]")
+        cu = check_integer_tensor(as_position_tensor(cu_seqlens, "cu_seqlens"), "cu_seqlens")
+        if cu.ndim != 1 or cu.numel() == 0:
+            raise ValueError(f"cu_seqlens must be 1-D [docs + 1] offsets starting at 0, got {tuple(cu.shape)}")
+        cu = to_device(cu, x.device, "cu_seqlens").long()
+        total = x.shape[seq_axis]
+        if cu.device.type == "cpu" and can_inspect_values(cu) and (
+                int(cu[0]) != 0 or int(cu[-1]) != total or bool((cu[1:] < cu[:-1]).any())):
+            raise ValueError(f"cu_seqlens must start at 0, never decrease and end at the packed length {total} "
+                             f"(axis {seq_axis} of {tuple(x.shape)}), got {cu.tolist()}")
+        tokens = self._arange(total, x.device)
+        return tokens - cu[torch.searchsorted(cu, tokens, right=True) - 1]
 
     def _xpos_scale(self, positions: torch.Tensor, *dtypes: torch.dtype) -> torch.Tensor:
         """float64 xPos scales ``[*positions.shape, rotary_dim // 2]`` for absolute positions around
@@ -526,12 +550,16 @@ class RotaryEmbedding(ConstantBuffers):
                 )
         return zeta ** power.unsqueeze(-1)
 
-    def rotate(self, x: torch.Tensor, positions: Any = None, *, seq_dim: int = -2) -> torch.Tensor:
+    def rotate(self, x: torch.Tensor, positions: Any = None, *, seq_dim: int = -2,
+               cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """Rotate ``x [..., seq, ..., dim]`` (axis ``seq_dim`` is the sequence) at ``positions`` (default
-        ``arange(seq)``); see the class docstring for the shapes of positions. Same shape and dtype as x."""
+        ``arange(seq)``); see the class docstring for the shapes of positions and :meth:`forward` for
+        ``cu_seqlens``. Same shape and dtype as x."""
         if self.xpos:
             raise ValueError("xpos scales q up and k down: rotate them together with forward(q, k, positions)")
         seq_axis = self._check_x(x, "x", seq_dim)
+        if cu_seqlens is not None:
+            positions = self._packed_positions(cu_seqlens, positions, x, seq_axis)
         positions = self._default_positions(x, seq_axis) if positions is None else positions
         positions = self._positions(positions, x.device)
         shape = self._broadcast_shape(positions, x, seq_axis)
@@ -551,15 +579,22 @@ class RotaryEmbedding(ConstantBuffers):
         rotated = rotate_pairs(x[..., kept:], a1, b1, a2, b2, self.layout, self.rotary_dim)
         return torch.cat((x[..., :kept], rotated), -1)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: Any = None, *,
-                seq_dim: int = -2) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: Any = None, *, seq_dim: int = -2,
+                cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q and k at the same positions (and apply xPos when enabled). q and k must agree in ndim, head
-        dim and sequence length; other axes (heads: GQA/MQA) may differ. Returns ``(q_rotated, k_rotated)``."""
+        dim and sequence length; other axes (heads: GQA/MQA) may differ. Returns ``(q_rotated, k_rotated)``.
+
+        ``cu_seqlens`` (instead of positions): a packed batch (flash-attn's varlen layout, x ``[total, heads,
+        dim]`` with ``seq_dim=0``): int ``[docs + 1]`` offsets ``0 = c_0 <= c_1 <= ... = total``; each token is
+        turned by its position inside its own document, derived on cu_seqlens' device with no host sync (on the
+        CPU the offsets are checked; on an accelerator they are trusted, as flash-attn does)."""
         seq_axis = self._check_x(q, "q", seq_dim)
         self._check_x(k, "k", seq_dim)
         if q.ndim != k.ndim or q.shape[seq_axis] != k.shape[seq_axis]:
             raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same number of axes and "
                              f"sequence length (axis {seq_axis}); only the heads may differ")
+        if cu_seqlens is not None:
+            positions = self._packed_positions(cu_seqlens, positions, q, seq_axis)
         positions = self._default_positions(q, seq_axis) if positions is None else positions
         positions = self._positions(positions, q.device)
         shape = self._broadcast_shape(positions, q, seq_axis)
@@ -579,15 +614,52 @@ class RotaryEmbedding(ConstantBuffers):
 
     def _triton_rotate(self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor,
                        seq_axis: int) -> tuple[torch.Tensor, ...] | None:
-        """The fused CUDA kernel when it applies (CUDA tensors, Triton importable, no xPos, not compiling)."""
-        if not q.is_cuda or self.xpos or torch.compiler.is_compiling() or \
+        """The fused kernel when it applies (a device in ``rope_kernels.KERNEL_DEVICE_TYPES``, Triton importable,
+        no xPos). Nothing here reads a value or creates a host tensor: the tables come from :meth:`_device_tables`
+        (built once per device), the attention factor is a Python float (longrope with two mscales, whose factor
+        depends on the positions, takes the eager path instead: a tensor factor, no sync)."""
+        if q.device.type not in rope_kernels.KERNEL_DEVICE_TYPES or self.xpos or \
                 (self.passthrough == "front" and self.rotary_dim != self.dim):
+            return None
+        factor = self.attention_factor_at(positions)
+        if isinstance(factor, torch.Tensor):
             return None
         from . import rope_triton  # imports Triton: only when a CUDA tensor arrives
 
         slot_axis = getattr(self, "slot_axis", None)
-        return rope_triton.maybe_rotate(q, k, positions, self.frequencies(positions).to(q.device),
-                                        seq_axis=seq_axis, rotary_dim=self.rotary_dim,
-                                        interleaved=self.layout == "interleaved",
-                                        attention_factor=float(self.attention_factor_at(positions)),
-                                        slot_axis=None if slot_axis is None else slot_axis.to(q.device))
+        if self.scaling.rope_type in _LENGTH_DEPENDENT:  # frequencies of this call's length, on the device
+            tables = rope_triton.device_tables(self.frequencies(positions), None, q.device)
+        else:
+            tables = self._device_tables(q.device, rope_triton)
+        return rope_triton.maybe_rotate(q, k, positions, None, seq_axis=seq_axis, rotary_dim=self.rotary_dim,
+                                        interleaved=self.layout == "interleaved", attention_factor=factor,
+                                        slot_axis=slot_axis, tables=tables)
+
+    def _device_tables(self, device: torch.device, rope_triton: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kernel's (turns per unit, slot -> coordinate) tables on ``device``, built on the first call there
+        and kept until the module moves (``.to()`` / ``_apply`` clears them)."""
+        if torch.compiler.is_compiling():  # traced into the graph (a few small ops), no state kept
+            return rope_triton.device_tables(self.inv_freq, getattr(self, "slot_axis", None), device)
+        cache = self.__dict__.setdefault("_tables", {})
+        tables = cache.get(device)
+        if tables is None:
+            tables = cache[device] = rope_triton.device_tables(self.inv_freq, getattr(self, "slot_axis", None),
+                                                                device)
+        return tables
+
+    def _arange(self, n: int, device: torch.device) -> torch.Tensor:
+        """``arange(n)`` on ``device``: a view of one kept per device (grown by doubling; built there, never
+        copied from the host), so default positions cost no allocation per call."""
+        if torch.compiler.is_compiling():  # a symbolic length: no cache to guard on
+            return torch.arange(n, device=device)
+        cache = self.__dict__.setdefault("_aranges", {})
+        kept = cache.get(device)
+        if kept is None or kept.shape[0] < n:
+            kept = cache[device] = torch.arange(max(n, 2 * (0 if kept is None else kept.shape[0]), 16),
+                                                device=device)
+        return kept[:n]
+
+    def _apply(self, fn: Any, recurse: bool = True) -> RotaryEmbedding:
+        self.__dict__.pop("_tables", None)  # built from the constants, which may have moved
+        self.__dict__.pop("_aranges", None)
+        return super()._apply(fn, recurse)
