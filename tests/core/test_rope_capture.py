@@ -167,3 +167,26 @@ def test_cuda_graph_breaking_paths_are_not_the_kernel_path():
     rope = RotaryEmbedding(32)
     q = torch.randn(1, 2, 5, 32)
     assert torch.equal(rope.rotate(q), rope.rotate(q, torch.arange(5)))
+
+
+def test_cu_seqlens_gives_per_document_positions_on_the_cpu():
+    """The device derivation (searchsorted) gives packed_positions' numbers; bad offsets are refused on the CPU."""
+    from omnipos.core import packed_positions
+
+    rope = RotaryEmbedding(16)
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(12, 3, 16, generator=g), torch.randn(12, 1, 16, generator=g)
+    for cu in (torch.tensor([0, 3, 3, 10, 12], dtype=torch.int32), torch.tensor([0, 12])):
+        want = rope(q, k, packed_positions(cu.long()), seq_dim=0)
+        got = rope(q, k, seq_dim=0, cu_seqlens=cu)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        assert torch.equal(rope.rotate(q, seq_dim=0, cu_seqlens=cu), want[0])
+    for bad, words in ((torch.tensor([0, 3, 11]), "end at the packed length 12"),
+                       (torch.tensor([1, 3, 12]), "start at 0"), (torch.tensor([0, 5, 3, 12]), "never decrease"),
+                       (torch.tensor([0.0, 12.0]), "cu_seqlens must be"), (torch.tensor([[0, 12]]), "1-D")):
+        with pytest.raises((ValueError, TypeError), match=words):
+            rope(q, k, seq_dim=0, cu_seqlens=bad)
+    with pytest.raises(ValueError, match="not both"):
+        rope(q, k, torch.arange(12), seq_dim=0, cu_seqlens=torch.tensor([0, 12]))
+    with pytest.raises(ValueError, match="1-D positions"):
+        RotaryEmbedding(16, n_axes=2)(q, k, seq_dim=0, cu_seqlens=torch.tensor([0, 12]))

@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 try:  # pragma: no cover - depends on the installation
     import triton
@@ -300,6 +301,12 @@ _SCHEMA = ("(Tensor q, Tensor? k, Tensor positions, Tensor turns, Tensor axis, i
 def _rope_qk_triton(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, turns: torch.Tensor,
                     axis: torch.Tensor, seq_axis: int, rotary_dim: int, interleaved: bool, multi_axis: bool,
                     attention_factor: float, sign: float) -> list[torch.Tensor]:
+    """The op's body (also its fake kernel, and what the compiler traces): the Triton kernel, except for CPU
+    tensors outside Triton's interpreter, which take the same arithmetic in torch ops (traceable: inductor fuses
+    them on the CPU)."""
+    if q.device.type == "cpu" and (os.environ.get("TRITON_INTERPRET") != "1" or is_fake(q)):
+        return _rope_qk_torch(q, k, positions, turns, axis, seq_axis, rotary_dim, interleaved, multi_axis,
+                              attention_factor, sign)
     return _rotate(q, k, positions, turns, axis, seq_axis=seq_axis, rotary_dim=rotary_dim, interleaved=interleaved,
                    multi_axis=multi_axis, attention_factor=attention_factor, sign=sign, block_s=None,
                    heads_per_program=None, launch=_traced_launch)
@@ -341,7 +348,6 @@ else:  # pragma: no cover - an installation without Triton: the op still exists 
     def _(q, k, positions, turns, axis, seq_axis, rotary_dim, interleaved, multi_axis, attention_factor, sign):
         return [torch.empty_like(t) for t in ([q] if k is None else [q, k])]
 
-rope_qk_op.register_kernel("cpu")(_rope_qk_torch)
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
