@@ -150,7 +150,75 @@ def test_opcheck_of_the_triton_kernel_under_the_interpreter():
         pytest.skip("triton not importable")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     result = subprocess.run([sys.executable, "-c", TRITON_OPCHECK], env=env, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, check=False)
     if result.returncode and "active drivers" in result.stderr and "interpret" not in result.stderr.lower():
         pytest.skip("Triton's interpreter cannot run here")
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+PLAN_CASES = textwrap.dedent('''
+    import torch
+    from omnipos.core import RotaryEmbedding, rope_kernels, rope_triton
+    rope_kernels.KERNEL_DEVICE_TYPES = ("cpu",)  # the kernel path on CPU tensors, through Triton's interpreter
+    g = torch.Generator().manual_seed(7)
+    cases = [
+        # (module, q shape, k shape, seq_dim, positions): HF position_ids [B, S] against q [B, H, S, D] are read
+        # with a row divisor (no copy); decode offsets per row; flash layout; M-RoPE ids permuted from [3, B, S]
+        (RotaryEmbedding(32), (3, 4, 6, 32), (3, 2, 6, 32), -2, torch.randint(0, 5000, (3, 6), generator=g)),
+        (RotaryEmbedding(32, layout="interleaved"), (4, 4, 1, 32), (4, 1, 1, 32), -2,
+         torch.randint(0, 5000, (4, 1), generator=g)),
+        (RotaryEmbedding(48, rotary_dim=16), (2, 7, 4, 48), (2, 7, 1, 48), 1, torch.arange(14).view(2, 7)),
+        (RotaryEmbedding(32, mrope_section=(4, 6, 6)), (2, 4, 5, 32), (2, 2, 5, 32), -2,
+         torch.randint(0, 300, (3, 2, 5), generator=g).permute(1, 2, 0)),
+        (RotaryEmbedding(32), (2, 4, 5, 32), (2, 2, 5, 32), -2, None),
+        (RotaryEmbedding(32, mrope_section=(4, 6, 6)), (1, 2, 5, 32), (1, 2, 5, 32), -2, None),
+    ]
+    planned = 0
+    for rope, qs, ks, seq_dim, pos in cases:
+        q, k = torch.randn(qs, generator=g), torch.randn(ks, generator=g)
+        first = rope(q, k, pos, seq_dim=seq_dim)           # checked, launched, plan kept
+        planned += len(rope.__dict__.get("_plans", {}))
+        again = rope(q.clone(), k.clone(), pos, seq_dim=seq_dim)   # the plan: no checks, the same launch
+        p = torch.arange(qs[seq_dim]) if pos is None else pos
+        if pos is None and rope.mrope_section is not None:
+            p = p[:, None].expand(-1, 3)
+        direct = rope_triton.rotate_qk(q, k, p, rope.inv_freq, seq_axis=seq_dim % q.ndim,
+                                       rotary_dim=rope.rotary_dim, interleaved=rope.layout == "interleaved",
+                                       slot_axis=getattr(rope, "slot_axis", None))
+        rope_kernels.KERNEL_DEVICE_TYPES = ()
+        eager = rope(q, k, pos, seq_dim=seq_dim)
+        rope_kernels.KERNEL_DEVICE_TYPES = ("cpu",)
+        for a, b, c, e in zip(first, again, direct, eager):
+            assert torch.equal(a, b) and torch.equal(a, c)
+            assert ((a - e).abs() / (1 + e.abs())).max().item() <= 2e-6
+    assert planned == len(cases), planned
+    print("ok")
+''')
+
+
+def test_launch_plans_give_the_checked_calls_bits_under_the_interpreter():
+    """The second call of a signature skips the checks and launches from its plan (positions read in place,
+    [B, S] ids against [B, H, S, D] through a row divisor): the same bits as the first call and as rotate_qk."""
+    if not rope_triton.HAS_TRITON:
+        pytest.skip("triton not importable")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    result = subprocess.run([sys.executable, "-c", PLAN_CASES], env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+def test_a_new_signature_is_checked_again(monkeypatch):
+    """Plans are per signature: another shape goes through every check (and a bad one is refused)."""
+    monkeypatch.setattr(rope_kernels, "KERNEL_DEVICE_TYPES", ("meta",))
+    rope = RotaryEmbedding(32).to("meta")
+    q, k = torch.empty(1, 4, 6, 32, device="meta"), torch.empty(1, 2, 6, 32, device="meta")
+    positions = torch.empty(6, device="meta", dtype=torch.long)
+    rope(q, k, positions)
+    rope(q, k, positions)
+    assert len(rope._plans) == 1
+    with pytest.raises(ValueError, match="do not fit"):
+        rope(q, k, torch.empty(7, device="meta", dtype=torch.long))
+    with pytest.raises(ValueError, match="head dim"):
+        rope(q, torch.empty(1, 2, 6, 16, device="meta"), positions)
+    rope.to("meta")
+    assert "_plans" not in rope.__dict__

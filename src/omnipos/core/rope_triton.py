@@ -28,7 +28,7 @@ try:  # pragma: no cover - depends on the installation
 except Exception:  # ImportError, or a broken / driverless triton
     HAS_TRITON = False
 
-__all__ = ["HAS_TRITON", "device_tables", "maybe_rotate", "rotate_qk"]
+__all__ = ["HAS_TRITON", "LaunchPlan", "device_tables", "make_plan", "maybe_rotate", "rotate_qk", "run_plan"]
 
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16)
 _POSITION_DTYPES = (torch.int32, torch.int64, torch.float32, torch.float64)
@@ -41,7 +41,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _rotate_tile(x_ptr, o_ptr, pos_ptr, row, s0, h0, h1,
-                     S, x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss, p_sa,
+                     S, x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss, p_sa, p_div,
                      inv_ptr, axis_ptr, attention_factor, sign,
                      HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                      BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
@@ -54,7 +54,7 @@ if HAS_TRITON:
         j_ok = j < HALF
         ok = s_ok[:, None] & j_ok[None, :]
         axis = tl.load(axis_ptr + j, mask=j_ok, other=0)
-        pos = tl.load(pos_ptr + row * p_sb + s[:, None] * p_ss + axis[None, :] * p_sa, mask=ok, other=0)
+        pos = tl.load(pos_ptr + (row // p_div) * p_sb + s[:, None] * p_ss + axis[None, :] * p_sa, mask=ok, other=0)
         turns = pos.to(tl.float64) * tl.load(inv_ptr + j, mask=j_ok, other=0.0)[None, :]  # float64: cycles
         turns = turns - tl.floor(turns)
         phase = (turns * 6.283185307179586).to(tl.float32)
@@ -93,8 +93,8 @@ if HAS_TRITON:
     @triton.jit
     def _rope_qk_kernel(q_ptr, qo_ptr, qpos_ptr, k_ptr, ko_ptr, kpos_ptr, inv_ptr, axis_ptr,
                         S, HQ, HK, N_Q_PROGRAMS, S_BLOCKS, HEADS, GROUPS_Q, GROUPS_K,
-                        q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss, qp_sa,
-                        k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, kp_sb, kp_ss, kp_sa,
+                        q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss, qp_sa, qp_div,
+                        k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, kp_sb, kp_ss, kp_sa, kp_div,
                         attention_factor, sign,
                         HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                         BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
@@ -106,13 +106,13 @@ if HAS_TRITON:
             row, s0, h0 = _tile_of(pid, S_BLOCKS, GROUPS_Q, BLOCK_S, HEADS)
             _rotate_tile(q_ptr, qo_ptr, qpos_ptr, row, s0, h0, tl.minimum(h0 + HEADS, HQ),
                          S, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
-                         qp_sb, qp_ss, qp_sa, inv_ptr, axis_ptr, attention_factor, sign,
+                         qp_sb, qp_ss, qp_sa, qp_div, inv_ptr, axis_ptr, attention_factor, sign,
                          HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
         else:
             row, s0, h0 = _tile_of(pid - N_Q_PROGRAMS, S_BLOCKS, GROUPS_K, BLOCK_S, HEADS)
             _rotate_tile(k_ptr, ko_ptr, kpos_ptr, row, s0, h0, tl.minimum(h0 + HEADS, HK),
                          S, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh,
-                         kp_sb, kp_ss, kp_sa, inv_ptr, axis_ptr, attention_factor, sign,
+                         kp_sb, kp_ss, kp_sa, kp_div, inv_ptr, axis_ptr, attention_factor, sign,
                          HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
 
 # (triton.cdiv and triton.next_power_of_2 are jit functions: ~4.5 us a call from the host, 23 us of every launch)
@@ -209,15 +209,100 @@ def _rotate(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, tu
             qv, qo, qp, kv, ko, kp, turns, axis,
             seq, hq, hk, n_q, s_blocks, heads, groups_q, groups_k,
             qv.stride(0), qv.stride(1), qv.stride(2), qo.stride(0), qo.stride(1), qo.stride(2),
-            qp.stride(0), qp.stride(1), qp.stride(2),
+            qp.stride(0), qp.stride(1), qp.stride(2), 1,
             kv.stride(0), kv.stride(1), kv.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
-            kp.stride(0), kp.stride(1), kp.stride(2),
+            kp.stride(0), kp.stride(1), kp.stride(2), 1,
             float(attention_factor), float(sign),
             HALF=half, REST=rest, ROT=rotary_dim, BLOCK_S=block_s,
             BLOCK_HALF=_next_power_of_2(half), BLOCK_REST=_next_power_of_2(max(rest, 1)),
             INTERLEAVED=interleaved,
         )
     return [o.view(t.shape) for o, t in zip(outs, tensors)]
+
+
+class LaunchPlan:
+    """Everything of a launch that depends only on the tensors' shapes, strides and dtypes and the options (sizes,
+    strides, grid, compile-time constants): built once per signature, so a call only allocates the outputs and
+    launches (:func:`run_plan`)."""
+
+    __slots__ = ("constexprs", "grid", "ints", "launch")
+
+    def __init__(self, grid: tuple[int], ints: tuple[int, ...], constexprs: dict[str, Any], launch: bool) -> None:
+        self.grid, self.ints, self.constexprs, self.launch = grid, ints, constexprs, launch
+
+
+def _alias(view: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether ``view`` reads ``base``'s memory starting at its first element (reshape did not copy)."""
+    return torch._C._is_alias_of(view, base) and view.data_ptr() == base.data_ptr()
+
+
+def _position_strides(positions: torch.Tensor, t: torch.Tensor, seq_axis: int,
+                      multi_axis: bool) -> tuple[int, int, int, int] | None:
+    """(row, position, coordinate) strides of positions against t's rows and the rows per position row, read
+    straight from the positions tensor (no view that would copy); None when that is not possible."""
+    view = _row_positions(positions, t, seq_axis, multi_axis)
+    if _alias(view, positions):
+        return view.stride(0), view.stride(1), view.stride(2), 1
+    full = positions if multi_axis else positions.unsqueeze(-1)  # [*lead, S, n]
+    lead = full.shape[:-2]
+    if tuple(lead) != tuple(t.shape[:len(lead)]) or len(lead) > seq_axis:
+        return None
+    rows = full.reshape(-1, *full.shape[-2:])
+    if not _alias(rows, positions) or rows.shape[0] == 0:
+        return None
+    return rows.stride(0), rows.stride(1), rows.stride(2), math.prod(t.shape[:seq_axis]) // rows.shape[0]
+
+
+def make_plan(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, *, seq_axis: int,
+              rotary_dim: int, interleaved: bool, multi_axis: bool) -> LaunchPlan | None:
+    """The :class:`LaunchPlan` of these tensors, or None where a call needs per-call work (q or k not viewable
+    as rows without a copy, positions of a dtype the kernel does not read)."""
+    if positions.dtype not in _POSITION_DTYPES or q.numel() == 0:
+        return None
+    tensors = [q] if k is None else [q, k]
+    strides = []
+    for t in tensors:
+        view, rows, h2 = _as_rows(t, seq_axis)
+        if t.stride(-1) != 1 or not _alias(view, t):
+            return None
+        p = _position_strides(positions, t, seq_axis, multi_axis)
+        if p is None:
+            return None
+        seq, dim = t.shape[seq_axis], t.shape[-1]
+        strides.append((rows, h2, (view.stride(0), view.stride(1), view.stride(2)),
+                        (seq * h2 * dim, h2 * dim, dim), p))
+    if k is None:
+        strides.append(strides[0])
+    (rows_q, hq, qs, qos, qps), (rows_k, hk, ks, kos, kps) = strides
+    seq = q.shape[seq_axis]
+    s_blocks = _cdiv(seq, BLOCK_S)
+    heads = HEADS_PER_PROGRAM or max(hq, hk)
+    groups_q, groups_k = _cdiv(hq, heads), _cdiv(hk, heads)
+    n_q = rows_q * s_blocks * groups_q
+    n_k = rows_k * s_blocks * groups_k if k is not None else 0
+    half, rest = rotary_dim // 2, q.shape[-1] - rotary_dim
+    ints = (seq, hq, hk, n_q, s_blocks, heads, groups_q, groups_k, *qs, *qos, *qps, *ks, *kos, *kps)
+    constexprs = {"HALF": half, "REST": rest, "ROT": rotary_dim, "BLOCK_S": BLOCK_S,
+                  "BLOCK_HALF": _next_power_of_2(half), "BLOCK_REST": _next_power_of_2(max(rest, 1)),
+                  "INTERLEAVED": interleaved}
+    return LaunchPlan((n_q + n_k,), ints, constexprs, q.device.type != "meta")  # meta tensors: no data, no launch
+
+
+def run_plan(plan: LaunchPlan, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor,
+             turns: torch.Tensor, axis: torch.Tensor, attention_factor: float) -> tuple[torch.Tensor, ...]:
+    """Rotate q (and k) of the plan's signature: two allocations and the launch (no checks: the caller matched
+    the signature). The tensors go to the kernel as they are; the plan holds their row views' strides."""
+    qo = torch.empty_like(q, memory_format=torch.contiguous_format)  # (the cheapest allocation call: ~1.4 us)
+    if k is None:
+        if plan.launch:
+            _launch(plan.grid, q, qo, positions, q, qo, positions, turns, axis, *plan.ints, attention_factor, 1.0,
+                    **plan.constexprs)
+        return (qo,)
+    ko = torch.empty_like(k, memory_format=torch.contiguous_format)
+    if plan.launch:
+        _launch(plan.grid, q, qo, positions, k, ko, positions, turns, axis, *plan.ints, attention_factor, 1.0,
+                **plan.constexprs)
+    return qo, ko
 
 
 def rotate_qk(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inv_freq: torch.Tensor | None, *,
@@ -283,8 +368,8 @@ def maybe_rotate(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tenso
     if torch.compiler.is_compiling():
         return tuple(torch.ops.omnipos.rope_qk(q, k, positions, *tables, seq_axis, rotary_dim, interleaved,
                                                slot_axis is not None, float(attention_factor), 1.0))
-    options = dict(seq_axis=seq_axis, rotary_dim=rotary_dim, interleaved=interleaved,
-                   attention_factor=attention_factor, slot_axis=slot_axis, tables=tables)
+    options = {"seq_axis": seq_axis, "rotary_dim": rotary_dim, "interleaved": interleaved,
+               "attention_factor": attention_factor, "slot_axis": slot_axis, "tables": tables}
     if torch.is_grad_enabled() and (q.requires_grad or k is not None and k.requires_grad):
         return _TritonRope.apply(q, k, positions, inv_freq, options)
     return rotate_qk(q, k, positions, inv_freq, **options)

@@ -27,6 +27,7 @@ The pieces: frequencies and scalings in :mod:`~omnipos.core.rope_scaling`, slot 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -64,6 +65,24 @@ __all__ = ["RotaryEmbedding"]
 
 # rope types whose frequencies depend on the length being encoded (max(position) + 1)
 _LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+
+# launch plans kept per module (one per signature of q, k and positions); a model has a handful
+_MAX_PLANS = 256
+
+
+def _signature(q: torch.Tensor, k: torch.Tensor, positions: Any, seq_dim: int) -> tuple[Any, ...] | None:
+    """What the checks and the launch of a q+k call depend on besides values: shapes, strides, dtypes, devices;
+    None for arguments that are not plain tensors (lists, tensor subclasses: always the checked path)."""
+    if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(seq_dim) is not int:
+        return None
+    if positions is None:
+        where = None
+    elif type(positions) is torch.Tensor:
+        where = (positions.shape, positions.stride(), positions.dtype, positions.device)
+    else:
+        return None
+    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, seq_dim, where)
 
 
 def _from_dict_or_argument(argument: Any, from_dict: Any, name: str) -> Any:
@@ -588,6 +607,24 @@ class RotaryEmbedding(ConstantBuffers):
         dim]`` with ``seq_dim=0``): int ``[docs + 1]`` offsets ``0 = c_0 <= c_1 <= ... = total``; each token is
         turned by its position inside its own document, derived on cu_seqlens' device with no host sync (on the
         CPU the offsets are checked; on an accelerator they are trusted, as flash-attn does)."""
+        key = None
+        plans = self.__dict__.get("_plans")  # launch plans exist only where the kernel ran (a kernel device)
+        if plans is not None and cu_seqlens is None:
+            key = _signature(q, k, positions, seq_dim)
+            entry = plans.get(key)
+            if entry is not None and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) \
+                    and not torch.compiler.is_compiling() and os.environ.get("OMNIPOS_DISABLE_TRITON") != "1":
+                # a signature checked before: no argument check, no plan to build, only the launch
+                plan, tables, seq_axis, rope_triton = entry
+                if positions is None:
+                    positions = self._default_positions(q, seq_axis)
+                elif positions.is_floating_point() and not (positions.is_cuda and
+                                                             torch.cuda.is_current_stream_capturing()):
+                    check_finite(positions, "positions")
+                return rope_triton.run_plan(plan, q, k, positions, *tables, self.attention_factor)
+        elif q.device.type in rope_kernels.KERNEL_DEVICE_TYPES and cu_seqlens is None and not self.xpos:
+            key = _signature(q, k, positions, seq_dim)
+        given = positions
         seq_axis = self._check_x(q, "q", seq_dim)
         self._check_x(k, "k", seq_dim)
         if q.ndim != k.ndim or q.shape[seq_axis] != k.shape[seq_axis]:
@@ -600,7 +637,8 @@ class RotaryEmbedding(ConstantBuffers):
         shape = self._broadcast_shape(positions, q, seq_axis)
         self._broadcast_shape(positions, k, seq_axis)
         if not self.xpos:
-            triton = self._triton_rotate(q, k, positions, seq_axis)
+            plan_key = key if given is None or positions is given else None  # positions used as given
+            triton = self._triton_rotate(q, k, positions, seq_axis, plan_key)
             if triton is not None:
                 return triton
         cos, sin = self._half_cos_sin(positions, work_dtype(q.dtype, k.dtype), q.device)
@@ -613,7 +651,7 @@ class RotaryEmbedding(ConstantBuffers):
                 rotate_pairs(k, kc, -ks, kc, ks, self.layout, self.rotary_dim))
 
     def _triton_rotate(self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor,
-                       seq_axis: int) -> tuple[torch.Tensor, ...] | None:
+                       seq_axis: int, plan_key: Any = None) -> tuple[torch.Tensor, ...] | None:
         """The fused kernel when it applies (a device in ``rope_kernels.KERNEL_DEVICE_TYPES``, Triton importable,
         no xPos). Nothing here reads a value or creates a host tensor: the tables come from :meth:`_device_tables`
         (built once per device), the attention factor is a Python float (longrope with two mscales, whose factor
@@ -631,9 +669,20 @@ class RotaryEmbedding(ConstantBuffers):
             tables = rope_triton.device_tables(self.frequencies(positions), None, q.device)
         else:
             tables = self._device_tables(q.device, rope_triton)
-        return rope_triton.maybe_rotate(q, k, positions, None, seq_axis=seq_axis, rotary_dim=self.rotary_dim,
-                                        interleaved=self.layout == "interleaved", attention_factor=factor,
-                                        slot_axis=slot_axis, tables=tables)
+        out = rope_triton.maybe_rotate(q, k, positions, None, seq_axis=seq_axis, rotary_dim=self.rotary_dim,
+                                       interleaved=self.layout == "interleaved", attention_factor=factor,
+                                       slot_axis=slot_axis, tables=tables)
+        if out is not None and plan_key is not None and self.scaling.rope_type not in _LENGTH_DEPENDENT and \
+                not torch.compiler.is_compiling():
+            # this signature passed every check: keep its launch plan, later calls skip straight to the launch
+            plan = rope_triton.make_plan(q, k, positions, seq_axis=seq_axis, rotary_dim=self.rotary_dim,
+                                         interleaved=self.layout == "interleaved", multi_axis=slot_axis is not None)
+            if plan is not None:
+                plans = self.__dict__.setdefault("_plans", {})
+                if len(plans) >= _MAX_PLANS:
+                    plans.clear()
+                plans[plan_key] = (plan, tables, seq_axis, rope_triton)
+        return out
 
     def _device_tables(self, device: torch.device, rope_triton: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The kernel's (turns per unit, slot -> coordinate) tables on ``device``, built on the first call there
@@ -662,4 +711,5 @@ class RotaryEmbedding(ConstantBuffers):
     def _apply(self, fn: Any, recurse: bool = True) -> RotaryEmbedding:
         self.__dict__.pop("_tables", None)  # built from the constants, which may have moved
         self.__dict__.pop("_aranges", None)
+        self.__dict__.pop("_plans", None)
         return super()._apply(fn, recurse)
