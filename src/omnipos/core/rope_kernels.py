@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ROPE_LAYOUTS", "channel_pairs", "rotate_pairs", "work_dtype"]
+__all__ = ["KERNEL_DEVICE_TYPES", "ROPE_LAYOUTS", "channel_pairs", "rotate_pairs", "rotate_swapped", "small_rotation_applies", "work_dtype"]
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -152,6 +152,24 @@ class _Rotate(torch.autograd.Function):
         # _Rotate node (twice differentiable), and otherwise the eager kernel.
         grad_x = rotate_pairs(grad.contiguous(), a1, b2, a2, b1, ctx.layout, ctx.rotary_dim)
         return grad_x, None, None, None, None, None, None
+
+
+def small_rotation_applies(x: torch.Tensor, layout: str, rotary_dim: int) -> bool:
+    """Whether :func:`rotate_swapped` serves x (a decode step's q and k): a small tensor of the half layout with
+    every channel rotated, no autograd on it, not compiling. Half-widths that are a multiple of 32 keep every
+    product in the vectorised loops of the general kernel, so both give the same bits."""
+    return (layout == "half" and rotary_dim == x.shape[-1] and rotary_dim % 64 == 0 and x.numel() <= 1 << 16
+            and not (x.requires_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling())
+
+
+def rotate_swapped(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+    """A pure rotation of the half layout as three ops (a decode step is per-op overhead, not memory):
+    ``x * cat(cos, cos) + swap_halves(x) * cat(-sin, sin)``, in the work dtype of ``cos2`` / ``sin2`` (float32 for
+    bf16 / fp16 inputs, rounded once), the same products and sums as :func:`rotate_pairs`."""
+    half = x.shape[-1] // 2
+    out = torch.mul(x, cos2)
+    out.addcmul_(x.unflatten(-1, (2, half)).flip(-2).flatten(-2), sin2)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
 def rotate_pairs(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,

@@ -607,43 +607,60 @@ class RotaryEmbedding(ConstantBuffers):
         dim]`` with ``seq_dim=0``): int ``[docs + 1]`` offsets ``0 = c_0 <= c_1 <= ... = total``; each token is
         turned by its position inside its own document, derived on cu_seqlens' device with no host sync (on the
         CPU the offsets are checked; on an accelerator they are trusted, as flash-attn does)."""
-        key = None
-        plans = self.__dict__.get("_plans")  # launch plans exist only where the kernel ran (a kernel device)
-        if plans is not None and cu_seqlens is None:
-            key = _signature(q, k, positions, seq_dim)
-            entry = plans.get(key)
-            if entry is not None and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) \
-                    and not torch.compiler.is_compiling() and os.environ.get("OMNIPOS_DISABLE_TRITON") != "1":
-                # a signature checked before: no argument check, no plan to build, only the launch
-                plan, tables, seq_axis, rope_triton = entry
+        key = _signature(q, k, positions, seq_dim) if cu_seqlens is None and not torch.compiler.is_compiling() \
+            else None
+        known = self.__dict__.get("_checked", {}).get(key) if key is not None else None
+        if known is not None:  # a signature checked before: shapes, dtypes and devices are fine
+            seq_axis, shape = known
+            plan = self.__dict__.get("_plans", {}).get(key)
+            if plan is not None and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) and \
+                    os.environ.get("OMNIPOS_DISABLE_TRITON") != "1":
+                plan, tables, rope_triton = plan  # and the kernel ran for it: only the launch is left
                 if positions is None:
                     positions = self._default_positions(q, seq_axis)
                 elif positions.is_floating_point() and not (positions.is_cuda and
                                                              torch.cuda.is_current_stream_capturing()):
                     check_finite(positions, "positions")
                 return rope_triton.run_plan(plan, q, k, positions, *tables, self.attention_factor)
-        elif q.device.type in rope_kernels.KERNEL_DEVICE_TYPES and cu_seqlens is None and not self.xpos:
-            key = _signature(q, k, positions, seq_dim)
-        given = positions
-        seq_axis = self._check_x(q, "q", seq_dim)
-        self._check_x(k, "k", seq_dim)
-        if q.ndim != k.ndim or q.shape[seq_axis] != k.shape[seq_axis]:
-            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same number of axes and "
-                             f"sequence length (axis {seq_axis}); only the heads may differ")
-        if cu_seqlens is not None:
-            positions = self._packed_positions(cu_seqlens, positions, q, seq_axis)
-        positions = self._default_positions(q, seq_axis) if positions is None else positions
-        positions = self._positions(positions, q.device)
-        shape = self._broadcast_shape(positions, q, seq_axis)
-        self._broadcast_shape(positions, k, seq_axis)
+            given = positions
+            if positions is None:
+                positions = self._default_positions(q, seq_axis)
+            elif positions.is_floating_point() and not (positions.is_cuda and
+                                                         torch.cuda.is_current_stream_capturing()):
+                check_finite(positions, "positions")
+        else:
+            given = positions
+            seq_axis = self._check_x(q, "q", seq_dim)
+            self._check_x(k, "k", seq_dim)
+            if q.ndim != k.ndim or q.shape[seq_axis] != k.shape[seq_axis]:
+                raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same number of axes and "
+                                 f"sequence length (axis {seq_axis}); only the heads may differ")
+            if cu_seqlens is not None:
+                positions = self._packed_positions(cu_seqlens, positions, q, seq_axis)
+            positions = self._default_positions(q, seq_axis) if positions is None else positions
+            positions = self._positions(positions, q.device)
+            shape = self._broadcast_shape(positions, q, seq_axis)
+            self._broadcast_shape(positions, k, seq_axis)
+            if key is not None and (given is None or positions is given):  # positions used as given
+                checked = self.__dict__.setdefault("_checked", {})
+                if len(checked) >= _MAX_PLANS:
+                    checked.clear()
+                    self.__dict__.pop("_plans", None)
+                checked[key] = (seq_axis, shape)
+            else:
+                key = None
         if not self.xpos:
-            plan_key = key if given is None or positions is given else None  # positions used as given
-            triton = self._triton_rotate(q, k, positions, seq_axis, plan_key)
+            triton = self._triton_rotate(q, k, positions, seq_axis, key)
             if triton is not None:
                 return triton
         cos, sin = self._half_cos_sin(positions, work_dtype(q.dtype, k.dtype), q.device)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
         if not self.xpos:
+            if not cos.requires_grad and rope_kernels.small_rotation_applies(q, self.layout, self.rotary_dim) and \
+                    rope_kernels.small_rotation_applies(k, self.layout, self.rotary_dim):
+                # a decode step: three ops per tensor, the same bits as rotate_pairs
+                cos2, sin2 = torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
+                return rope_kernels.rotate_swapped(q, cos2, sin2), rope_kernels.rotate_swapped(k, cos2, sin2)
             return self._rotate_pairs(q, cos, -sin, cos, sin), self._rotate_pairs(k, cos, -sin, cos, sin)
         scale = self._xpos_scale(positions, q.dtype, k.dtype).to(cos.dtype).reshape(shape)
         qc, qs, kc, ks = cos * scale, sin * scale, cos / scale, sin / scale
@@ -678,10 +695,7 @@ class RotaryEmbedding(ConstantBuffers):
             plan = rope_triton.make_plan(q, k, positions, seq_axis=seq_axis, rotary_dim=self.rotary_dim,
                                          interleaved=self.layout == "interleaved", multi_axis=slot_axis is not None)
             if plan is not None:
-                plans = self.__dict__.setdefault("_plans", {})
-                if len(plans) >= _MAX_PLANS:
-                    plans.clear()
-                plans[plan_key] = (plan, tables, seq_axis, rope_triton)
+                self.__dict__.setdefault("_plans", {})[plan_key] = (plan, tables, rope_triton)
         return out
 
     def _device_tables(self, device: torch.device, rope_triton: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -712,4 +726,5 @@ class RotaryEmbedding(ConstantBuffers):
         self.__dict__.pop("_tables", None)  # built from the constants, which may have moved
         self.__dict__.pop("_aranges", None)
         self.__dict__.pop("_plans", None)
+        self.__dict__.pop("_checked", None)
         return super()._apply(fn, recurse)
