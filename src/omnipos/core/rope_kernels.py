@@ -49,11 +49,13 @@ def _complex_viewable(x: torch.Tensor) -> bool:
 # Only single-threaded: with intra-op threads every op ends in a barrier, and on a busy machine (a descheduled
 # worker) hundreds of small ops cost more than the memory passes they save (measured: bench_rope.py).
 _SLAB = 1 << 19
+_WIDENED = (torch.bfloat16, torch.float16)  # rotated in float32: slab by slab from a quarter of the size
 
 
 def _slabs(x: torch.Tensor) -> list[tuple[slice, ...]]:
     """Index tuples (slices only, so no axis is dropped) cutting x into slabs of at most ``_SLAB`` elements."""
-    if x.device.type != "cpu" or x.numel() < 4 * _SLAB or torch.get_num_threads() > 1:
+    if x.device.type != "cpu" or x.numel() < (_SLAB if x.dtype in _WIDENED else 4 * _SLAB) or \
+            torch.get_num_threads() > 1:
         return [(slice(None),) * x.ndim]
     inner, axis = x.shape[-1], x.ndim - 2  # the channel axis always stays whole
     while axis > 0 and inner * x.shape[axis] <= _SLAB:
@@ -74,9 +76,13 @@ def _cut(t: torch.Tensor, index: tuple[slice, ...]) -> torch.Tensor:
 def _rotate_block(x: torch.Tensor, out: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor,
                   b2: torch.Tensor, layout: str, rotary_dim: int) -> None:
     work = a1.dtype
+    source = x
     if x.dtype == work:
         target = out
     else:  # bf16 / fp16: rotate in float32, round once
+        # widened once, in one vectorised pass (exact): products of a bf16 slice with float32 coefficients would
+        # each widen their strided operand again, element by element (3x the whole call at 1x32x256x128)
+        x = x[..., :rotary_dim].to(work)
         target = torch.empty((*x.shape[:-1], rotary_dim), dtype=work, device=x.device)
     x1, x2 = channel_pairs(x, layout, rotary_dim)
     o1, o2 = channel_pairs(target, layout, rotary_dim)
@@ -89,8 +95,8 @@ def _rotate_block(x: torch.Tensor, out: torch.Tensor, a1: torch.Tensor, b1: torc
     o2.addcmul_(x1, b2)
     if target is not out:
         out[..., :rotary_dim].copy_(target)
-    if rotary_dim < x.shape[-1]:
-        out[..., rotary_dim:].copy_(x[..., rotary_dim:])
+    if rotary_dim < source.shape[-1]:
+        out[..., rotary_dim:].copy_(source[..., rotary_dim:])
 
 
 def _rotate_eager(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,
@@ -166,10 +172,11 @@ def rotate_swapped(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> t
     """A pure rotation of the half layout as three ops (a decode step is per-op overhead, not memory):
     ``x * cat(cos, cos) + swap_halves(x) * cat(-sin, sin)``, in the work dtype of ``cos2`` / ``sin2`` (float32 for
     bf16 / fp16 inputs, rounded once), the same products and sums as :func:`rotate_pairs`."""
-    half = x.shape[-1] // 2
+    half, dtype = x.shape[-1] // 2, x.dtype
+    x = x.to(cos2.dtype)  # widened once (exact)
     out = torch.mul(x, cos2)
     out.addcmul_(x.unflatten(-1, (2, half)).flip(-2).flatten(-2), sin2)
-    return out if out.dtype == x.dtype else out.to(x.dtype)
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def rotate_pairs(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,
