@@ -190,3 +190,26 @@ def test_cu_seqlens_gives_per_document_positions_on_the_cpu():
         rope(q, k, torch.arange(12), seq_dim=0, cu_seqlens=torch.tensor([0, 12]))
     with pytest.raises(ValueError, match="1-D positions"):
         RotaryEmbedding(16, n_axes=2)(q, k, seq_dim=0, cu_seqlens=torch.tensor([0, 12]))
+
+
+def test_caches_stay_behind_in_copies_and_pickles(meta_is_a_kernel_device):
+    """deepcopy / torch.save of a module that has run keep no per-device tables, plans or checked signatures."""
+    import copy
+    import io
+
+    rope = RotaryEmbedding(64).to(M)
+    q, k = _qk((1, 4, 6, 64), (1, 4, 6, 64))
+    rope(q, k)
+    rope(q, k)
+    assert {"_tables", "_plans", "_checked", "_aranges"} <= set(rope.__dict__)
+    clone = copy.deepcopy(rope)
+    assert not {"_tables", "_plans", "_checked", "_aranges"} & set(clone.__dict__)
+    assert clone(q, k)[0].shape == q.shape
+    cpu = RotaryEmbedding(32)
+    x = torch.randn(1, 2, 3, 32)
+    cpu(x, x)
+    buffer = io.BytesIO()
+    torch.save(cpu, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)  # our own object, written just above
+    assert "_checked" not in loaded.__dict__ and torch.equal(loaded(x, x)[0], cpu(x, x)[0])

@@ -67,6 +67,9 @@ __all__ = ["RotaryEmbedding"]
 _LENGTH_DEPENDENT = ("dynamic", "longrope")
 
 
+# what a module keeps per device and per signature (dropped by .to() / _apply, pickling and deepcopy)
+_CACHES = ("_tables", "_aranges", "_plans", "_checked")
+
 # launch plans kept per module (one per signature of q, k and positions); a model has a handful
 _MAX_PLANS = 256
 
@@ -615,7 +618,9 @@ class RotaryEmbedding(ConstantBuffers):
             plan = self.__dict__.get("_plans", {}).get(key)
             if plan is not None and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) and \
                     os.environ.get("OMNIPOS_DISABLE_TRITON") != "1":
-                plan, tables, rope_triton = plan  # and the kernel ran for it: only the launch is left
+                plan, tables = plan  # and the kernel ran for it: only the launch is left
+                from . import rope_triton  # (imported already: the plan was made there)
+
                 if positions is None:
                     positions = self._default_positions(q, seq_axis)
                 elif positions.is_floating_point() and not (positions.is_cuda and
@@ -695,7 +700,7 @@ class RotaryEmbedding(ConstantBuffers):
             plan = rope_triton.make_plan(q, k, positions, seq_axis=seq_axis, rotary_dim=self.rotary_dim,
                                          interleaved=self.layout == "interleaved", multi_axis=slot_axis is not None)
             if plan is not None:
-                self.__dict__.setdefault("_plans", {})[plan_key] = (plan, tables, rope_triton)
+                self.__dict__.setdefault("_plans", {})[plan_key] = (plan, tables)
         return out
 
     def _device_tables(self, device: torch.device, rope_triton: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -721,6 +726,11 @@ class RotaryEmbedding(ConstantBuffers):
             kept = cache[device] = torch.arange(max(n, 2 * (0 if kept is None else kept.shape[0]), 16),
                                                 device=device)
         return kept[:n]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling and deepcopy leave the per-device caches behind (rebuilt on the first call)."""
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        return {key: value for key, value in state.items() if key not in _CACHES}
 
     def _apply(self, fn: Any, recurse: bool = True) -> RotaryEmbedding:
         self.__dict__.pop("_tables", None)  # built from the constants, which may have moved
