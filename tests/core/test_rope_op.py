@@ -101,26 +101,30 @@ def test_compiled_attention_block_no_graph_break_no_recompile(monkeypatch, throu
     exactly as a CUDA model does (and the eager reference is the op's arithmetic, within an ulp of the module's)."""
     import torch._dynamo
 
+    from torch._inductor.compile_fx import compile_fx
+
     torch._dynamo.reset()
     torch.manual_seed(0)
     block = Attention().eval()
-    compiled = torch.compile(block, fullgraph=True, dynamic=True)
+    seen = []
+
+    def inductor(gm, example_inputs):  # inductor, recording what the graph calls
+        seen.extend(str(node.target) for node in gm.graph.nodes)
+        return compile_fx(gm, example_inputs)
+
+    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=inductor)
     lengths = (12, 29, 50)
     with torch.no_grad():
         eager = [block(torch.randn(2, n, 64, generator=torch.Generator().manual_seed(n)), torch.arange(n) + 3)
                  for n in lengths]
         if through_op:
             monkeypatch.setattr(rope_kernels, "KERNEL_DEVICE_TYPES", ("cpu",))
-            calls = []
-            monkeypatch.setattr(rope_triton, "_rope_qk_torch",
-                                lambda *a, _f=rope_triton._rope_qk_torch: calls.append(1) or _f(*a))
         for i, n in enumerate(lengths):
             x = torch.randn(2, n, 64, generator=torch.Generator().manual_seed(n))
             with torch._dynamo.config.patch(error_on_recompile=i > 0):
                 got = compiled(x, torch.arange(n) + 3)
             torch.testing.assert_close(got, eager[i], rtol=1e-5, atol=1e-5)
-    if through_op:
-        assert calls, "the compiled block did not trace the registered op"
+    assert ("omnipos.rope_qk" in seen) == through_op, seen
     torch._dynamo.reset()
 
 
@@ -140,12 +144,29 @@ TRITON_OPCHECK = textwrap.dedent('''
         got = op(*args)
         want = rope_triton._rope_qk_torch(*args)
         assert all((a - b).abs().max().item() <= 2e-6 for a, b in zip(got, want))
+    # compiled as a CUDA model is (the CPU made a kernel device): the graph calls the op, which runs the kernel
+    import torch._dynamo
+    from omnipos.core import rope_kernels
+    rope_kernels.KERNEL_DEVICE_TYPES = ("cpu",)
+    launches = []
+    launch = rope_triton._launch
+    rope_triton._launch = lambda *a, **k: launches.append(1) or launch(*a, **k)
+    rope = RotaryEmbedding(32, mrope_section=(4, 6, 6))
+    f = torch.compile(lambda q, k, p: rope(q, k, p), fullgraph=True, dynamic=True)
+    for n in (5, 9, 14):
+        q, k = torch.randn(2, 4, n, 32, generator=g), torch.randn(2, 2, n, 32, generator=g)
+        p = torch.randint(0, 300, (2, n, 3), generator=g)
+        with torch._dynamo.config.patch(error_on_recompile=n != 5):
+            got = f(q, k, p)
+        want = rope(q, k, p)  # eager: the kernel too
+        assert all(((a - b).abs() / (1 + b.abs())).max().item() <= 2e-6 for a, b in zip(got, want)), n
+    assert len(launches) == 6, launches
     print("ok")
 ''')
 
 
 def test_opcheck_of_the_triton_kernel_under_the_interpreter():
-    """The op's body runs the Triton kernel (through wrap_triton) when TRITON_INTERPRET=1: opcheck it there."""
+    """The op runs the Triton kernel on CPU tensors when TRITON_INTERPRET=1: opcheck it there."""
     if not rope_triton.HAS_TRITON:
         pytest.skip("triton not importable")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))

@@ -18,7 +18,6 @@ import os
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 
 try:  # pragma: no cover - depends on the installation
     import triton
@@ -163,11 +162,6 @@ def device_tables(inv_freq: torch.Tensor, slot_axis: torch.Tensor | None,
 def _launch(grid: tuple[Any, ...], *args: Any, **constexprs: Any) -> None:
     """The one place the kernel runs (eager). The host-time benchmark replaces it with a no-op."""
     _rope_qk_kernel[grid](*args, **constexprs)
-
-
-def _traced_launch(grid: tuple[Any, ...], *args: Any, **constexprs: Any) -> None:
-    """The launch inside the registered op: through ``wrap_triton`` so that ``torch.compile`` sees the kernel."""
-    torch.library.wrap_triton(_rope_qk_kernel)[grid](*args, **constexprs)
 
 
 def _rotate(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, turns: torch.Tensor,
@@ -383,18 +377,17 @@ _SCHEMA = ("(Tensor q, Tensor? k, Tensor positions, Tensor turns, Tensor axis, i
            "bool interleaved, bool multi_axis, float attention_factor, float sign) -> Tensor[]")
 
 
-def _rope_qk_triton(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, turns: torch.Tensor,
-                    axis: torch.Tensor, seq_axis: int, rotary_dim: int, interleaved: bool, multi_axis: bool,
-                    attention_factor: float, sign: float) -> list[torch.Tensor]:
-    """The op's body (also its fake kernel, and what the compiler traces): the Triton kernel, except for CPU
-    tensors outside Triton's interpreter, which take the same arithmetic in torch ops (traceable: inductor fuses
-    them on the CPU)."""
-    if q.device.type == "cpu" and (os.environ.get("TRITON_INTERPRET") != "1" or is_fake(q)):
+def _rope_qk_impl(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, turns: torch.Tensor,
+                  axis: torch.Tensor, seq_axis: int, rotary_dim: int, interleaved: bool, multi_axis: bool,
+                  attention_factor: float, sign: float) -> list[torch.Tensor]:
+    """The op's kernel: the Triton launch; CPU tensors take the same arithmetic in torch ops (Triton's
+    interpreter under TRITON_INTERPRET=1, how the tests check the kernel)."""
+    if q.device.type == "cpu" and (not HAS_TRITON or os.environ.get("TRITON_INTERPRET") != "1"):
         return _rope_qk_torch(q, k, positions, turns, axis, seq_axis, rotary_dim, interleaved, multi_axis,
                               attention_factor, sign)
     return _rotate(q, k, positions, turns, axis, seq_axis=seq_axis, rotary_dim=rotary_dim, interleaved=interleaved,
                    multi_axis=multi_axis, attention_factor=attention_factor, sign=sign, block_s=None,
-                   heads_per_program=None, launch=_traced_launch)
+                   heads_per_program=None, launch=_launch)
 
 
 def _rope_qk_torch(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, turns: torch.Tensor,
@@ -424,15 +417,16 @@ def _rope_qk_torch(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Ten
     return outs
 
 
-if HAS_TRITON:
-    rope_qk_op = torch.library.triton_op("omnipos::rope_qk", _rope_qk_triton, mutates_args=(), schema=_SCHEMA)
-else:  # pragma: no cover - an installation without Triton: the op still exists (CPU kernel, fake kernel)
-    rope_qk_op = torch.library.custom_op("omnipos::rope_qk", _rope_qk_torch, mutates_args=(), schema=_SCHEMA)
+# define/impl with a fake kernel (an opaque op to the compiler: its fake kernel gives the shapes, no tracing into
+# the launch; inductor calls it as it is, a CUDA graph captures it). ``triton_op`` + ``wrap_triton`` would let
+# inductor see inside, but its fake propagation ran the launch's host side on fake tensors here: not used until
+# that is checked on a device.
+rope_qk_op = torch.library.custom_op("omnipos::rope_qk", _rope_qk_impl, mutates_args=(), schema=_SCHEMA)
 
-    @rope_qk_op.register_fake
-    def _(q, k, positions, turns, axis, seq_axis, rotary_dim, interleaved, multi_axis, attention_factor, sign):
-        return [torch.empty_like(t) for t in ([q] if k is None else [q, k])]
 
+@rope_qk_op.register_fake
+def _rope_qk_fake(q: torch.Tensor, k: torch.Tensor | None, *args: Any) -> list[torch.Tensor]:
+    return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in ([q] if k is None else [q, k])]
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
