@@ -213,3 +213,53 @@ def test_caches_stay_behind_in_copies_and_pickles(meta_is_a_kernel_device):
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=False)  # our own object, written just above
     assert "_checked" not in loaded.__dict__ and torch.equal(loaded(x, x)[0], cpu(x, x)[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kwargs,positions", [
+    ({"dim": 128, "base": 5e5}, lambda s: torch.arange(s, device="cuda")[None] + 4000),
+    ({"dim": 128, "mrope_section": (16, 24, 24)}, lambda s: torch.randint(0, 500, (2, s, 3), device="cuda")),
+    ({"dim": 64, "layout": "interleaved", "n_axes": 2}, lambda s: torch.randint(0, 64, (s, 2), device="cuda")),
+])
+def test_cuda_graph_capture_and_replay_equal_eager(kwargs, positions):
+    """Capture q+k rotation in a CUDA graph (static tensors), change the inputs in place, replay: eager's bits."""
+    rope = RotaryEmbedding(**kwargs).cuda()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 32, 16, rope.dim, device="cuda", generator=g).bfloat16()
+    k = torch.randn(2, 8, 16, rope.dim, device="cuda", generator=g).bfloat16()
+    pos = positions(16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up: tables and the launch plan built outside the capture
+            rope(q, k, pos)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        qo, ko = rope(q, k, pos)
+    for step in range(3):
+        q.copy_(torch.randn(q.shape, device="cuda", generator=g))
+        k.copy_(torch.randn(k.shape, device="cuda", generator=g))
+        pos.copy_(positions(16) + step)
+        graph.replay()
+        want = rope(q, k, pos)
+        assert torch.equal(qo, want[0]) and torch.equal(ko, want[1])
+
+
+@pytest.mark.gpu
+def test_cuda_compiled_through_the_op_no_recompile():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    rope = RotaryEmbedding(128, base=5e5).cuda()
+    f = torch.compile(lambda q, k, p: rope(q, k, p), fullgraph=True, dynamic=True)
+    for i, s in enumerate((16, 40, 97)):
+        q = torch.randn(2, 32, s, 128, device="cuda").bfloat16()
+        k = torch.randn(2, 8, s, 128, device="cuda").bfloat16()
+        p = torch.arange(s, device="cuda")[None] + 7
+        with torch._dynamo.config.patch(error_on_recompile=i > 0):
+            got = f(q, k, p)
+        want = rope(q, k, p)
+        for a, b in zip(got, want):
+            assert ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item() <= 1e-2
+    torch._dynamo.reset()
