@@ -18,6 +18,15 @@ Precision: the phase ``p * inv_freq / 2 pi`` is formed in float64 and reduced to
 low-precision inputs are rotated in float32 and rounded once at the end. No cos/sin cache is kept, so nothing can go
 stale (offsets, lengths, devices, dtypes): cos/sin are ``[positions, rotary_dim / 2]``, small next to q and k.
 
+On CUDA (the fused kernel of :mod:`~omnipos.core.rope_triton`) a call is capture-safe: no host tensor is made or
+copied and no value is read on the host (integer positions; float positions are checked for NaN in eager mode, not
+while a CUDA graph is captured). What a module keeps is derived from shapes and constants only: the kernel's
+frequency and slot tables per device, an ``arange`` per device for default positions, and per signature (shapes,
+strides, dtypes, devices of q, k and positions) the fact that its checks passed and, on CUDA, the launch plan; all
+dropped by ``.to()`` and left out of pickles and copies. Warm up once before capturing a module whose constants sit
+on another device (the first call copies them). While ``torch.compile`` traces a CUDA model, the kernel is the
+registered op ``torch.ops.omnipos.rope_qk`` (no graph break, symbolic lengths).
+
 The pieces: frequencies and scalings in :mod:`~omnipos.core.rope_scaling`, slot -> coordinate maps in
 :mod:`~omnipos.core.rope_axes`, the rotation kernels in
 :mod:`~omnipos.core.rope_kernels` (CPU/eager) and :mod:`~omnipos.core.rope_triton` (CUDA), the functional form in
