@@ -51,3 +51,43 @@ def test_eager_rotation_is_twice_differentiable(layout):
     assert torch.autograd.gradgradcheck(lambda x: rope.rotate(x, positions), (x,))
     q, k = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True), torch.randn(2, 5, 12, dtype=torch.float64)
     assert torch.autograd.gradgradcheck(lambda q: rope(q, k, positions)[0], (q,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("shape", [(1, 32, 1, 128), (4, 8, 1, 128), (1, 8, 16, 64), (2, 3, 5, 256)])
+def test_decode_rotation_is_bitwise_the_general_one(dtype, shape):
+    """The three-op rotation of small half-layout inputs (a decode step) gives rotate_pairs' bits, contiguous or
+    not; the module uses it for q and k alike and returns the same tensors as before."""
+    from omnipos.core import rope_kernels
+
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    half = shape[-1] // 2
+    for seed in range(3):
+        x = (randn(*shape, seed=seed, dtype=torch.float64) * 10).to(dtype)
+        xt = (randn(shape[0], shape[2], shape[1], shape[3], seed=seed + 9, dtype=torch.float64)).to(dtype)
+        c, s = randn(1, 1, shape[2], half, seed=seed + 1, dtype=work), randn(1, 1, shape[2], half, seed=seed + 2,
+                                                                               dtype=work)
+        for t in (x, xt.transpose(1, 2)):
+            assert rope_kernels.small_rotation_applies(t, "half", shape[-1])
+            want = rope_kernels.rotate_pairs(t, c, -s, c, s, "half", shape[-1])
+            got = rope_kernels.rotate_swapped(t, torch.cat((c, c), -1), torch.cat((-s, s), -1))
+            assert torch.equal(got, want)
+    rope = RotaryEmbedding(shape[-1], base=5e5)
+    q, k = x, (randn(*shape, seed=7, dtype=torch.float64)).to(dtype)
+    pos = torch.arange(4096, 4096 + shape[2])
+    cos, sin = rope._half_cos_sin(pos, work)
+    cos, sin = cos.view(1, 1, shape[2], half), sin.view(1, 1, shape[2], half)
+    got = rope(q, k, pos)
+    for a, t in zip(got, (q, k)):
+        assert torch.equal(a, rope_kernels.rotate_pairs(t, cos, -sin, cos, sin, "half", shape[-1]))
+
+
+def test_decode_rotation_leaves_what_it_cannot_serve():
+    from omnipos.core import rope_kernels
+
+    x = torch.randn(1, 4, 1, 128)
+    assert not rope_kernels.small_rotation_applies(x, "interleaved", 128)
+    assert not rope_kernels.small_rotation_applies(x, "half", 64)  # partial rotary
+    assert not rope_kernels.small_rotation_applies(torch.randn(1, 4, 1, 24), "half", 24)  # tails of the loops
+    assert not rope_kernels.small_rotation_applies(torch.randn(8, 32, 512, 128), "half", 128)  # not small
+    assert not rope_kernels.small_rotation_applies(x.requires_grad_(), "half", 128)

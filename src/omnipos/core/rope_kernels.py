@@ -14,9 +14,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["ROPE_LAYOUTS", "channel_pairs", "rotate_pairs", "work_dtype"]
+__all__ = ["KERNEL_DEVICE_TYPES", "ROPE_LAYOUTS", "channel_pairs", "rotate_pairs", "rotate_swapped", "small_rotation_applies", "work_dtype"]
 
 ROPE_LAYOUTS = ("half", "interleaved")
+
+#: Device types whose tensors :class:`~omnipos.core.RotaryEmbedding` sends to the fused kernel
+#: (:mod:`~omnipos.core.rope_triton`). An internal switch for tests and the host-time benchmark: with ``"meta"``
+#: added, the CUDA path's Python runs on meta tensors (outputs allocated, no launch: meta tensors hold no data).
+KERNEL_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
 
 
 def work_dtype(*dtypes: torch.dtype) -> torch.dtype:
@@ -44,11 +49,13 @@ def _complex_viewable(x: torch.Tensor) -> bool:
 # Only single-threaded: with intra-op threads every op ends in a barrier, and on a busy machine (a descheduled
 # worker) hundreds of small ops cost more than the memory passes they save (measured: bench_rope.py).
 _SLAB = 1 << 19
+_WIDENED = (torch.bfloat16, torch.float16)  # rotated in float32: slab by slab from a quarter of the size
 
 
 def _slabs(x: torch.Tensor) -> list[tuple[slice, ...]]:
     """Index tuples (slices only, so no axis is dropped) cutting x into slabs of at most ``_SLAB`` elements."""
-    if x.device.type != "cpu" or x.numel() < 4 * _SLAB or torch.get_num_threads() > 1:
+    if x.device.type != "cpu" or x.numel() < (_SLAB if x.dtype in _WIDENED else 4 * _SLAB) or \
+            torch.get_num_threads() > 1:
         return [(slice(None),) * x.ndim]
     inner, axis = x.shape[-1], x.ndim - 2  # the channel axis always stays whole
     while axis > 0 and inner * x.shape[axis] <= _SLAB:
@@ -69,9 +76,13 @@ def _cut(t: torch.Tensor, index: tuple[slice, ...]) -> torch.Tensor:
 def _rotate_block(x: torch.Tensor, out: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor,
                   b2: torch.Tensor, layout: str, rotary_dim: int) -> None:
     work = a1.dtype
+    source = x
     if x.dtype == work:
         target = out
     else:  # bf16 / fp16: rotate in float32, round once
+        # widened once, in one vectorised pass (exact): products of a bf16 slice with float32 coefficients would
+        # each widen their strided operand again, element by element (3x the whole call at 1x32x256x128)
+        x = x[..., :rotary_dim].to(work)
         target = torch.empty((*x.shape[:-1], rotary_dim), dtype=work, device=x.device)
     x1, x2 = channel_pairs(x, layout, rotary_dim)
     o1, o2 = channel_pairs(target, layout, rotary_dim)
@@ -84,8 +95,8 @@ def _rotate_block(x: torch.Tensor, out: torch.Tensor, a1: torch.Tensor, b1: torc
     o2.addcmul_(x1, b2)
     if target is not out:
         out[..., :rotary_dim].copy_(target)
-    if rotary_dim < x.shape[-1]:
-        out[..., rotary_dim:].copy_(x[..., rotary_dim:])
+    if rotary_dim < source.shape[-1]:
+        out[..., rotary_dim:].copy_(source[..., rotary_dim:])
 
 
 def _rotate_eager(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,
@@ -147,6 +158,25 @@ class _Rotate(torch.autograd.Function):
         # _Rotate node (twice differentiable), and otherwise the eager kernel.
         grad_x = rotate_pairs(grad.contiguous(), a1, b2, a2, b1, ctx.layout, ctx.rotary_dim)
         return grad_x, None, None, None, None, None, None
+
+
+def small_rotation_applies(x: torch.Tensor, layout: str, rotary_dim: int) -> bool:
+    """Whether :func:`rotate_swapped` serves x (a decode step's q and k): a small tensor of the half layout with
+    every channel rotated, no autograd on it, not compiling. Half-widths that are a multiple of 32 keep every
+    product in the vectorised loops of the general kernel, so both give the same bits."""
+    return (layout == "half" and rotary_dim == x.shape[-1] and rotary_dim % 64 == 0 and x.numel() <= 1 << 16
+            and not (x.requires_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling())
+
+
+def rotate_swapped(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+    """A pure rotation of the half layout as three ops (a decode step is per-op overhead, not memory):
+    ``x * cat(cos, cos) + swap_halves(x) * cat(-sin, sin)``, in the work dtype of ``cos2`` / ``sin2`` (float32 for
+    bf16 / fp16 inputs, rounded once), the same products and sums as :func:`rotate_pairs`."""
+    half, dtype = x.shape[-1] // 2, x.dtype
+    x = x.to(cos2.dtype)  # widened once (exact)
+    out = torch.mul(x, cos2)
+    out.addcmul_(x.unflatten(-1, (2, half)).flip(-2).flatten(-2), sin2)
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def rotate_pairs(x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,

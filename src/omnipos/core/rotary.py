@@ -18,6 +18,15 @@ Precision: the phase ``p * inv_freq / 2 pi`` is formed in float64 and reduced to
 low-precision inputs are rotated in float32 and rounded once at the end. No cos/sin cache is kept, so nothing can go
 stale (offsets, lengths, devices, dtypes): cos/sin are ``[positions, rotary_dim / 2]``, small next to q and k.
 
+On CUDA (the fused kernel of :mod:`~omnipos.core.rope_triton`) a call is capture-safe: no host tensor is made or
+copied and no value is read on the host (integer positions; float positions are checked for NaN in eager mode, not
+while a CUDA graph is captured). What a module keeps is derived from shapes and constants only: the kernel's
+frequency and slot tables per device, an ``arange`` per device for default positions, and per signature (shapes,
+strides, dtypes, devices of q, k and positions) the fact that its checks passed and, on CUDA, the launch plan; all
+dropped by ``.to()`` and left out of pickles and copies. Warm up once before capturing a module whose constants sit
+on another device (the first call copies them). While ``torch.compile`` traces a CUDA model, the kernel is the
+registered op ``torch.ops.omnipos.rope_qk`` (no graph break, symbolic lengths).
+
 The pieces: frequencies and scalings in :mod:`~omnipos.core.rope_scaling`, slot -> coordinate maps in
 :mod:`~omnipos.core.rope_axes`, the rotation kernels in
 :mod:`~omnipos.core.rope_kernels` (CPU/eager) and :mod:`~omnipos.core.rope_triton` (CUDA), the functional form in
@@ -27,17 +36,20 @@ The pieces: frequencies and scalings in :mod:`~omnipos.core.rope_scaling`, slot 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from . import rope_kernels
 from .checks import (
     as_position_tensor,
     can_inspect_values,
     check_choice,
     check_even_dim,
     check_finite,
+    check_integer_tensor,
     check_positive_int,
     to_device,
 )
@@ -62,6 +74,27 @@ __all__ = ["RotaryEmbedding"]
 
 # rope types whose frequencies depend on the length being encoded (max(position) + 1)
 _LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+
+# what a module keeps per device and per signature (dropped by .to() / _apply, pickling and deepcopy)
+_CACHES = ("_tables", "_aranges", "_plans", "_checked")
+
+# launch plans kept per module (one per signature of q, k and positions); a model has a handful
+_MAX_PLANS = 256
+
+
+def _signature(q: torch.Tensor, k: torch.Tensor, positions: Any, seq_dim: int) -> tuple[Any, ...] | None:
+    """What the checks and the launch of a q+k call depend on besides values: shapes, strides, dtypes, devices;
+    None for arguments that are not plain tensors (lists, tensor subclasses: always the checked path)."""
+    if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(seq_dim) is not int:
+        return None
+    if positions is None:
+        where = None
+    elif type(positions) is torch.Tensor:
+        where = (positions.shape, positions.stride(), positions.dtype, positions.device)
+    else:
+        return None
+    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, seq_dim, where)
 
 
 def _from_dict_or_argument(argument: Any, from_dict: Any, name: str) -> Any:
@@ -398,7 +431,10 @@ class RotaryEmbedding(ConstantBuffers):
                 "exactly (bfloat16 has 8 bits of mantissa: 1030 positions collapse to 514 values)"
             )
         positions = to_device(positions, device, "positions")
-        check_finite(positions, "positions")  # skipped while compiling and on meta tensors (no values)
+        # skipped while compiling and on meta tensors (no values), and inside a CUDA graph capture (a host sync
+        # there is an error); integer positions are finite by type: no check, no sync
+        if positions.is_floating_point() and not (positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+            check_finite(positions, "positions")
         axes = self.position_axes
         if axes is not None and (positions.ndim < 2 or positions.shape[-1] != axes):
             if self.mrope_section is not None:
@@ -507,8 +543,27 @@ class RotaryEmbedding(ConstantBuffers):
         """``arange(seq)``; for M-RoPE a text sequence (the same id on t, h and w)."""
         if self.n_axes is not None:
             raise ValueError("positions are required for axial RoPE ([..., seq, n_axes])")
-        positions = torch.arange(x.shape[seq_axis], device=x.device)
+        positions = self._arange(x.shape[seq_axis], x.device)
         return positions.unsqueeze(-1).expand(-1, 3) if self.mrope_section is not None else positions
+
+    def _packed_positions(self, cu_seqlens: Any, positions: Any, x: torch.Tensor, seq_axis: int) -> torch.Tensor:
+        """Per-document positions ``[total]`` of a packed batch from ``cu_seqlens``, on x's device: the document
+        of each token by ``searchsorted`` (no host sync, no value read on an accelerator)."""
+        if positions is not None:
+            raise ValueError("give positions or cu_seqlens, not both")
+        if self.position_axes is not None:
+            raise ValueError("cu_seqlens gives 1-D positions; axial RoPE / M-RoPE need positions [..., seq, n]")
+        cu = check_integer_tensor(as_position_tensor(cu_seqlens, "cu_seqlens"), "cu_seqlens")
+        if cu.ndim != 1 or cu.numel() == 0:
+            raise ValueError(f"cu_seqlens must be 1-D [docs + 1] offsets starting at 0, got {tuple(cu.shape)}")
+        cu = to_device(cu, x.device, "cu_seqlens").long()
+        total = x.shape[seq_axis]
+        if cu.device.type == "cpu" and can_inspect_values(cu) and (
+                int(cu[0]) != 0 or int(cu[-1]) != total or bool((cu[1:] < cu[:-1]).any())):
+            raise ValueError(f"cu_seqlens must start at 0, never decrease and end at the packed length {total} "
+                             f"(axis {seq_axis} of {tuple(x.shape)}), got {cu.tolist()}")
+        tokens = self._arange(total, x.device)
+        return tokens - cu[torch.searchsorted(cu, tokens, right=True) - 1]
 
     def _xpos_scale(self, positions: torch.Tensor, *dtypes: torch.dtype) -> torch.Tensor:
         """float64 xPos scales ``[*positions.shape, rotary_dim // 2]`` for absolute positions around
@@ -530,12 +585,16 @@ class RotaryEmbedding(ConstantBuffers):
                 )
         return zeta ** power.unsqueeze(-1)
 
-    def rotate(self, x: torch.Tensor, positions: Any = None, *, seq_dim: int = -2) -> torch.Tensor:
+    def rotate(self, x: torch.Tensor, positions: Any = None, *, seq_dim: int = -2,
+               cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """Rotate ``x [..., seq, ..., dim]`` (axis ``seq_dim`` is the sequence) at ``positions`` (default
-        ``arange(seq)``); see the class docstring for the shapes of positions. Same shape and dtype as x."""
+        ``arange(seq)``); see the class docstring for the shapes of positions and :meth:`forward` for
+        ``cu_seqlens``. Same shape and dtype as x."""
         if self.xpos:
             raise ValueError("xpos scales q up and k down: rotate them together with forward(q, k, positions)")
         seq_axis = self._check_x(x, "x", seq_dim)
+        if cu_seqlens is not None:
+            positions = self._packed_positions(cu_seqlens, positions, x, seq_axis)
         positions = self._default_positions(x, seq_axis) if positions is None else positions
         positions = self._positions(positions, x.device)
         shape = self._broadcast_shape(positions, x, seq_axis)
@@ -555,26 +614,71 @@ class RotaryEmbedding(ConstantBuffers):
         rotated = rotate_pairs(x[..., kept:], a1, b1, a2, b2, self.layout, self.rotary_dim)
         return torch.cat((x[..., :kept], rotated), -1)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: Any = None, *,
-                seq_dim: int = -2) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: Any = None, *, seq_dim: int = -2,
+                cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q and k at the same positions (and apply xPos when enabled). q and k must agree in ndim, head
-        dim and sequence length; other axes (heads: GQA/MQA) may differ. Returns ``(q_rotated, k_rotated)``."""
-        seq_axis = self._check_x(q, "q", seq_dim)
-        self._check_x(k, "k", seq_dim)
-        if q.ndim != k.ndim or q.shape[seq_axis] != k.shape[seq_axis]:
-            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same number of axes and "
-                             f"sequence length (axis {seq_axis}); only the heads may differ")
-        positions = self._default_positions(q, seq_axis) if positions is None else positions
-        positions = self._positions(positions, q.device)
-        shape = self._broadcast_shape(positions, q, seq_axis)
-        self._broadcast_shape(positions, k, seq_axis)
+        dim and sequence length; other axes (heads: GQA/MQA) may differ. Returns ``(q_rotated, k_rotated)``.
+
+        ``cu_seqlens`` (instead of positions): a packed batch (flash-attn's varlen layout, x ``[total, heads,
+        dim]`` with ``seq_dim=0``): int ``[docs + 1]`` offsets ``0 = c_0 <= c_1 <= ... = total``; each token is
+        turned by its position inside its own document, derived on cu_seqlens' device with no host sync (on the
+        CPU the offsets are checked; on an accelerator they are trusted, as flash-attn does)."""
+        key = _signature(q, k, positions, seq_dim) if cu_seqlens is None and not torch.compiler.is_compiling() \
+            else None
+        known = self.__dict__.get("_checked", {}).get(key) if key is not None else None
+        if known is not None:  # a signature checked before: shapes, dtypes and devices are fine
+            seq_axis, shape = known
+            plan = self.__dict__.get("_plans", {}).get(key)
+            if plan is not None and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) and \
+                    os.environ.get("OMNIPOS_DISABLE_TRITON") != "1":
+                plan, tables = plan  # and the kernel ran for it: only the launch is left
+                from . import rope_triton  # (imported already: the plan was made there)
+
+                if positions is None:
+                    positions = self._default_positions(q, seq_axis)
+                elif positions.is_floating_point() and not (positions.is_cuda and
+                                                             torch.cuda.is_current_stream_capturing()):
+                    check_finite(positions, "positions")
+                return rope_triton.run_plan(plan, q, k, positions, *tables, self.attention_factor)
+            given = positions
+            if positions is None:
+                positions = self._default_positions(q, seq_axis)
+            elif positions.is_floating_point() and not (positions.is_cuda and
+                                                         torch.cuda.is_current_stream_capturing()):
+                check_finite(positions, "positions")
+        else:
+            given = positions
+            seq_axis = self._check_x(q, "q", seq_dim)
+            self._check_x(k, "k", seq_dim)
+            if q.ndim != k.ndim or q.shape[seq_axis] != k.shape[seq_axis]:
+                raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same number of axes and "
+                                 f"sequence length (axis {seq_axis}); only the heads may differ")
+            if cu_seqlens is not None:
+                positions = self._packed_positions(cu_seqlens, positions, q, seq_axis)
+            positions = self._default_positions(q, seq_axis) if positions is None else positions
+            positions = self._positions(positions, q.device)
+            shape = self._broadcast_shape(positions, q, seq_axis)
+            self._broadcast_shape(positions, k, seq_axis)
+            if key is not None and (given is None or positions is given):  # positions used as given
+                checked = self.__dict__.setdefault("_checked", {})
+                if len(checked) >= _MAX_PLANS:
+                    checked.clear()
+                    self.__dict__.pop("_plans", None)
+                checked[key] = (seq_axis, shape)
+            else:
+                key = None
         if not self.xpos:
-            triton = self._triton_rotate(q, k, positions, seq_axis)
+            triton = self._triton_rotate(q, k, positions, seq_axis, key)
             if triton is not None:
                 return triton
         cos, sin = self._half_cos_sin(positions, work_dtype(q.dtype, k.dtype), q.device)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
         if not self.xpos:
+            if not cos.requires_grad and rope_kernels.small_rotation_applies(q, self.layout, self.rotary_dim) and \
+                    rope_kernels.small_rotation_applies(k, self.layout, self.rotary_dim):
+                # a decode step: three ops per tensor, the same bits as rotate_pairs
+                cos2, sin2 = torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
+                return rope_kernels.rotate_swapped(q, cos2, sin2), rope_kernels.rotate_swapped(k, cos2, sin2)
             return self._rotate_pairs(q, cos, -sin, cos, sin), self._rotate_pairs(k, cos, -sin, cos, sin)
         scale = self._xpos_scale(positions, q.dtype, k.dtype).to(cos.dtype).reshape(shape)
         qc, qs, kc, ks = cos * scale, sin * scale, cos / scale, sin / scale
@@ -582,16 +686,68 @@ class RotaryEmbedding(ConstantBuffers):
                 rotate_pairs(k, kc, -ks, kc, ks, self.layout, self.rotary_dim))
 
     def _triton_rotate(self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor,
-                       seq_axis: int) -> tuple[torch.Tensor, ...] | None:
-        """The fused CUDA kernel when it applies (CUDA tensors, Triton importable, no xPos, not compiling)."""
-        if not q.is_cuda or self.xpos or torch.compiler.is_compiling() or \
+                       seq_axis: int, plan_key: Any = None) -> tuple[torch.Tensor, ...] | None:
+        """The fused kernel when it applies (a device in ``rope_kernels.KERNEL_DEVICE_TYPES``, Triton importable,
+        no xPos). Nothing here reads a value or creates a host tensor: the tables come from :meth:`_device_tables`
+        (built once per device), the attention factor is a Python float (longrope with two mscales, whose factor
+        depends on the positions, takes the eager path instead: a tensor factor, no sync)."""
+        if q.device.type not in rope_kernels.KERNEL_DEVICE_TYPES or self.xpos or \
                 (self.passthrough == "front" and self.rotary_dim != self.dim):
+            return None
+        factor = self.attention_factor_at(positions)
+        if isinstance(factor, torch.Tensor):
             return None
         from . import rope_triton  # imports Triton: only when a CUDA tensor arrives
 
         slot_axis = getattr(self, "slot_axis", None)
-        return rope_triton.maybe_rotate(q, k, positions, self.frequencies(positions).to(q.device),
-                                        seq_axis=seq_axis, rotary_dim=self.rotary_dim,
-                                        interleaved=self.layout == "interleaved",
-                                        attention_factor=float(self.attention_factor_at(positions)),
-                                        slot_axis=None if slot_axis is None else slot_axis.to(q.device))
+        if self.scaling.rope_type in _LENGTH_DEPENDENT:  # frequencies of this call's length, on the device
+            tables = rope_triton.device_tables(self.frequencies(positions), None, q.device)
+        else:
+            tables = self._device_tables(q.device, rope_triton)
+        out = rope_triton.maybe_rotate(q, k, positions, None, seq_axis=seq_axis, rotary_dim=self.rotary_dim,
+                                       interleaved=self.layout == "interleaved", attention_factor=factor,
+                                       slot_axis=slot_axis, tables=tables)
+        if out is not None and plan_key is not None and self.scaling.rope_type not in _LENGTH_DEPENDENT and \
+                not torch.compiler.is_compiling():
+            # this signature passed every check: keep its launch plan, later calls skip straight to the launch
+            plan = rope_triton.make_plan(q, k, positions, seq_axis=seq_axis, rotary_dim=self.rotary_dim,
+                                         interleaved=self.layout == "interleaved", multi_axis=slot_axis is not None)
+            if plan is not None:
+                self.__dict__.setdefault("_plans", {})[plan_key] = (plan, tables)
+        return out
+
+    def _device_tables(self, device: torch.device, rope_triton: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kernel's (turns per unit, slot -> coordinate) tables on ``device``, built on the first call there
+        and kept until the module moves (``.to()`` / ``_apply`` clears them)."""
+        if torch.compiler.is_compiling():  # traced into the graph (a few small ops), no state kept
+            return rope_triton.device_tables(self.inv_freq, getattr(self, "slot_axis", None), device)
+        cache = self.__dict__.setdefault("_tables", {})
+        tables = cache.get(device)
+        if tables is None:
+            tables = cache[device] = rope_triton.device_tables(self.inv_freq, getattr(self, "slot_axis", None),
+                                                                device)
+        return tables
+
+    def _arange(self, n: int, device: torch.device) -> torch.Tensor:
+        """``arange(n)`` on ``device``: a view of one kept per device (grown by doubling; built there, never
+        copied from the host), so default positions cost no allocation per call."""
+        if torch.compiler.is_compiling():  # a symbolic length: no cache to guard on
+            return torch.arange(n, device=device)
+        cache = self.__dict__.setdefault("_aranges", {})
+        kept = cache.get(device)
+        if kept is None or kept.shape[0] < n:
+            kept = cache[device] = torch.arange(max(n, 2 * (0 if kept is None else kept.shape[0]), 16),
+                                                device=device)
+        return kept[:n]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling and deepcopy leave the per-device caches behind (rebuilt on the first call)."""
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        return {key: value for key, value in state.items() if key not in _CACHES}
+
+    def _apply(self, fn: Any, recurse: bool = True) -> RotaryEmbedding:
+        self.__dict__.pop("_tables", None)  # built from the constants, which may have moved
+        self.__dict__.pop("_aranges", None)
+        self.__dict__.pop("_plans", None)
+        self.__dict__.pop("_checked", None)
+        return super()._apply(fn, recurse)
