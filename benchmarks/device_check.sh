@@ -7,13 +7,13 @@
 #       backports.zstd biopython pyamg rotary-embedding-torch diffusers importlib_metadata lazy-importer liger-kernel
 #   cp -r ../shared/peer-data .peer
 #
-#   device run: bash benchmarks/device_check.sh [tests] [gpu] [rope] [qknorm] [profile] [tune]     (carry: .whl, .peer)
+#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [rope] [qknorm] [profile] [tune]     (carry: .whl, .peer)
 # Logs and JSON land in $OUT.
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/omnipos-device}
 mkdir -p "$OUT"
-steps=${*:-tests gpu rope qknorm}
+steps=${*:-tests capture gpu rope qknorm}
 
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 if compgen -G ".whl/*.whl" >/dev/null; then  # (a machine with the test dependencies installed needs none)
@@ -44,6 +44,10 @@ for step in $steps; do
         tests)
             timeout 240 python3 -m pytest tests -m gpu -n 6 -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" \
                 | tail -45 ;;
+        capture)
+            timeout 180 python3 -m pytest tests/core/test_rope_capture.py tests/core/test_rope_op.py \
+                tests/core/test_rope_triton.py tests/core/test_qk_norm.py -m gpu -q -p no:cacheprovider 2>&1 \
+                | tee "$OUT/rope_capture.log" | tail -20 ;;
         gpu)
             (cd benchmarks && timeout 200 python3 bench_gpu.py --out "$OUT/gpu.json" 2>&1 | tee "$OUT/gpu.log" \
                 | tail -20) ;;
