@@ -13,7 +13,7 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/omnipos-device}
 mkdir -p "$OUT"
-steps=${*:-tests capture gpu rope qknorm}
+steps=${*:-tests gpu rope qknorm}  # (capture: the RoPE / QK-norm gpu tests alone, already in tests)
 
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 if compgen -G ".whl/*.whl" >/dev/null; then  # (a machine with the test dependencies installed needs none)
