@@ -55,6 +55,24 @@ def time_call(fn: Callable[[], Any], *, device: torch.device | str | None = None
     return statistics.median(samples)
 
 
+def paired_times(fns: dict[str, Callable[[], Any]], *, device: torch.device | str | None,
+                 repeats: int) -> dict[str, float]:
+    """Median seconds of each function, the calls interleaved (a, b, c, a, b, c, ...) so that all of them see the
+    same load on a shared machine; each is called twice untimed first."""
+    for fn in fns.values():
+        fn()
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            synchronize(device)
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def wall_and_cpu_medians(fn: Callable[[], Any], *, repeats: int, warmup: int = 0) -> tuple[float, float]:
     """(median wall seconds, median CPU seconds of this process) of ``fn()``: on a shared machine the CPU figure
     is what the work costs; the wall figure also counts waiting for a core (and gains from using both)."""

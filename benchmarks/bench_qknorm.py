@@ -13,12 +13,11 @@ omnipos captured in a CUDA graph and forward+backward (q, k and the norm weights
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
 import torch
-from _harness import RESULTS, Bench, common_arguments, synchronize
+from _harness import RESULTS, Bench, common_arguments, paired_times
 
 from omnipos.core import QKNormRope, RotaryEmbedding
 
@@ -66,22 +65,6 @@ def reference(q, k, qw, kw, positions):
 
 def max_err(outs, refs) -> float:
     return max(((o.double() - r).abs() / (1 + r.abs())).max().item() for o, r in zip(outs, refs))
-
-
-def paired_times(fns: dict[str, Callable[[], object]], *, device: torch.device, repeats: int) -> dict[str, float]:
-    """Median seconds of each function, calls interleaved so that all see the same load; two untimed calls first."""
-    for fn in fns.values():
-        fn()
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            synchronize(device)
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def graph_of(fn: Callable[[], object]) -> Callable[[], object]:

@@ -13,12 +13,10 @@ own Qwen2VLRotaryEmbedding (cos/sin from [3, B, S] ids) + apply_rotary_pos_emb, 
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
-from _harness import Bench, common_arguments, synchronize
+from _harness import Bench, common_arguments, paired_times
 
 from omnipos.core import RotaryEmbedding
 
@@ -51,23 +49,6 @@ def image_ids(batch: int, seq: int, device: torch.device) -> torch.Tensor:
     rest = seq - 16 - side * side
     tail = (16 + side + torch.arange(rest))[:, None].expand(rest, 3)
     return torch.cat([text, grid, tail])[None].expand(batch, seq, 3).to(device)
-
-
-def paired_times(fns: dict[str, Callable[[], object]], *, device: torch.device, repeats: int) -> dict[str, float]:
-    """Median seconds of each function, the calls interleaved (a, b, c, a, b, c, ...) so that all of them see the
-    same load on a shared machine; each is called twice untimed first."""
-    for fn in fns.values():
-        fn()
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            synchronize(device)
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
