@@ -38,6 +38,7 @@ from .engine import make_engine
 from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, MetaSchema, describe_entry, read_verified
 from .parquet import (
+    check_row_sizes,
     column,
     empty_frame,
     flat_list,
@@ -579,12 +580,7 @@ def _check_shard(payload: bytes, out_dir: Path, shard: dict[str, Any],
         lengths = table.column(counted).to_numpy() if counted == "length" else row_sizes(table.column(counted))
         for data in lists:
             if data in names:
-                sizes = row_sizes(table.column(data))
-                bad = np.flatnonzero(sizes != lengths)
-                if bad.size:
-                    i = int(bad[0])
-                    raise ValueError(f"{where}: row {i}: {counted} says {int(lengths[i]):,} events, its {data} "
-                                     f"hold {int(sizes[i]):,}")
+                check_row_sizes(table, data, lengths, where, counted + " says {:,} events")
     for data in ("codes", "static_codes"):
         if data in names:
             codes = flat_list(table.column(data))

@@ -16,7 +16,7 @@ import numpy as np
 from omnipos.core import require
 
 __all__ = ["require_pyarrow", "column", "binary_column", "list_column", "null_binary_column", "to_parquet",
-           "read_parquet", "read_frame", "flat_binary", "flat_list", "read_shard_table", "row_sizes"]
+           "read_parquet", "read_frame", "flat_binary", "flat_list", "read_shard_table", "row_sizes", "check_row_sizes"]
 
 
 def require_pyarrow():
@@ -180,3 +180,13 @@ def row_sizes(chunked: Any) -> np.ndarray:
         offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset:chunk.offset + len(chunk) + 1]
         parts.append(np.diff(offsets) if len(offsets) else np.zeros(0, np.int64))
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def check_row_sizes(table: Any, data: str, lengths: np.ndarray, where: str, counted: str) -> None:
+    """Every row of the list / binary column ``data`` holds ``lengths`` values (as the shard's own count
+    ``counted`` says, e.g. "length says 12 events"); ValueError naming the shard (``where``) and the first bad row."""
+    sizes = row_sizes(table.column(data))
+    bad = np.flatnonzero(sizes != lengths)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{where}: row {i}: {counted.format(int(lengths[i]))}, its {data} hold {int(sizes[i]):,}")

@@ -28,7 +28,13 @@ import numpy as np
 import torch
 
 from omnipos.core import check_positive_int, lengths_to_mask
-from omnipos.dna import PAD, ReadOptions, collate_reads, rc_symmetric_encoding, read_fastx
+from omnipos.dna import (
+    PAD,
+    ReadOptions,
+    collate_reads,
+    rc_symmetric_encoding,
+    read_fastx,
+)
 from omnipos.dna.alphabet import pad_rows
 from omnipos.dna.fastx import check_input_file
 from omnipos.dna.reads import MAX_TOKENS, detect_format
@@ -38,12 +44,12 @@ from .job import PrecomputeResult, file_units, run_job
 from .manifest import Manifest, MetaSchema, describe_entry, read_verified
 from .parquet import (
     binary_column,
+    check_row_sizes,
     column,
     flat_binary,
     null_binary_column,
     read_shard_table,
     require_pyarrow,
-    row_sizes,
     to_parquet,
 )
 from .sharded import ShardedDataset, check_truncation, cut, gather_windows, row_windows
@@ -385,12 +391,7 @@ def _check_shard(payload: bytes, out_dir: Path, shard: dict[str, Any],
         lengths = table.column("length").to_numpy()
         for data in ("tokens", "qualities"):
             if data in names and (data == "tokens" or fmt == "fastq"):
-                sizes = row_sizes(table.column(data))
-                bad = np.flatnonzero(sizes != lengths)
-                if bad.size:
-                    i = int(bad[0])
-                    raise ValueError(f"{where}: row {i}: the length column says {int(lengths[i]):,} bases, its "
-                                     f"{data} hold {int(sizes[i]):,}")
+                check_row_sizes(table, data, lengths, where, "the length column says {:,} bases")
     return table, metadata
 
 
