@@ -209,14 +209,49 @@ def _start_block(n: int, width: int, dtype: np.dtype) -> np.ndarray:
     return block.astype(dtype)
 
 
+def _inner(a: np.ndarray, b: np.ndarray) -> Any:
+    """``a^H b`` of two vectors (or ``a^H B`` of a vector and a matrix) without NumPy's BLAS: a pairwise sum.
+    NumPy's BLAS (OpenBLAS) runs products of more than ~10,000 elements on all its threads, whose helpers then
+    spin, burning a core, for up to ~0.1 s after each call; a sparse solve making such calls a few hundred times
+    took 4-6x the CPU time of PyG's on a 12,000-node Barabasi-Albert graph with NumPy's default threads (and
+    its sums' rounding followed the thread count). omnipos cannot limit those threads for its own calls only
+    (OpenBLAS's count is process-wide), so the solver's own vector and thin-matrix products avoid BLAS."""
+    a = a.conj() if np.iscomplexobj(a) else a
+    if b.ndim == 1:
+        return np.add.reduce(a * b)
+    return np.add.reduce(a[:, None] * b, axis=0)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` without NumPy's BLAS (see :func:`_inner`): NumPy's einsum loops (no ``optimize``, which would
+    call BLAS), for the solver's thin ``[n, m]`` blocks and ``[m, m]`` matrices (m ~ 10)."""
+    return np.einsum("ij,jk->ik", a, b) if b.ndim == 2 else np.einsum("ij,j->i", a, b)
+
+
+def _orthonormal(vectors: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of the span of the ``[n, m]`` columns ``vectors`` (m small, full rank): Cholesky QR
+    twice (twice makes it orthonormal to working precision when the columns are not far from it, as the solvers'
+    are), without BLAS (:func:`_matmul`); Householder QR (LAPACK) where the Gram matrix is not positive definite
+    (nearly dependent columns)."""
+    basis = vectors
+    for _ in range(2):
+        gram = _matmul(basis.conj().T, basis)
+        try:
+            factor = np.linalg.cholesky((gram + gram.conj().T) / 2)
+        except np.linalg.LinAlgError:
+            return np.linalg.qr(vectors)[0]
+        basis = _matmul(basis, np.linalg.inv(factor.conj().T))
+    return basis
+
+
 def _rayleigh_ritz(lap: Any, vectors: np.ndarray, null: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Orthonormalise ``vectors`` (against ``null`` too) and return the Ritz pairs of ``lap`` on their span."""
     if null is not None:
-        vectors = vectors - np.outer(null, null.conj() @ vectors)
-    basis, _ = np.linalg.qr(vectors)
-    projected = basis.conj().T @ (lap @ basis)
+        vectors = vectors - null[:, None] * _inner(null, vectors)[None, :]
+    basis = _orthonormal(vectors)
+    projected = _matmul(basis.conj().T, lap @ basis)
     values, small = np.linalg.eigh((projected + projected.conj().T) / 2)
-    return values, basis @ small
+    return values, _matmul(basis, small)
 
 
 def sparse_eigenpairs(lap: Any, count: int, *, null: np.ndarray | None = None, bound: float = 2.0,
@@ -356,20 +391,19 @@ def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30,
     n = lap.shape[0]
     steps = min(steps, n - 2)
     v = _deflate(null, _start_block(n, 1, lap.dtype)[:, 0])
-    v = v / np.linalg.norm(v)
+    v = v / np.sqrt(_inner(v, v).real)
     previous = np.zeros_like(v)
     alpha, beta = [], [0.0]
     product = _matvec(lap)
-    null_h = null.conj() if null is not None else None  # (once, not a conjugate copy a step)
     for _ in range(steps):  # (few NumPy calls a step: on a 1,000-node graph their overhead is most of the probe)
         w = product(v)
         if null is not None:
-            w -= null * null_h.dot(w)
+            w -= null * _inner(null, w)
         w -= beta[-1] * previous
-        a = np.vdot(v, w).real
+        a = _inner(v, w).real
         w -= a * v
         alpha.append(float(a))
-        b = float(np.sqrt(np.vdot(w, w).real))
+        b = float(np.sqrt(_inner(w, w).real))
         if b < 1e-12:
             break
         beta.append(b)
@@ -393,8 +427,8 @@ def _deflate(null: np.ndarray | None, x: np.ndarray) -> np.ndarray:
     if null is None:
         return x
     if x.ndim == 1:
-        return x - null * (null.conj() @ x)
-    return x - np.outer(null, null.conj() @ x)
+        return x - null * _inner(null, x)
+    return x - null[:, None] * _inner(null, x)[None, :]
 
 
 def _matvec(matrix: Any, reuse: bool = False) -> Callable[[np.ndarray], np.ndarray]:
@@ -505,7 +539,7 @@ def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.
 
         def matvec(x: np.ndarray) -> np.ndarray:
             out = product(x)
-            np.multiply(null32, weight * np.vdot(null32, x), out=term)
+            np.multiply(null32, weight * _inner(null32, x), out=term)
             out -= term
             return out
 
@@ -902,7 +936,7 @@ def _graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, b
         null = None
         if null_weight is not None and np.any(null_weight[nodes] != 0):
             null = null_weight[nodes].astype(lap.dtype)
-            null = null / np.linalg.norm(null)
+            null = null / np.sqrt(_inner(null, null).real)
         values, vectors, name = sparse_eigenpairs(sub, min(count, sizes[comp] - 1), null=null, bound=bound,
                                                   solver=solver)
         used.append(name)
@@ -982,7 +1016,7 @@ def _canonical_one(vectors: np.ndarray, values: np.ndarray, count: int, bound: f
             pivot = int(np.argmax(norms >= norms.max() - CANONICAL_TOL))  # (the first maximum)
             size = norms[pivot]
             unit = work[pivot] / size if size > 0 else np.zeros_like(work[pivot])  # a_hat^H, as a row
-            column = work @ unit.conj()  # P e_i / sqrt(P_ii)
+            column = _matmul(work, unit.conj())  # P e_i / sqrt(P_ii)
             out[:, start + t] = column
             work = work - np.outer(column, unit)
     return out
