@@ -7,7 +7,9 @@ Cases (each side in its own fresh process, both sides in the same run, alternati
   bench_graph.py's (a)) vs PyG's ``AddLaplacianEigenvectorPE(8, is_undirected=True)`` graph by graph (torch 1
   thread). Also omnipos with its numba kernels switched off (``OMNIPOS_DISABLE_NUMBA=1``: LAPACK).
 - ``ba``: Laplacian PE, k=8, on one Barabasi-Albert graph (m=3) of ``--nodes`` nodes (12,000 by default), torch 1
-  thread on both sides.
+  thread and NumPy's BLAS 1 thread on both sides; ``ba-threads``: the same with torch's and the BLAS libraries'
+  default threads on both sides (as a user runs it; where omnipos's solver lost before, its NumPy products
+  leaving OpenBLAS's helper threads spinning).
 
 ``first``: the first call alone (``cold`` less the import). ``cold``: seconds from before ``import omnipos.graph`` / ``import torch_geometric`` (torch and NumPy, which both
 sides need, already imported; the inputs already loaded) to the end of the first call (PyG: its first pass over
@@ -16,7 +18,7 @@ the same process. Time is process CPU time (all threads; what other processes on
 and wall time. The numba disk cache is filled first (an untimed process of each kind), so ``cold`` is "a new
 process, warm disk cache", as a precompute worker or a new training run meets it; Python's bytecode cache is used
 (``PYTHONDONTWRITEBYTECODE`` unset for the workers, as for an installed package). NumPy's BLAS runs 1 thread
-(OPENBLAS_NUM_THREADS=1) on both sides. Outputs are checked against PyG's before timing (bench_graph.py's check:
+(OPENBLAS_NUM_THREADS=1) on both sides, except in ``ba-threads``. Outputs are checked against PyG's before timing (bench_graph.py's check:
 columns of simple eigenvalues, signs matched).
 
     python benchmarks/bench_cold.py [--runs 5] [--graphs 4000] [--nodes 12000] [--only molecules,ba] [--out F]
@@ -40,7 +42,8 @@ import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
-METHODS = {"molecules": ("omnipos", "omnipos-no-numba", "pyg"), "ba": ("omnipos", "pyg")}
+METHODS = {"molecules": ("omnipos", "omnipos-no-numba", "pyg"), "ba": ("omnipos", "pyg"),
+           "ba-threads": ("omnipos", "pyg")}
 
 
 def worker(spec: dict) -> None:
@@ -50,7 +53,7 @@ def worker(spec: dict) -> None:
     warnings.filterwarnings("ignore")
     data = torch.load(spec["data"], weights_only=True)
     method, case, k = spec["method"], spec["case"], 8
-    if method == "pyg" or case == "ba":
+    if (method == "pyg" and case == "molecules") or case == "ba":
         torch.set_num_threads(1)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     if method == "pyg":
@@ -97,6 +100,8 @@ def worker(spec: dict) -> None:
 def run(spec: dict) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if spec["case"] == "ba-threads":  # NumPy's and SciPy's BLAS with their default threads
+        env.pop("OPENBLAS_NUM_THREADS", None)
     if spec["method"] == "omnipos-no-numba":
         env["OMNIPOS_DISABLE_NUMBA"] = "1"
     done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], env=env, capture_output=True,
@@ -128,7 +133,7 @@ def agree(ours: np.ndarray, theirs: np.ndarray, case: str, path: str) -> float |
     """bench_graph.py's check of omnipos's PE against PyG's (columns of simple eigenvalues, signs matched)."""
     from bench_graph import simple_column_diff
 
-    if case != "ba":
+    if not case.startswith("ba"):
         return ""  # (the molecules are checked graph by graph in bench_graph.py's (a))
     from omnipos.graph import laplacian_pe
 
@@ -143,7 +148,7 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=3, help="warm calls per process (their median)")
     parser.add_argument("--graphs", type=int, default=4000)
     parser.add_argument("--nodes", type=int, default=12_000)
-    parser.add_argument("--only", default="molecules,ba")
+    parser.add_argument("--only", default="molecules,ba,ba-threads")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/cold.json)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -156,7 +161,7 @@ def main() -> None:
         f"LapPE k=8; each side in a fresh process ({args.runs} runs, alternating; medians). cold = import + first "
         f"call, warm = median of the next {args.warm} calls in that process; cpu = process CPU time; speedup = PyG "
         "/ omnipos. numba's disk cache filled first (an untimed process). molecules: omnipos torch default threads, "
-        "PyG 1 thread; ba: 1 thread on both sides."))
+        "PyG 1 thread; ba: 1 thread on both sides; ba-threads: default threads on both sides."))
     with tempfile.TemporaryDirectory() as folder:
         for case in args.only.split(","):
             path = prepare(case, args, folder)
@@ -178,7 +183,7 @@ def main() -> None:
                 if method == "pyg":
                     continue
                 ours = med[method]
-                bench.row(case=case if case == "ba" else f"molecules x{args.graphs}",
+                bench.row(case=f"molecules x{args.graphs}" if case == "molecules" else f"{case} {args.nodes}",
                           omnipos=method, **{f"omnipos_{key}": value for key, value in ours.items()},
                           **{f"pyg_{key}": value for key, value in peer.items()},
                           speedup_cold_cpu=peer["cold_cpu"] / ours["cold_cpu"],
