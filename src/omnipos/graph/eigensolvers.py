@@ -228,6 +228,28 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("ij,jk->ik", a, b) if b.ndim == 2 else np.einsum("ij,j->i", a, b)
 
 
+def _gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for larger blocks (block Lanczos' Gram-Schmidt against its whole basis) through torch's BLAS (MKL),
+    whose thread count :func:`omnipos.graph.small_eigh.one_thread` limits for the calling thread only (NumPy's
+    OpenBLAS threads cannot be: see :func:`_inner`); zero-copy views of the NumPy arrays."""
+    def view(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x if all(step >= 0 for step in x.strides) else np.ascontiguousarray(x))
+
+    return (view(a) @ view(b)).numpy()
+
+
+def _qr_q(a: np.ndarray) -> np.ndarray:
+    """The Q of ``a``'s thin QR through torch's LAPACK (MKL, one thread inside ``one_thread``; see :func:`_gemm`)."""
+    return torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(a)))[0].numpy()
+
+
+def _eigh(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``eigh`` of a small dense Hermitian matrix through torch's LAPACK (see :func:`_qr_q`): NumPy's would call
+    OpenBLAS's threaded BLAS from ~64 rows on."""
+    values, vectors = torch.linalg.eigh(torch.from_numpy(np.ascontiguousarray(a)))
+    return values.numpy(), vectors.numpy()
+
+
 def _orthonormal(vectors: np.ndarray) -> np.ndarray:
     """An orthonormal basis of the span of the ``[n, m]`` columns ``vectors`` (m small, full rank): Cholesky QR
     twice (twice makes it orthonormal to working precision when the columns are not far from it, as the solvers'
@@ -784,7 +806,7 @@ def _block_krylov(lap: Any, solve: Callable[[np.ndarray], np.ndarray], width: in
     # the basis in one array (untouched columns cost no memory): Gram-Schmidt against all of it is two matrix
     # products a step, not two per earlier block
     basis = np.empty((n, most), dtype=lap.dtype, order="F")  # (column blocks contiguous for the solve)
-    basis[:, :block] = np.linalg.qr(_deflate(null, _start_block(n, block, lap.dtype)))[0]
+    basis[:, :block] = _qr_q(_deflate(null, _start_block(n, block, lap.dtype)))
     projected = np.zeros((most, most), dtype=lap.dtype)
     size, check_at = 0, 2 * width
     while True:
@@ -792,22 +814,24 @@ def _block_krylov(lap: Any, solve: Callable[[np.ndarray], np.ndarray], width: in
         _step()
         size += block
         done = basis[:, :size]
-        column = done.conj().T @ image  # classical Gram-Schmidt twice (Kahan: twice is enough)
-        image = image - done @ column
-        again = done.conj().T @ image
-        image = image - done @ again
+        done_h = done.conj().T
+        column = _gemm(done_h, image)  # classical Gram-Schmidt twice (Kahan: twice is enough)
+        image = image - _gemm(done, column)
+        again = _gemm(done_h, image)
+        image = image - _gemm(done, again)
         column += again  # [size, block]: H's new columns
         projected[:size, size - block:size] = column
         projected[size - block:size, :size - block] = column[:size - block].conj().T
-        following, tail = np.linalg.qr(image)
+        q, r = torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(image)))
+        following, tail = q.numpy(), r.numpy()
         if size >= check_at or size + block > most:
             h = projected[:size, :size]
-            mu, small = np.linalg.eigh((h + h.conj().T) / 2)
+            mu, small = _eigh((h + h.conj().T) / 2)
             mu, small = mu[::-1][:width], small[:, ::-1][:, :width]
             residual = np.linalg.norm(tail @ small[size - block:], axis=0)
             distance = float(np.max(residual / np.maximum(1e-9 * np.abs(mu), np.finfo(float).tiny)))
             if distance <= 1.0:
-                vectors = done @ small
+                vectors = _gemm(done, small)
                 values, vectors = _rayleigh_ritz(lap, vectors, null)
                 if np.linalg.norm(lap @ vectors - vectors * values, axis=0).max() <= 1e-9 * bound:
                     return values, vectors
