@@ -50,9 +50,10 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
    single precision, as PyG's LapPE does: twice as fast, and float32 is the output's precision); measured
    against dense float64 ``eigh`` in the tests. A residual above ``1e-4 * bound`` warns (RuntimeWarning).
    The whole solve runs inside :func:`omnipos.graph.small_eigh.one_thread` (most of it is small NumPy, SciPy and
-   torch ops between the sparse products, which torch's OpenMP team only slowed down; the solvers' own dense
-   products go through torch's MKL, which that limits, or NumPy without BLAS, never through NumPy's OpenBLAS, whose
-   threads cannot be limited per calling thread and spin after each threaded call), and counts its steps on
+   torch ops between the sparse products, which torch's OpenMP team only slowed down; the Lanczos, shift-invert
+   and block shift-invert solvers' own dense products go through torch's MKL, which that limits, or NumPy without
+   BLAS, not through NumPy's OpenBLAS, whose threads cannot be limited per calling thread and spin after each
+   threaded call; LOBPCG, SciPy's, still uses NumPy's), and counts its steps on
    ``progress=`` (probes, factorisations, operator products and solves, LOBPCG iterations).
 3. The components' eigenpairs are merged (the lowest ``count`` overall; the eigenspace at the cut is completed
    where the solvers found all of it) and given the canonical basis of :func:`omnipos.graph.canonical_basis`,
