@@ -215,3 +215,54 @@ def test_the_local_engines_workers_follow_the_same_rule(tmp_path):
     assert done.returncode == 0 and done.stdout.split() == ["ok"], done.stderr[-3000:]
     assert not marker.exists()
     assert {p.suffix for p in cache_files(tmp_path / "xdg" / "omnipos" / "numba")} == {".nbi", ".nbc"}
+
+
+ALLOCATING = ("import numpy as np\n"
+              "from omnipos.core import compiled\n\n"
+              "@compiled\n"
+              "def cumulative(x):\n"
+              "    out = np.empty(x.size)\n"  # an array allocated in the kernel: numba's runtime (NRT) is needed
+              "    total = 0.0\n"
+              "    for i in range(x.size):\n"
+              "        total += x[i] * x[i]\n"
+              "        out[i] = total\n"
+              "    return out\n")
+
+FIRST_CALL = """
+import sys, time
+import numpy as np
+sys.path.insert(0, {source!r})
+import numba
+from allocating_kernel import cumulative
+x = np.linspace(0.1, 3.0, 7)
+start = time.perf_counter()
+out = cumulative(x)
+print(repr(out.tobytes().hex()), sum(cumulative.stats.cache_hits.values()),
+      "numba.np.arraymath" in sys.modules, "scipy.linalg" in sys.modules, time.perf_counter() - start)
+"""
+
+
+def test_a_cached_kernel_loads_without_numbas_compiler_registries(tmp_path):
+    """A process whose kernels all come from the disk cache does not pay for numba's compiler set-up: loading a
+    cached kernel does not import numba's registries (NumPy, linalg and SciPy's BLAS, ...; ~0.5-1 s, most of a
+    process's first call before), and the kernel gives the same bits as the process that compiled it. (Failed
+    before: numba's load_overload refreshes the whole target context first, which imports numba.np.arraymath and
+    scipy.linalg.)"""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "allocating_kernel.py").write_text(ALLOCATING)
+    script = tmp_path / "first_call.py"
+    script.write_text(FIRST_CALL.format(source=str(source)))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "NUMBA_CACHE_DIR": "",
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
+                              check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        bits, hits, registries, scipy_linalg, _ = done.stdout.split()
+        runs.append((bits, int(hits), registries == "True", scipy_linalg == "True"))
+    (compiled_bits, compiled_hits, _, _), (cached_bits, cached_hits, registries, scipy_linalg) = runs
+    assert compiled_hits == 0 and cached_hits == 1
+    assert cached_bits == compiled_bits
+    assert not registries and not scipy_linalg

@@ -16,6 +16,12 @@ about a second each the first time they run). They are never cached in the ``__p
 Only omnipos' own kernels are concerned: numba's settings (``numba.config.CACHE_DIR``) and other code's ``cache=True``
 are left as they are. Worker processes (the local engine's fork server and its workers, Ray workers) decide the
 same way, from the environment they inherit.
+
+A process's first call. A kernel read back from the disk cache is rebuilt without numba's compiler set-up (its
+``load_overload`` first imports and installs every registry numba has, NumPy's, linalg's with SciPy's BLAS, random,
+typed containers: 0.5-1 s a process, of which loading the kernel itself is ~0.05 s); only a kernel that has to be
+compiled pays for it (numba's compiler sets itself up before compiling). The machine code, and so the bits, are the
+same either way.
 """
 
 from __future__ import annotations
@@ -207,7 +213,7 @@ class _UnreadableCacheIsAMiss:
         if locator is None or not hasattr(locator, "is_private") or not locator.is_private():
             return None
         try:
-            return self._inner.load_overload(sig, target_context)
+            return _load_without_refresh(self._inner, sig, target_context)
         except Exception:
             index = getattr(getattr(self._inner, "_cache_file", None), "_index_path", None)
             if isinstance(index, str):
@@ -225,3 +231,23 @@ class _UnreadableCacheIsAMiss:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
+
+
+def _load_without_refresh(cache: Any, sig: object, target_context: Any) -> object:
+    """``cache.load_overload(sig, target_context)`` without its first step, ``target_context.refresh()``: that
+    imports and installs every numba registry (NumPy, linalg (SciPy's BLAS), random, typed containers, ...), ~0.5-1 s
+    the first time in a process, which only compiling needs (numba's compiler refreshes the context itself before it
+    compiles, so a miss still compiles as before). Rebuilding a cached kernel needs numba's runtime (NRT, for the
+    arrays it allocates) only: initialised here. numba's private steps as expected, else its public call."""
+    load = getattr(cache, "_load_overload", None)
+    guard = getattr(cache, "_guard_against_spurious_io_errors", None)
+    try:
+        from numba.core.runtime import rtsys
+    except ImportError:
+        rtsys = None
+    if load is None or guard is None or rtsys is None or not hasattr(rtsys, "initialize"):
+        return cache.load_overload(sig, target_context)
+    rtsys.initialize(target_context)
+    with guard():
+        return load(sig, target_context)
+    return None  # (the guard swallowed a spurious I/O error: a miss)

@@ -50,7 +50,10 @@ Large graphs (more nodes than ``dense_max_nodes``), :func:`graph_eigenpairs`:
    single precision, as PyG's LapPE does: twice as fast, and float32 is the output's precision); measured
    against dense float64 ``eigh`` in the tests. A residual above ``1e-4 * bound`` warns (RuntimeWarning).
    The whole solve runs inside :func:`omnipos.graph.small_eigh.one_thread` (most of it is small NumPy, SciPy and
-   torch ops between the sparse products, which torch's OpenMP team only slowed down), and counts its steps on
+   torch ops between the sparse products, which torch's OpenMP team only slowed down; the Lanczos, shift-invert
+   and block shift-invert solvers' own dense products go through torch's MKL, which that limits, or NumPy without
+   BLAS, not through NumPy's OpenBLAS, whose threads cannot be limited per calling thread and spin after each
+   threaded call; LOBPCG, SciPy's, still uses NumPy's), and counts its steps on
    ``progress=`` (probes, factorisations, operator products and solves, LOBPCG iterations).
 3. The components' eigenpairs are merged (the lowest ``count`` overall; the eigenspace at the cut is completed
    where the solvers found all of it) and given the canonical basis of :func:`omnipos.graph.canonical_basis`,
@@ -209,14 +212,71 @@ def _start_block(n: int, width: int, dtype: np.dtype) -> np.ndarray:
     return block.astype(dtype)
 
 
+def _inner(a: np.ndarray, b: np.ndarray) -> Any:
+    """``a^H b`` of two vectors (or ``a^H B`` of a vector and a matrix) without NumPy's BLAS: a pairwise sum.
+    NumPy's BLAS (OpenBLAS) runs products of more than ~10,000 elements on all its threads, whose helpers then
+    spin, burning a core, for up to ~0.1 s after each call; a sparse solve making such calls a few hundred times
+    took 4-6x the CPU time of PyG's on a 12,000-node Barabasi-Albert graph with NumPy's default threads (and
+    its sums' rounding followed the thread count). omnipos cannot limit those threads for its own calls only
+    (OpenBLAS's count is process-wide), so the solver's own vector and thin-matrix products avoid BLAS."""
+    a = a.conj() if np.iscomplexobj(a) else a
+    if b.ndim == 1:
+        return np.add.reduce(a * b)
+    return np.add.reduce(a[:, None] * b, axis=0)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` without NumPy's BLAS (see :func:`_inner`): NumPy's einsum loops (no ``optimize``, which would
+    call BLAS), for the solver's thin ``[n, m]`` blocks and ``[m, m]`` matrices (m ~ 10)."""
+    return np.einsum("ij,jk->ik", a, b) if b.ndim == 2 else np.einsum("ij,j->i", a, b)
+
+
+def _gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for larger blocks (block Lanczos' Gram-Schmidt against its whole basis) through torch's BLAS (MKL),
+    whose thread count :func:`omnipos.graph.small_eigh.one_thread` limits for the calling thread only (NumPy's
+    OpenBLAS threads cannot be: see :func:`_inner`); zero-copy views of the NumPy arrays."""
+    def view(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x if all(step >= 0 for step in x.strides) else np.ascontiguousarray(x))
+
+    return (view(a) @ view(b)).numpy()
+
+
+def _qr_q(a: np.ndarray) -> np.ndarray:
+    """The Q of ``a``'s thin QR through torch's LAPACK (MKL, one thread inside ``one_thread``; see :func:`_gemm`)."""
+    return torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(a)))[0].numpy()
+
+
+def _eigh(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``eigh`` of a small dense Hermitian matrix through torch's LAPACK (see :func:`_qr_q`): NumPy's would call
+    OpenBLAS's threaded BLAS from ~64 rows on."""
+    values, vectors = torch.linalg.eigh(torch.from_numpy(np.ascontiguousarray(a)))
+    return values.numpy(), vectors.numpy()
+
+
+def _orthonormal(vectors: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of the span of the ``[n, m]`` columns ``vectors`` (m small, full rank): Cholesky QR
+    twice (twice makes it orthonormal to working precision when the columns are not far from it, as the solvers'
+    are), without BLAS (:func:`_matmul`); Householder QR (LAPACK) where the Gram matrix is not positive definite
+    (nearly dependent columns)."""
+    basis = vectors
+    for _ in range(2):
+        gram = _matmul(basis.conj().T, basis)
+        try:
+            factor = np.linalg.cholesky((gram + gram.conj().T) / 2)
+        except np.linalg.LinAlgError:
+            return np.linalg.qr(vectors)[0]
+        basis = _matmul(basis, np.linalg.inv(factor.conj().T))
+    return basis
+
+
 def _rayleigh_ritz(lap: Any, vectors: np.ndarray, null: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Orthonormalise ``vectors`` (against ``null`` too) and return the Ritz pairs of ``lap`` on their span."""
     if null is not None:
-        vectors = vectors - np.outer(null, null.conj() @ vectors)
-    basis, _ = np.linalg.qr(vectors)
-    projected = basis.conj().T @ (lap @ basis)
+        vectors = vectors - null[:, None] * _inner(null, vectors)[None, :]
+    basis = _orthonormal(vectors)
+    projected = _matmul(basis.conj().T, lap @ basis)
     values, small = np.linalg.eigh((projected + projected.conj().T) / 2)
-    return values, basis @ small
+    return values, _matmul(basis, small)
 
 
 def sparse_eigenpairs(lap: Any, count: int, *, null: np.ndarray | None = None, bound: float = 2.0,
@@ -356,20 +416,19 @@ def _probe_gap(lap: Any, null: np.ndarray | None, bound: float, steps: int = 30,
     n = lap.shape[0]
     steps = min(steps, n - 2)
     v = _deflate(null, _start_block(n, 1, lap.dtype)[:, 0])
-    v = v / np.linalg.norm(v)
+    v = v / np.sqrt(_inner(v, v).real)
     previous = np.zeros_like(v)
     alpha, beta = [], [0.0]
     product = _matvec(lap)
-    null_h = null.conj() if null is not None else None  # (once, not a conjugate copy a step)
     for _ in range(steps):  # (few NumPy calls a step: on a 1,000-node graph their overhead is most of the probe)
         w = product(v)
         if null is not None:
-            w -= null * null_h.dot(w)
+            w -= null * _inner(null, w)
         w -= beta[-1] * previous
-        a = np.vdot(v, w).real
+        a = _inner(v, w).real
         w -= a * v
         alpha.append(float(a))
-        b = float(np.sqrt(np.vdot(w, w).real))
+        b = float(np.sqrt(_inner(w, w).real))
         if b < 1e-12:
             break
         beta.append(b)
@@ -393,8 +452,8 @@ def _deflate(null: np.ndarray | None, x: np.ndarray) -> np.ndarray:
     if null is None:
         return x
     if x.ndim == 1:
-        return x - null * (null.conj() @ x)
-    return x - np.outer(null, null.conj() @ x)
+        return x - null * _inner(null, x)
+    return x - null[:, None] * _inner(null, x)[None, :]
 
 
 def _matvec(matrix: Any, reuse: bool = False) -> Callable[[np.ndarray], np.ndarray]:
@@ -505,7 +564,7 @@ def _lanczos(lap: Any, width: int, null: np.ndarray | None, bound: float) -> np.
 
         def matvec(x: np.ndarray) -> np.ndarray:
             out = product(x)
-            np.multiply(null32, weight * np.vdot(null32, x), out=term)
+            np.multiply(null32, weight * _inner(null32, x), out=term)
             out -= term
             return out
 
@@ -750,7 +809,7 @@ def _block_krylov(lap: Any, solve: Callable[[np.ndarray], np.ndarray], width: in
     # the basis in one array (untouched columns cost no memory): Gram-Schmidt against all of it is two matrix
     # products a step, not two per earlier block
     basis = np.empty((n, most), dtype=lap.dtype, order="F")  # (column blocks contiguous for the solve)
-    basis[:, :block] = np.linalg.qr(_deflate(null, _start_block(n, block, lap.dtype)))[0]
+    basis[:, :block] = _qr_q(_deflate(null, _start_block(n, block, lap.dtype)))
     projected = np.zeros((most, most), dtype=lap.dtype)
     size, check_at = 0, 2 * width
     while True:
@@ -758,22 +817,24 @@ def _block_krylov(lap: Any, solve: Callable[[np.ndarray], np.ndarray], width: in
         _step()
         size += block
         done = basis[:, :size]
-        column = done.conj().T @ image  # classical Gram-Schmidt twice (Kahan: twice is enough)
-        image = image - done @ column
-        again = done.conj().T @ image
-        image = image - done @ again
+        done_h = done.conj().T
+        column = _gemm(done_h, image)  # classical Gram-Schmidt twice (Kahan: twice is enough)
+        image = image - _gemm(done, column)
+        again = _gemm(done_h, image)
+        image = image - _gemm(done, again)
         column += again  # [size, block]: H's new columns
         projected[:size, size - block:size] = column
         projected[size - block:size, :size - block] = column[:size - block].conj().T
-        following, tail = np.linalg.qr(image)
+        q, r = torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(image)))
+        following, tail = q.numpy(), r.numpy()
         if size >= check_at or size + block > most:
             h = projected[:size, :size]
-            mu, small = np.linalg.eigh((h + h.conj().T) / 2)
+            mu, small = _eigh((h + h.conj().T) / 2)
             mu, small = mu[::-1][:width], small[:, ::-1][:, :width]
             residual = np.linalg.norm(tail @ small[size - block:], axis=0)
             distance = float(np.max(residual / np.maximum(1e-9 * np.abs(mu), np.finfo(float).tiny)))
             if distance <= 1.0:
-                vectors = done @ small
+                vectors = _gemm(done, small)
                 values, vectors = _rayleigh_ritz(lap, vectors, null)
                 if np.linalg.norm(lap @ vectors - vectors * values, axis=0).max() <= 1e-9 * bound:
                     return values, vectors
@@ -902,7 +963,7 @@ def _graph_eigenpairs(lap: Any, count: int, *, null_weight: np.ndarray | None, b
         null = None
         if null_weight is not None and np.any(null_weight[nodes] != 0):
             null = null_weight[nodes].astype(lap.dtype)
-            null = null / np.linalg.norm(null)
+            null = null / np.sqrt(_inner(null, null).real)
         values, vectors, name = sparse_eigenpairs(sub, min(count, sizes[comp] - 1), null=null, bound=bound,
                                                   solver=solver)
         used.append(name)
@@ -982,7 +1043,7 @@ def _canonical_one(vectors: np.ndarray, values: np.ndarray, count: int, bound: f
             pivot = int(np.argmax(norms >= norms.max() - CANONICAL_TOL))  # (the first maximum)
             size = norms[pivot]
             unit = work[pivot] / size if size > 0 else np.zeros_like(work[pivot])  # a_hat^H, as a row
-            column = work @ unit.conj()  # P e_i / sqrt(P_ii)
+            column = _matmul(work, unit.conj())  # P e_i / sqrt(P_ii)
             out[:, start + t] = column
             work = work - np.outer(column, unit)
     return out

@@ -52,8 +52,9 @@ __all__ = ["InProcessNote", "death_cause", "die_with_parent", "least_loaded_devi
 
 #: Imported once by the fork server, so that each worker starts with them loaded (one missing is skipped) ...
 PRELOAD = ("omnipos.scale", "pyarrow.parquet", "pandas", "dnaio")
-#: ... and these too when the driver has imported them (a graph job's transform needs torch_geometric).
-PRELOAD_IF_IMPORTED = ("torch_geometric",)
+#: ... and these too when the driver has imported them (a graph job's transform needs torch_geometric; omnipos's
+#: compiled kernels need numba, ~0.1-0.3 s to import in each worker otherwise).
+PRELOAD_IF_IMPORTED = ("torch_geometric", "omnipos.graph", "numba")
 JOIN_TIMEOUT_S = 10.0
 #: The exit status of a worker that saw its driver's pipe close.
 DRIVER_GONE_EXIT = 75
