@@ -146,6 +146,20 @@ def test_a_saved_list_of_data_still_loads(tmp_path, molecules, same_graphs):
     same_graphs(load_graphs(tmp_path / "out"), precompute(graphs, walk(), progress=False))
 
 
+def test_loading_a_list_of_data_changes_no_process_wide_allowlist(tmp_path, molecules):
+    """The storage classes are allowlisted for that one load (torch.serialization.safe_globals), never added to
+    torch's process-wide list: another library's torch.load in the same process is not widened by omnipos."""
+    from omnipos.scale.graphs import _load_graph_file
+
+    graphs = molecules(3, seed=5)
+    path = tmp_path / "list.pt"
+    torch.save(graphs, path)
+    before = list(torch.serialization.get_safe_globals())
+    loaded = _load_graph_file(str(path))
+    assert len(loaded) == 3 and torch.equal(loaded[1].edge_index, graphs[1].edge_index)
+    assert list(torch.serialization.get_safe_globals()) == before
+
+
 # -- 3. a shard of the wrong structure is a ValueError naming it
 
 

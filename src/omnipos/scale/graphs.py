@@ -334,17 +334,17 @@ def _content_hash(stored: tuple[dict[str, Any], dict[str, Any], type]) -> str:
 
 def _load_graph_file(path: str) -> list[Any]:
     """The ``torch.save``'d list of Data in ``path``, read with ``torch.load(weights_only=True)`` (PyG's storage
-    classes allowlisted, nothing else: :func:`_allow_pyg_storage`), each graph one a shard can hold."""
+    classes allowlisted for this load, nothing else: :func:`_pyg_storage_classes`), each graph one a shard can hold."""
     from torch_geometric.data.data import BaseData
 
-    _allow_pyg_storage()
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the graph list: {exc.strerror}") from None
     if not stat.S_ISREG(mode):
         raise ValueError(f"{path}: not a regular file (a graph list is a torch.save'd file)")
-    graphs = _safe_load(path, path, "graph list", map_location="cpu")
+    with torch.serialization.safe_globals(_pyg_storage_classes()):  # for this load only: no process-wide change
+        graphs = _safe_load(path, path, "graph list", map_location="cpu")
     if not isinstance(graphs, (list, tuple)):
         raise ValueError(f"{path}: expected a torch.save'd list of Data, found a {type(graphs).__name__}")
     for i, graph in enumerate(graphs):
@@ -361,18 +361,17 @@ def _load_graph_file(path: str) -> list[Any]:
     return list(graphs)
 
 
-@functools.cache
-def _allow_pyg_storage() -> None:
-    """Allowlist, for torch's safe loader, the classes a pickled PyG ``Data`` is made of besides ``Data`` itself
-    (which PyG allowlists): its attribute store and the two attribute descriptors. Without them a
-    ``torch.save(list_of_Data)`` file cannot be read with ``weights_only=True`` (PyG 2.8). Process-wide, as PyG's
-    own allowlisting of ``Data`` is; they rebuild plain containers and run no code of the file's choosing."""
+def _pyg_storage_classes() -> list[type]:
+    """The classes a pickled PyG ``Data`` is made of besides ``Data`` itself (which PyG allowlists): its attribute
+    store and the two attribute descriptors. Without them a ``torch.save(list_of_Data)`` file cannot be read with
+    ``weights_only=True`` (PyG 2.8); they rebuild plain containers and run no code of the file's choosing. Allowlisted
+    for the load of an input file only (``torch.serialization.safe_globals``), never process-wide."""
     from torch_geometric.data import data as data_module
     from torch_geometric.data import storage
 
     classes = [getattr(storage, "GlobalStorage", None), getattr(data_module, "DataTensorAttr", None),
                getattr(data_module, "DataEdgeAttr", None)]
-    torch.serialization.add_safe_globals([c for c in classes if c is not None])
+    return [c for c in classes if c is not None]
 
 
 def _safe_load(source: Any, path: Any, what: str, map_location: Any = None) -> Any:
