@@ -89,6 +89,8 @@ class MainPayload:
 
 
 MainPayload.__module__ = "__main__"
+MainPayload.__init__.__module__ = "__main__"  # as every method of a class a notebook defines (else cloudpickle sends
+# the method by reference to this test module, which a worker can import only when the caller's cwd is on its path)
 
 
 def value_unit(unit, payload):
