@@ -33,7 +33,7 @@ INTEGRATIONS = {
     "pyarrow": {"omnipos.timeseries.meds", "omnipos.scale.parquet"},
     "dnaio": {"omnipos.dna.dnaio"},
     "ray": {"omnipos.scale.engine"},
-    "pyamg": {"omnipos.graph.eigensolvers"},
+    "pyamg": {"omnipos.graph.eigensolvers.multigrid"},
     # (numba: the compiled kernels, each domain's in modules of their own; core says how they are compiled)
     "numba": {"omnipos.core.compiled_kernels", "omnipos.dna.fastq_kernels", "omnipos.graph.lane_eigh",
               "omnipos.graph.canonical_kernel",

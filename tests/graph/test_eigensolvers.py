@@ -114,14 +114,14 @@ def test_auto_choice_follows_the_measured_rules(monkeypatch):
     normalise = lambda v: v / np.linalg.norm(v)  # noqa: E731
     # hubs: a large gap and no symmetry -> Lanczos at any size; a hypercube: a large gap but symmetric -> the block
     # solver; a grid: a small gap and a small factor -> shift-invert (in blocks: it is symmetric)
-    assert eigensolvers._probe_gap(hubs, normalise(hubs_null), 2.0) > 0.1
-    assert eigensolvers._probe_gap(grid, normalise(grid_null), 2.0) < 0.02
+    assert eigensolvers.lanczos.probe_gap(hubs, normalise(hubs_null), 2.0) > 0.1
+    assert eigensolvers.lanczos.probe_gap(grid, normalise(grid_null), 2.0) < 0.02
     assert not eigensolvers.symmetry_probe(hubs).symmetric
     assert eigensolvers.symmetry_probe(grid).symmetric and eigensolvers.symmetry_probe(cube).symmetric
     assert sparse_eigenpairs(hubs, 4, null=normalise(hubs_null))[2] == "lanczos"
     assert sparse_eigenpairs(cube, 4, null=normalise(cube_null))[2] == "lobpcg"
     assert sparse_eigenpairs(grid, 4, null=normalise(grid_null))[2] == "shift-invert"
-    monkeypatch.setattr(eigensolvers, "FILL_BUDGET", 1000)  # the factor would be too large: LOBPCG + AMG
+    monkeypatch.setattr(eigensolvers.choice, "FILL_BUDGET", 1000)  # the factor would be too large: LOBPCG + AMG
     assert sparse_eigenpairs(grid, 4, null=normalise(grid_null))[2] == "lobpcg"
 
 
@@ -240,18 +240,18 @@ def test_block_shift_invert_matches_dense_on_a_grid(budget, monkeypatch, referen
     eigh, every copy of each pair; with a Krylov memory budget too small to converge in, the LOBPCG fallback
     gives the same."""
     if budget is not None:
-        monkeypatch.setattr(eigensolvers, "_KRYLOV_ELEMENTS", budget)
+        monkeypatch.setattr(eigensolvers.block_krylov, "KRYLOV_ELEMENTS", budget)
     rows, cols = grid_edges(20)
     lap, null_weight = symmetric_laplacian(rows, cols, 400)
     values, vectors = np.linalg.eigh(lap.toarray())
     calls = []
-    original = eigensolvers._block_krylov
+    original = eigensolvers.block_krylov.block_krylov_pairs
 
     def spy(*args, **kwargs):
         calls.append(original(*args, **kwargs))
         return calls[-1]
 
-    monkeypatch.setattr(eigensolvers, "_block_krylov", spy)
+    monkeypatch.setattr(eigensolvers.block_krylov, "block_krylov_pairs", spy)
     ours, basis, used = graph_eigenpairs(lap, 10, null_weight=null_weight, bound=2.0, dense_max_nodes=32)
     assert calls and (calls[-1] is None) == (budget is not None)
     assert used == ["shift-invert"]  # (the name of the family, whichever block solver finished)
@@ -272,7 +272,7 @@ def test_matvec_equals_scipy_product(n, density, dtype, fmt, seed):
         matrix = matrix + 1j * sp.random(n, n, density=density, format=fmt, random_state=rng)
     matrix = matrix.astype(dtype).asformat(fmt)
     x = rng.standard_normal(n).astype(dtype)
-    assert np.array_equal(eigensolvers._matvec(matrix)(x), matrix @ x)
+    assert np.array_equal(eigensolvers.kernels.fast_matvec(matrix)(x), matrix @ x)
 
 
 def _progress_graph(shape):
@@ -363,7 +363,7 @@ def test_matvec_falls_back_to_the_public_product_when_scipys_private_kernel_chan
     expected = matrix @ x
     with monkeypatch.context() as patch:
         patch.setattr(sparsetools, "csr_matvec", changed)
-        product = eigensolvers._matvec(matrix)
+        product = eigensolvers.kernels.fast_matvec(matrix)
     assert np.array_equal(product(x), expected)
 
 
@@ -379,7 +379,7 @@ def test_value_keys_partition_entries_as_unique_does(seed, size, complex_):
         values = values + 1j * rng.choice(pool, size)
         values[: size // 3] = values[: size // 3].imag + 1j * values[: size // 3].real
     _, ids = np.unique(values, return_inverse=True)
-    keys = eigensolvers._value_keys(values)
+    keys = eigensolvers.probe.value_keys(values)
     assert np.array_equal(ids.ravel()[:, None] == ids.ravel()[None, :], keys[:, None] == keys[None, :])
 
 
@@ -404,7 +404,7 @@ def test_canonical_one_is_canonical_basis(seed, n, width, repeats, tie, complex_
         i = int(rng.integers(0, width))
         values[i:i + 2] = values[i]
     count = int(rng.integers(1, width + 1))
-    ours = eigensolvers._canonical_one(vectors, values, count, 2.0)
+    ours = eigensolvers.components.canonical_one(vectors, values, count, 2.0)
     expected = canonical_basis(torch.from_numpy(vectors)[None], torch.from_numpy(values)[None], count,
                                scale=2.0)[0].numpy()
     if not complex_ and np.all(np.diff(values[:count + 1]) != 0):
@@ -422,7 +422,7 @@ def test_clusters_equal_eigenvalue_clusters(seed, size):
     values = np.sort(np.concatenate([rng.uniform(0, 2, size), rng.uniform(0, 2, size // 3)]))
     values[1::4] = values[0::4][:values[1::4].size] + rng.choice([0.0, 1e-9, 1e-7], values[1::4].size)
     values = np.sort(values)
-    assert np.array_equal(eigensolvers._clusters(values, 2.0),
+    assert np.array_equal(eigensolvers.kernels.value_clusters(values, 2.0),
                           eigenvalue_clusters(torch.from_numpy(values), scale=2.0).numpy())
 
 
@@ -435,4 +435,4 @@ def test_shifted_equals_scipys_subtraction():
     holes = sp.csr_matrix(lap.toarray() * (rng.random((120, 120)) < 0.5))
     for matrix in (lap, holes, lap.astype(np.complex128) * np.exp(0.3j)):
         expected = (2.0 * sp.identity(120, format="csr") - matrix).toarray()
-        assert np.array_equal(eigensolvers._shifted(matrix, 2.0).toarray(), expected)
+        assert np.array_equal(eigensolvers.lanczos.bound_minus_lap(matrix, 2.0).toarray(), expected)

@@ -1,0 +1,83 @@
+"""Dense ``eigh`` for many small graphs (the small-graph path of :func:`omnipos.graph.laplacian_pe` and
+:func:`omnipos.graph.magnetic_laplacian_pe`, and the large-graph path's small components): batched over ``[G, n, n]``
+stacks split across worker threads, in chunks of bounded memory; and every eigenpair of one small sparse
+component (the block solvers' fallback once their block would be a fifth of the graph)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._input import SizeGroup
+from .._workers import parallel_map
+from ..sign import canonical_basis
+from ..small_eigh import small_eigh
+
+# Below this much eigh work (sum of G * n^3; 2e6 is ~130 graphs of 25 nodes, ~8 ms of LAPACK), splitting it
+# over threads costs more than it saves.
+_PARALLEL_MIN_WORK = 2_000_000
+# Elements of dense [G, n, n] blocks solved at once on the large-graph path (float64: 256 MB).
+CHUNK_ELEMENTS = 32_000_000
+
+
+def batched_eigh(stacks: list[torch.Tensor], workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``torch.linalg.eigh`` of each ``[G, n, n]`` stack. On the CPU the stacks are cut into ``workers`` slices
+    solved on worker threads (torch releases the GIL inside LAPACK, so the slices run in parallel), each small
+    matrix on one thread (:func:`omnipos.graph.small_eigh.small_eigh`)."""
+    work = sum(s.shape[0] * s.shape[-1] ** 3 for s in stacks)
+    if not stacks or workers <= 1 or work < _PARALLEL_MIN_WORK or stacks[0].device.type != "cpu":
+        return [small_eigh(s) for s in stacks]
+    pieces = [s.tensor_split(min(workers, s.shape[0])) for s in stacks]
+    solved = iter(parallel_map(small_eigh, [p for parts in pieces for p in parts], workers))
+    out = []
+    for parts in pieces:
+        chunk = [next(solved) for _ in parts]
+        out.append((torch.cat([c[0] for c in chunk]), torch.cat([c[1] for c in chunk])))
+    return out
+
+
+def solve_dense_groups(groups: Iterable[SizeGroup], build: Callable[[SizeGroup], tuple[torch.Tensor, Any]],
+                       workers: int, max_elements: int,
+                       canonical: Callable[[SizeGroup, Any], tuple[int, Any]] | None = None,
+                       ) -> Iterator[tuple[SizeGroup, Any, torch.Tensor, torch.Tensor]]:
+    """Batched ``eigh`` of the matrices ``build(chunk) -> ([G, n, n], extra)`` of the groups, cut into chunks and
+    solved a few at a time so that at most about ``max_elements`` matrix elements are alive at once. Yields
+    ``(chunk, extra, values [G, n], vectors [G, n, n])``; with ``canonical(chunk, extra) -> (count, scale)`` the
+    vectors are instead the first ``count`` columns of the canonical basis (:func:`canonical_basis`, clusters
+    scaled by ``scale``)."""
+    pending: list[SizeGroup] = []
+    elements = 0
+
+    def flush() -> Iterator[tuple[SizeGroup, Any, torch.Tensor, torch.Tensor]]:
+        built = [build(chunk) for chunk in pending]
+        solved = batched_eigh([matrix for matrix, _ in built], workers)
+        if canonical is None:
+            for chunk, (_, extra), (values, vectors) in zip(pending, built, solved):
+                yield chunk, extra, values, vectors
+            return
+        wanted = [canonical(chunk, extra) for chunk, (_, extra) in zip(pending, built)]
+        bases = [canonical_basis(vectors, values, count, scale=scale, check=False)
+                 for (values, vectors), (count, scale) in zip(solved, wanted)]
+        for chunk, (_, extra), (values, _), basis in zip(pending, built, solved, bases):
+            yield chunk, extra, values, basis
+
+    for group in groups:
+        for chunk in group.chunks(max_elements):
+            pending.append(chunk)
+            elements += chunk.graphs.numel() * chunk.n * chunk.n
+            if elements >= max_elements:
+                yield from flush()
+                pending, elements = [], 0
+    if pending:
+        yield from flush()
+
+
+def dense_lowest(lap: Any, null: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Every eigenpair of a (small) component by dense ``eigh``, without the null vector's."""
+    values, vectors = np.linalg.eigh(lap.toarray())
+    if null is not None:  # a connected component's null space is the one known vector: drop its pair
+        values, vectors = values[1:], vectors[:, 1:]
+    return values, vectors
