@@ -2,14 +2,11 @@
 against the eager path under Triton's interpreter (forward, gradients, opcheck, compile); the CUDA path (gpu)."""
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from support.triton_interpreter import interpreter_or_skip, run_interpreted
 
 from omnipos.core import QK_NORM_VARIANTS, QKNormRope, RotaryEmbedding, qk_norm_rope
 
@@ -391,25 +388,11 @@ CASES = textwrap.dedent('''
 ''')
 
 
-def _run(script: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-
-
-def _interpreter_or_skip():
-    pytest.importorskip("triton")
-    probe = _run("import torch, triton, triton.language as tl\n"
-                 "@triton.jit\ndef k(p):\n    tl.store(p + tl.arange(0, 2), tl.arange(0, 2).to(tl.float32))\n"
-                 "t = torch.zeros(2); k[(1,)](t); assert t.tolist() == [0.0, 1.0]")
-    if probe.returncode != 0:
-        pytest.skip(f"Triton's interpreter cannot run here: {probe.stderr.strip().splitlines()[-1:]}")
-
-
 def test_kernel_matches_eager_in_triton_interpreter():
     """Forward (float32, bfloat16) and the gradients of q, k and both weights, opcheck, double backward, and
     compile with dynamic shapes, all through the kernel run by Triton's interpreter on the CPU (one subprocess)."""
-    _interpreter_or_skip()
-    result = _run(CASES + "\nprint(check('cpu', torch.float32, 2e-6, 2e-5), check('cpu', torch.bfloat16, 1e-2, 0),"
+    interpreter_or_skip()
+    result = run_interpreted(CASES + "\nprint(check('cpu', torch.float32, 2e-6, 2e-5), check('cpu', torch.bfloat16, 1e-2, 0),"
                           " op_check('cpu'), double_backward('cpu'), compiles_without_recompiles('cpu'))\n")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split()[-3:] == ["True", "True", "True"], result.stdout

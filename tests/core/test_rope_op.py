@@ -2,14 +2,11 @@
 kernel under its interpreter), its CPU arithmetic against the module, and torch.compile(fullgraph=True,
 dynamic=True) of an attention block across lengths with no graph break and no recompile."""
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from support.triton_interpreter import run_interpreted
 from torch import nn
 
 from omnipos.core import RotaryEmbedding, rope_kernels
@@ -100,7 +97,6 @@ def test_compiled_attention_block_no_graph_break_no_recompile(monkeypatch, throu
     eager. ``registered-op``: the CPU is made a kernel device, so the compiled block calls torch.ops.omnipos.rope_qk
     exactly as a CUDA model does (and the eager reference is the op's arithmetic, within an ulp of the module's)."""
     import torch._dynamo
-
     from torch._inductor.compile_fx import compile_fx
 
     torch._dynamo.reset()
@@ -169,9 +165,7 @@ def test_opcheck_of_the_triton_kernel_under_the_interpreter():
     """The op runs the Triton kernel on CPU tensors when TRITON_INTERPRET=1: opcheck it there."""
     if not rope_triton.HAS_TRITON:
         pytest.skip("triton not importable")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
-    result = subprocess.run([sys.executable, "-c", TRITON_OPCHECK], env=env, capture_output=True, text=True,
-                            timeout=300, check=False)
+    result = run_interpreted(TRITON_OPCHECK)
     if result.returncode and "active drivers" in result.stderr and "interpret" not in result.stderr.lower():
         pytest.skip("Triton's interpreter cannot run here")
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
@@ -222,9 +216,7 @@ def test_launch_plans_give_the_checked_calls_bits_under_the_interpreter():
     [B, S] ids against [B, H, S, D] through a row divisor): the same bits as the first call and as rotate_qk."""
     if not rope_triton.HAS_TRITON:
         pytest.skip("triton not importable")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
-    result = subprocess.run([sys.executable, "-c", PLAN_CASES], env=env, capture_output=True, text=True,
-                            timeout=300, check=False)
+    result = run_interpreted(PLAN_CASES)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
 
 

@@ -1,13 +1,10 @@
 """The fused Triton kernel vs the eager path: on CPU through Triton's interpreter, on CUDA for real (gpu)."""
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from support.triton_interpreter import interpreter_or_skip, run_interpreted
 
 from omnipos.core import RotaryEmbedding
 
@@ -109,19 +106,9 @@ CASES = textwrap.dedent('''
 ''')
 
 
-def _run(script: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-
-
 def test_kernel_matches_eager_in_triton_interpreter():
-    pytest.importorskip("triton")
-    probe = _run("import torch, triton, triton.language as tl\n"
-                 "@triton.jit\ndef k(p):\n    tl.store(p + tl.arange(0, 2), tl.arange(0, 2).to(tl.float32))\n"
-                 "t = torch.zeros(2); k[(1,)](t); assert t.tolist() == [0.0, 1.0]")
-    if probe.returncode != 0:
-        pytest.skip(f"Triton's interpreter cannot run here: {probe.stderr.strip().splitlines()[-1:]}")
-    result = _run(CASES + "\nprint(check('cpu', torch.float32, 2e-6), check('cpu', torch.bfloat16, 1e-2), "
+    interpreter_or_skip()
+    result = run_interpreted(CASES + "\nprint(check('cpu', torch.float32, 2e-6), check('cpu', torch.bfloat16, 1e-2), "
                           "tilings_agree('cpu'))\n")
     assert result.returncode == 0, result.stderr[-3000:]
 
