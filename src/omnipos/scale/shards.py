@@ -63,21 +63,22 @@ class _Output:
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as exc:
-            _unlink(temp)
-            if not self.staging.is_dir():
-                raise LockLost(f"its staging folder {self.staging} is gone: the run that started this unit no "
-                               "longer holds the folder") from None
-            raise OutputWriteError(path, exc) from None
+            raise self._failure(temp, path, exc) from None
         self.check()
         try:
             os.replace(temp, path)
         except OSError as exc:
-            _unlink(temp)
-            if not self.staging.is_dir():
-                raise LockLost(f"its staging folder {self.staging} is gone: the run that started this unit no "
-                               "longer holds the folder") from None
-            raise OutputWriteError(path, exc) from None
+            raise self._failure(temp, path, exc) from None
         return {"name": name, "bytes": len(payload), "sha256": sha256_bytes(payload)}
+
+    def _failure(self, temp: Path, path: Path, exc: OSError) -> Exception:
+        """What a failed staging write or move means, its temporary removed: the run lost its folder (its staging
+        folder is gone) or the output could not be written (a full disk, ...)."""
+        _unlink(temp)
+        if not self.staging.is_dir():
+            return LockLost(f"its staging folder {self.staging} is gone: the run that started this unit no longer "
+                            "holds the folder")
+        return OutputWriteError(path, exc)
 
     def check(self) -> None:
         if self.guard is not None:
