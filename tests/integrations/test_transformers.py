@@ -308,3 +308,34 @@ def test_a_missing_transformers_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
     with pytest.raises(ImportError, match=r'pip install "omnipos\[transformers\]"'):
         patch_rotary(torch.nn.Linear(2, 2))
+
+
+def test_a_patched_model_deep_copies_saves_and_compiles():
+    """A training loop's uses of a patched model: ``copy.deepcopy`` (EMA), a state_dict round trip (what
+    ``save_pretrained`` stores), and the rotary module under ``torch.compile(fullgraph=True, dynamic=True)`` at three
+    lengths without a recompile, each giving the stock module's cos/sin."""
+    import copy
+
+    import torch._dynamo.testing
+
+    config = AutoConfig.for_model("llama", **COMMON)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    patch_rotary(model)
+    ids = torch.randint(3, 100, (1, 9))
+    with torch.no_grad():
+        logits = model(ids).logits
+        twin = copy.deepcopy(model)
+        assert isinstance(twin.model.rotary_emb, RotaryPatch) and twin.model.rotary_emb is not model.model.rotary_emb
+        torch.testing.assert_close(twin(ids).logits, logits, rtol=0, atol=0)
+        fresh = AutoModelForCausalLM.from_config(config).eval()
+        patch_rotary(fresh)
+        fresh.load_state_dict(model.state_dict())
+        torch.testing.assert_close(fresh(ids).logits, logits, rtol=0, atol=0)
+    patch = model.model.rotary_emb
+    counter = torch._dynamo.testing.CompileCounter()
+    compiled = torch.compile(patch, backend=counter, fullgraph=True, dynamic=True)
+    for length in (5, 11, 23):
+        x, positions = torch.zeros(1, length, 64), torch.arange(length)[None] + 100
+        for ours, stock in zip(compiled(x, positions), patch.original(x, positions)):
+            torch.testing.assert_close(ours, stock)
+    assert counter.frame_count == 1, counter.frame_count
