@@ -20,8 +20,8 @@ bucket, the next power of two >= the padded size ``N``):
   indices: each round pairs every index with another, the ``m / 2`` pairs are disjoint, and over a sweep every pair
   ``(p, q)`` meets once: the parallel ordering of Brent and Luk (1985), whose sweeps converge as the cyclic
   row ordering's do (ultimately quadratically, repeated eigenvalues included). The pairs' rotations are applied at
-  once, ``A <- J^T A J``, ``V <- V J``: entry by entry, with the partner's rows and columns gathered in registers
-  (``tl.gather``).
+  once, ``A <- J^T (A J)``, ``V <- V J``: entry by entry, with the partner's column, then row, gathered in
+  registers (``tl.gather``).
 - Each rotation is Rutishauser's: ``theta = (a_qq - a_pp) / (2 a_pq)``, ``t = sign(theta) / (|theta| +
   sqrt(theta^2 + 1))``, ``c = 1 / sqrt(t^2 + 1)``, ``s = t c``; ``a_pp -= t a_pq``, ``a_qq += t a_pq``,
   ``a_pq = 0`` exactly. A pair with ``a_pq == 0`` is not rotated, so an index beyond a matrix's size (padding,
@@ -93,7 +93,7 @@ def _bucket(n: int) -> int:
 
 def _warps(block: int) -> int:
     """Warps per program: 4 float64 entries of each ``[B, B]`` matrix per thread up to ``B = 32``, 8 at 64.
-    (ptxas for sm_90, per thread: 96 registers at B = 8, 146 at 16, 128 + 48 bytes spilled at 32, 128 + 296 bytes
+    (ptxas for sm_90, per thread: 88 registers at B = 8, 128 + 20 bytes spilled at 16, 128 at 32, 128 + 116 bytes
     spilled at 64; not yet tuned on a GPU: ``benchmarks/bench_lappe_gpu.py`` times the alternatives.)"""
     return max(1, min(16, block * block // 128))
 
@@ -139,16 +139,11 @@ if HAS_TRITON:
                 partner = tl.where(partner == i, ring, partner)
                 partner = tl.where(i == ring, r, partner)
                 partner = tl.where(i > ring, i, partner)  # beyond m: no partner
-                by_row = tl.broadcast_to(partner[:, None], [BLOCK, BLOCK])
                 by_col = tl.broadcast_to(partner[None, :], [BLOCK, BLOCK])
-                a_c = tl.gather(a, by_col, 1)  # a[r, partner(c)]
-                a_r = tl.gather(a, by_row, 0)  # a[partner(r), c]
-                a_rc = tl.gather(a_r, by_col, 1)  # a[partner(r), partner(c)]
-                v_c = tl.gather(v, by_col, 1)  # v[r, partner(c)]
-                # per index i (as [B, 1]; gathers, not reductions: exact, and cheap under the interpreter)
+                # per index i (gathers, not reductions: exact, and cheap under the interpreter)
                 d = tl.reshape(tl.gather(a, i[:, None], 1), [BLOCK])  # a_ii
                 pair = tl.reshape(tl.gather(a, partner[:, None], 1), [BLOCK])  # a_ij, j the partner of i
-                d_partner = tl.reshape(tl.gather(a_r, partner[:, None], 1), [BLOCK])  # a_jj
+                d_partner = tl.gather(d, partner, 0)  # a_jj
                 first = i < partner  # i is p of the pair (p, q), p < q
                 rotate = (pair != 0.0) & (partner != i)
                 a_pp = tl.where(first, d, d_partner)
@@ -164,11 +159,13 @@ if HAS_TRITON:
                 c_c = c[None, :]
                 s_r = sigma[:, None]
                 s_c = sigma[None, :]
-                a_new = c_r * c_c * a + (c_r * s_c * a_c + s_r * c_c * a_r) + s_r * s_c * a_rc
+                # A J (columns), then J^T (A J) (rows); V J
+                a = a * c_c + tl.gather(a, by_col, 1) * s_c
+                a_new = a * c_r + tl.gather(a, tl.broadcast_to(partner[:, None], [BLOCK, BLOCK]), 0) * s_r
                 a_new = tl.where(diagonal, d_new[:, None], a_new)
                 a_new = tl.where((cols == partner[:, None]) & rotate[:, None], 0.0, a_new)
                 a = tl.where(rows <= cols, a_new, tl.trans(a_new))  # exactly symmetric
-                v = v * c_c + v_c * s_c
+                v = v * c_c + tl.gather(v, by_col, 1) * s_c
             off = tl.sum(tl.sum(tl.where(diagonal, 0.0, a * a), 1), 0)
             sweeps += 1
         info = tl.where(bad, -2, tl.where(off <= limit, sweeps, -1))
