@@ -131,7 +131,8 @@ def test_kernel_on_repeated_eigenvalues_and_edge_cases(interpreted):
     complete graph's and the cycle's Laplacians, diagonal and zero matrices, entries of 1e-200 and 1e+200 (the
     power-of-two scaling), float32 input, a non-symmetric input (its lower triangle read, as torch.linalg.eigh),
     no sizes; a matrix's bits do not depend on its batch companions or position; a non-finite entry or a size
-    outside 0..N gives NaN eigenpairs and info -2 (what CUDA returns, where it is not checked on the host)."""
+    outside 0..N gives NaN eigenpairs and info -2 (what CUDA returns, where it is not checked on the host); a
+    matrix flagged as not converged is solved again by small_eigh with torch.linalg.eigh."""
     interpreted('''
         g = torch.Generator().manual_seed(7)
         def rotated(spectrum):
@@ -185,6 +186,18 @@ def test_kernel_on_repeated_eigenvalues_and_edge_cases(interpreted):
         full = rotated([0.5, 0.5, 1.0, 3.0, 3.0]).unsqueeze(0)
         v, w, flags = batched_jacobi_eigh(full, return_info=True)
         compare(full, v, w, flags)
+        # small_eigh (the CUDA path's dispatch) solves the matrices the kernel flags again with torch.linalg.eigh:
+        # here one sweep allowed, so the rotated matrix is flagged (-1) and the diagonal one is not
+        from omnipos.graph import jacobi_triton, small_eigh
+        small_eigh.JACOBI_DEVICE_TYPES = ("cpu",)
+        kernel = jacobi_triton.jacobi_eigh
+        jacobi_triton.jacobi_eigh = lambda m, sizes=None: kernel(m, sizes, max_sweeps=1)
+        stack = torch.stack([cases[1], torch.diag(torch.arange(6.0, dtype=torch.float64))])
+        assert kernel(stack, max_sweeps=1)[2].tolist() == [-1, 0]
+        v, w = small_eigh.small_eigh(stack)
+        lapack = torch.linalg.eigh(stack[:1])
+        assert torch.equal(v[:1], lapack[0]) and torch.equal(w[:1], lapack[1])
+        assert v[1].tolist() == list(range(6)) and torch.equal(w[1], torch.eye(6, dtype=torch.float64))
         print("ok")
     ''')
 
