@@ -7,7 +7,8 @@
 #       backports.zstd biopython pyamg rotary-embedding-torch diffusers importlib_metadata lazy-importer liger-kernel
 #   cp -r ../shared/peer-data .peer
 #
-#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [rope] [qknorm] [profile] [tune]     (carry: .whl, .peer)
+#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [lappe] [jacobi] [rope] [qknorm] [profile] [tune]
+#               (carry: .whl, .peer)
 # Logs and JSON land in $OUT.
 set -u
 export PYTHONUNBUFFERED=1
@@ -51,6 +52,12 @@ for step in $steps; do
         gpu)
             (cd benchmarks && timeout 200 python3 bench_gpu.py --out "$OUT/gpu.json" 2>&1 | tee "$OUT/gpu.log" \
                 | tail -20) ;;
+        lappe)
+            (cd benchmarks && timeout 240 python3 bench_lappe_gpu.py --out "$OUT/lappe_gpu.json" 2>&1 \
+                | tee "$OUT/lappe_gpu.log" | tail -20) ;;
+        jacobi)  # the batched Jacobi kernel's tests alone (gpu and CPU-side), before the benchmark
+            timeout 180 python3 -m pytest tests/graph/test_jacobi_triton.py -m "not slow" -n 0 -q -p no:cacheprovider 2>&1 \
+                | tee "$OUT/jacobi_tests.log" | tail -20 ;;
         profile)
             (cd benchmarks && timeout 200 python3 profile_gpu.py --out "$OUT/profile.txt" 2>&1 | tail -120) ;;
         tune)

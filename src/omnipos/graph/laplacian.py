@@ -41,7 +41,9 @@ most ``SMALL_MAX_NODES`` (128) nodes on one thread per piece (MKL and torch's Op
 only: see ``omnipos.graph.small_eigh`` and ``omnipos.graph._workers`` for why), never changing torch's thread
 count; where numba is installed (``omnipos[fast]``) graphs of at most 64 nodes are solved by the compiled lane
 kernel of ``omnipos.graph.lane_eigh`` instead (about twice as fast, as accurate) and their canonical basis by
-``omnipos.graph.canonical_kernel``. Larger graphs go to
+``omnipos.graph.canonical_kernel``. On CUDA, groups of at most 64 nodes are solved by one launch of the batched
+Jacobi kernel of ``omnipos.graph.jacobi_triton`` (float64, as accurate as LAPACK) where Triton is installed, and
+their canonical basis by the same tensor program as everywhere. Larger graphs go to
 :func:`omnipos.graph.eigensolvers.graph_eigenpairs` (never a dense ``n x n``, never an LU beyond
 :data:`~omnipos.graph.eigensolvers.FILL_BUDGET` entries): connected components, each small one dense, each large
 one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with

@@ -12,6 +12,10 @@ setting and the thread's own OpenMP ``nthreads`` value, both restored afterwards
 changes), and callers split big batches over worker threads themselves. Where torch has no MKL (other BLAS)
 or no OpenMP, that part is skipped.
 
+On CUDA, real matrices of at most ``JACOBI_MAX_NODES`` rows go to the batched Jacobi kernel of
+:mod:`omnipos.graph.jacobi_triton` (one Triton launch for the whole stack, float64 inside) where Triton is installed,
+instead of cuSOLVER's ``syevd`` matrix by matrix (~27 launches a matrix).
+
 Where numba is installed (``omnipos[fast]``), float64 matrices of at most ``LANE_MAX_NODES`` rows go instead to the
 lane kernel of :mod:`omnipos.graph.lane_eigh`: 32 matrices of one size side by side in AVX-512 lanes, EISPACK's
 ``tred2`` + ``tql2`` with lane-uniform control flow. Measured on the 10,000 bench molecules (10-40 nodes, one
@@ -43,12 +47,27 @@ import torch
 
 from ..core import compiled_kernels_enabled
 
-__all__ = ["SMALL_MAX_NODES", "LANE_MAX_NODES", "compiled_kernels_enabled", "lane_kernel", "small_eigh",
-           "one_thread"]
+__all__ = [
+    "JACOBI_DEVICE_TYPES",
+    "JACOBI_MAX_NODES",
+    "LANE_MAX_NODES",
+    "SMALL_MAX_NODES",
+    "compiled_kernels_enabled",
+    "jacobi_kernel",
+    "lane_kernel",
+    "one_thread",
+    "small_eigh",
+]
 
 #: Matrices of at most this many rows are "small": :func:`small_eigh` solves them inside :func:`one_thread`.
 #: (Above it a single matrix has enough work for MKL's threads to pay off in wall time.)
 SMALL_MAX_NODES = 128
+
+#: Device types whose real matrices of at most ``JACOBI_MAX_NODES`` rows go to the batched Jacobi kernel
+#: (:mod:`omnipos.graph.jacobi_triton`; an internal switch: the tests add ``"cpu"`` under Triton's interpreter).
+JACOBI_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
+#: The largest matrix the Jacobi kernel takes (``omnipos.graph.jacobi_triton.JACOBI_MAX_NODES``).
+JACOBI_MAX_NODES = 64
 
 #: Matrices of at most this many rows go to the lane kernel (:mod:`omnipos.graph.lane_eigh`) where numba is
 #: installed. (Measured against MKL's one-thread ``syevd``, CPU time per matrix: 3-4x at 2-8 rows, 2.3x at 24-32,
@@ -121,12 +140,35 @@ def lane_kernel() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.nda
     return lane_eigh
 
 
+def jacobi_kernel(matrices: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]] | None:
+    """:func:`omnipos.graph.jacobi_triton.jacobi_eigh` where it takes ``matrices`` (real ``[G, n, n]`` on a device
+    of ``JACOBI_DEVICE_TYPES``, ``n <= JACOBI_MAX_NODES``, no gradient; Triton installed), else None."""
+    n = matrices.shape[-1]
+    if (matrices.device.type not in JACOBI_DEVICE_TYPES or matrices.ndim != 3 or not 0 < n <= JACOBI_MAX_NODES
+            or matrices.dtype not in (torch.float32, torch.float64) or matrices.requires_grad
+            or not matrices.shape[0]):
+        return None
+    from . import jacobi_triton
+
+    return jacobi_triton.jacobi_eigh if jacobi_triton.HAS_TRITON else None
+
+
 def small_eigh(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenpairs of symmetric ``matrices [G, n, n]``: ``(values [G, n] ascending, vectors [G, n, n])``, as
-    ``torch.linalg.eigh``. On the CPU, float64 matrices of at most ``LANE_MAX_NODES`` rows go to the lane kernel
-    where numba is installed (matrices it flags, and every other case, to LAPACK); other small matrices to LAPACK
-    inside :func:`one_thread`."""
+    ``torch.linalg.eigh``. On CUDA, real matrices of at most ``JACOBI_MAX_NODES`` rows go to the batched Jacobi
+    kernel of :mod:`omnipos.graph.jacobi_triton` where Triton is installed (one launch; the matrices it flags,
+    none in practice, to ``torch.linalg.eigh``: one host sync to find them). On the CPU, float64 matrices of at
+    most ``LANE_MAX_NODES`` rows go to the lane kernel where numba is installed (matrices it flags, and every
+    other case, to LAPACK); other small matrices to LAPACK inside :func:`one_thread`."""
     n = matrices.shape[-1]
+    jacobi = jacobi_kernel(matrices)
+    if jacobi is not None:
+        values, vectors, info = jacobi(matrices)
+        failed = info < 0
+        if bool(failed.any()):
+            redo = failed.nonzero().squeeze(1)
+            values[redo], vectors[redo] = torch.linalg.eigh(matrices[redo])
+        return values, vectors
     if matrices.device.type != "cpu" or n > SMALL_MAX_NODES:
         return torch.linalg.eigh(matrices)
     if (matrices.dtype == torch.float64 and matrices.ndim == 3 and 0 < n <= LANE_MAX_NODES
