@@ -150,12 +150,13 @@ def local_offset(utc: torch.Tensor, transitions: torch.Tensor, offsets: torch.Te
 
 
 def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock",
-                 mask: torch.Tensor | None = None) -> torch.Tensor:
+                 mask: torch.Tensor | None = None, *, check_values: bool = True) -> torch.Tensor:
     """``clock`` (a number, or a tensor of ``times.shape[:-1]`` or broadcastable to it) -> float64 ``[..., 1]``
     on times' device, ready to add to ``times [..., L]``.
 
     A row with no real event in ``mask`` may have a NaN clock (missing: :class:`EventBatch` gives it to a subject
-    without a timed event); every other clock must be finite."""
+    without a timed event); every other clock must be finite. ``check_values=False``: a tensor's values are not
+    read (the caller checks them, as the CUDA timeline kernel does in-kernel); types and shapes still are."""
     if isinstance(clock, torch.Tensor):
         if clock.dtype == torch.bool or clock.is_complex():
             raise TypeError(f"{name} must be real-valued, got {clock.dtype}")
@@ -174,7 +175,7 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock",
         if value.ndim > times.ndim - 1:
             raise ValueError(f"{name} {tuple(value.shape)} has more axes than times without its last axis "
                              f"{tuple(times.shape[:-1])}")
-        if can_inspect_values(value) and value.numel() and \
+        if check_values and can_inspect_values(value) and value.numel() and \
                 not bool((value.abs() <= MAX_CLOCK).all()):
             invalid = ~(value.abs() <= MAX_CLOCK)
             if mask is not None:  # NaN is allowed where the row holds no event

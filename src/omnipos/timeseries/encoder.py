@@ -40,6 +40,7 @@ from .periodic import (
     periods_tensor,
     phase_remainders,
 )
+from . import timeline_triton
 from .summed import SUMMED_COMPONENTS, encode_summed_blocks
 from .time2vec import Time2Vec
 from .timelines import check_module_device, check_times, checked_gaps, checked_real_events
@@ -235,6 +236,11 @@ class TimelineEncoder(ConstantBuffers):
         # eager: the values are checked below on the real events only (the same errors)
         times, mask = check_times(times, mask, check_sorted=False, check_values=not eager)
         check_module_device(self.dtype_tracker.device, times)
+        if times.device.type in timeline_triton.KERNEL_DEVICE_TYPES:
+            # one fused launch on CUDA where it covers the call (timeline_triton's docstring says which)
+            fused = timeline_triton.maybe_encode(self, times, mask, clock)
+            if fused is not None:
+                return fused
         uses_gaps = bool({"gap", "gap_bucket"} & set(self.components))
         clocks = None
         if "periodic" in self.sizes:
