@@ -20,6 +20,7 @@ from ..core import (
     put_rows,
     take_rows,
 )
+from . import timeline_triton
 from .absolute import absolute_cycles, absolute_features
 from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
 from .durations import UNITS, check_unit, positive_duration
@@ -40,7 +41,6 @@ from .periodic import (
     periods_tensor,
     phase_remainders,
 )
-from . import timeline_triton
 from .summed import SUMMED_COMPONENTS, encode_summed_blocks
 from .time2vec import Time2Vec
 from .timelines import check_module_device, check_times, checked_gaps, checked_real_events
