@@ -268,7 +268,7 @@ class TimelineEncoder(ConstantBuffers):
                          fill=0 if slots.numel() < mask.numel() else None)
         target = out.view(-1, self.dim)
         if self._sums_in_blocks(out_dtype, times):
-            return self._summed_blocks(target, flat_t, flat_g, rows_c, rows_cm, row, slots).view(out.shape)
+            return self._summed_blocks(target, flat_t, flat_g, rows_c, rows_cm, row, slots).view(*mask.shape, self.dim)
         # On CPU, blocks small enough to stay in cache while they are encoded and filled in: the work is
         # memory-bound (float64 phase buffers). Elsewhere one block (no syncs).
         step = self.chunk if times.device.type == "cpu" else max(1, slots.numel())

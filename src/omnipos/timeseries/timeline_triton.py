@@ -143,7 +143,7 @@ if HAS_TRITON:
         bad = tl.zeros([BLOCK_L], dtype=tl.int32)
         if CHECK:
             finite = (t64 == t64) & (tl.abs(t64) < float("inf"))
-            bad = bad | tl.where(real & ~finite, BAD_TIME, 0)
+            bad = bad | tl.where(real & ~finite, 1, 0)  # BAD_TIME
         j = tl.arange(0, BLOCK_HALF)
         j_ok = j < HALF
         d = tl.arange(0, 2 * BLOCK_HALF)
@@ -172,7 +172,7 @@ if HAS_TRITON:
             t_prev = tl.load(t_row + prev, mask=has_prev, other=0.0)
             gap = tl.where(has_prev, t_raw - t_prev, 0.0).to(tl.float64)  # in the times' dtype, as eager
             if CHECK:
-                bad = bad | tl.where(real & (gap < 0), UNSORTED, 0)
+                bad = bad | tl.where(real & (gap < 0), 2, 0)  # UNSORTED
             ratio = gap / gap_scale
             x = _log1p(ratio, LIBDEVICE)
             big = ratio == float("inf")
@@ -198,7 +198,7 @@ if HAS_TRITON:
                 not_ok = tl.where(tl.abs(clock) <= 1e300, 0, 1)
                 not_nan = tl.where(clock == clock, 1, 0)
                 here = tl.max(real.to(tl.int32), axis=0) | tl.where(s0 == 0, not_nan, 0)
-                bad = bad | tl.where(s == s0, (not_ok * here) * BAD_CLOCK, 0)
+                bad = bad | tl.where(s == s0, (not_ok * here) * 4, 0)  # BAD_CLOCK
             if TZ_STEPS == 0:
                 offset = tl.load(tzo_ptr)
             else:  # torch.bucketize(t + clock, transitions, right=True): how many transitions are <= it
@@ -250,7 +250,7 @@ if HAS_TRITON:
 
         keep = real[:, None] & d_ok[None, :]
         if CHECK_F16:
-            bad = bad | tl.where(tl.max(tl.where(keep & (tl.abs(acc) > 65504.0), 1, 0), axis=1) > 0, OVERFLOW, 0)
+            bad = bad | tl.where(tl.max(tl.where(keep & (tl.abs(acc) > 65504.0), 1, 0), axis=1) > 0, 8, 0)  # OVERFLOW
         out = tl.where(keep, acc, 0.0).to(o_ptr.dtype.element_ty)
         tl.store(o_ptr + row * o_sr + s[:, None] * DIM + d[None, :], out, mask=in_row[:, None] & d_ok[None, :])
         if CHECK:
