@@ -173,7 +173,8 @@ def test_calls_it_does_not_cover_keep_the_eager_path():
     enc = TimelineEncoder(8, components=("absolute", "time2vec")).requires_grad_(False)
     times = torch.zeros(1, 3)
     assert not timeline_triton.applies(enc, times)  # time2vec; and the CPU is not a kernel device
-    for kwargs in ({"components": ("absolute", "gap_bucket")}, {"combine": "concat", "components": ("absolute", "gap")}):
+    for kwargs in ({"components": ("absolute", "gap_bucket")},
+                   {"combine": "concat", "components": ("absolute", "gap")}):
         assert not timeline_triton.applies(TimelineEncoder(8, **kwargs).requires_grad_(False), times)
     assert not timeline_triton.applies(TimelineEncoder(8, components=("absolute",)).double(), times)
     with_grad = TimelineEncoder(8)  # the lift's weight wants a gradient: autograd needs the eager path

@@ -31,7 +31,7 @@ try:  # pragma: no cover - depends on the installation
 except Exception:  # ImportError, or a broken / driverless triton
     HAS_TRITON = False
 
-__all__ = ["HAS_TRITON", "KERNEL_DEVICE_TYPES", "COMPLEMENT_NIBBLES", "enabled", "one_hot_rows",
+__all__ = ["COMPLEMENT_NIBBLES", "HAS_TRITON", "KERNEL_DEVICE_TYPES", "enabled", "one_hot_rows",
            "reverse_complement_rows"]
 
 #: device types whose tensors take the kernels (the tests add "cpu" under Triton's interpreter, "meta" for the

@@ -48,7 +48,7 @@ if HAS_TRITON:
     except Exception:  # pragma: no cover
         libdevice = None
 
-__all__ = ["HAS_TRITON", "KERNEL_DEVICE_TYPES", "FUSED_COMPONENTS", "applies", "maybe_encode"]
+__all__ = ["FUSED_COMPONENTS", "HAS_TRITON", "KERNEL_DEVICE_TYPES", "applies", "maybe_encode"]
 
 #: device types whose tensors take the kernel (the tests add "cpu" under Triton's interpreter, "meta" for the
 #: dispatch-mode test)
@@ -142,7 +142,7 @@ if HAS_TRITON:
         t64 = t_raw.to(tl.float64)
         bad = tl.zeros([BLOCK_L], dtype=tl.int32)
         if CHECK:
-            finite = (t64 == t64) & (tl.abs(t64) < float("inf"))
+            finite = (t64 == t64) & (tl.abs(t64) < float("inf"))  # noqa: PLR0124 (NaN test)
             bad = bad | tl.where(real & ~finite, 1, 0)  # BAD_TIME
         j = tl.arange(0, BLOCK_HALF)
         j_ok = j < HALF
@@ -196,7 +196,7 @@ if HAS_TRITON:
                 # a clock must be finite (|clock| <= 1e300) for a row with events; a NaN one is allowed for a row
                 # without: the blocks holding events check the first rule, the row's first block the rest
                 not_ok = tl.where(tl.abs(clock) <= 1e300, 0, 1)
-                not_nan = tl.where(clock == clock, 1, 0)
+                not_nan = tl.where(clock == clock, 1, 0)  # noqa: PLR0124 (NaN test)
                 here = tl.max(real.to(tl.int32), axis=0) | tl.where(s0 == 0, not_nan, 0)
                 bad = bad | tl.where(s == s0, (not_ok * here) * 4, 0)  # BAD_CLOCK
             if TZ_STEPS == 0:
@@ -272,9 +272,8 @@ def applies(encoder: Any, times: torch.Tensor) -> bool:
         return False
     if encoder.dtype not in _OUT_DTYPES:
         return False
-    if torch.is_grad_enabled() and (times.requires_grad or any(p.requires_grad for p in encoder.parameters())):
-        return False
-    return True
+    return not (torch.is_grad_enabled() and (times.requires_grad
+                                             or any(p.requires_grad for p in encoder.parameters())))
 
 
 def maybe_encode(encoder: Any, times: torch.Tensor, mask: torch.Tensor | None, clock: Any) -> torch.Tensor | None:
@@ -333,7 +332,8 @@ def maybe_encode(encoder: Any, times: torch.Tensor, mask: torch.Tensor | None, c
         length, l_blocks, t2.stride(0), m2.stride(0) if m2 is not None else 0, c_sr, length * dim,
         weight.stride(0) if weight is not None else 0, weight.stride(1) if weight is not None else 0,
         transitions.numel(), float(encoder.gap_scale), math.log(encoder.gap_scale), clock_scalar,
-        DIM=dim, HALF=half, BLOCK_L=block_l, BLOCK_HALF=block_half, ABS_AT=at["absolute"], PER_AT=at["periodic"], GAP_AT=at["gap"],
+        DIM=dim, HALF=half, BLOCK_L=block_l, BLOCK_HALF=block_half,
+        ABS_AT=at["absolute"], PER_AT=at["periodic"], GAP_AT=at["gap"],
         HAS_ABS="absolute" in encoder.components, HAS_PER=periodic, HAS_GAP="gap" in encoder.components,
         P=encoder.periods.shape[0], H=encoder.harmonics, HAS_MASK=m2 is not None, CLOCK_MODE=clock_mode,
         TZ_STEPS=_steps(transitions.numel()) if periodic else 0, CHECK=check,
