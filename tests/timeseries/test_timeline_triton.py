@@ -169,16 +169,23 @@ def test_cuda_path_on_meta_makes_no_host_tensor_and_no_sync(monkeypatch):
         assert out.shape == (4, 50, kwargs["dim"]) and out.device.type == "meta" and mode.ops
 
 
-def test_calls_it_does_not_cover_keep_the_eager_path():
-    enc = TimelineEncoder(8, components=("absolute", "time2vec")).requires_grad_(False)
+def test_calls_it_does_not_cover_keep_the_eager_path(monkeypatch):
+    if not timeline_triton.HAS_TRITON:
+        pytest.skip("triton not importable")
+    monkeypatch.setattr(timeline_triton, "KERNEL_DEVICE_TYPES", ("cpu",))  # only the configuration decides here
     times = torch.zeros(1, 3)
-    assert not timeline_triton.applies(enc, times)  # time2vec; and the CPU is not a kernel device
-    for kwargs in ({"components": ("absolute", "gap_bucket")},
+    assert timeline_triton.applies(TimelineEncoder(8).requires_grad_(False), times)
+    assert timeline_triton.applies(TimelineEncoder(8, components=("gap", "absolute")).half(), times)
+    for kwargs in ({"components": ("absolute", "time2vec")}, {"components": ("absolute", "gap_bucket")},
                    {"combine": "concat", "components": ("absolute", "gap")}):
         assert not timeline_triton.applies(TimelineEncoder(8, **kwargs).requires_grad_(False), times)
     assert not timeline_triton.applies(TimelineEncoder(8, components=("absolute",)).double(), times)
-    with_grad = TimelineEncoder(8)  # the lift's weight wants a gradient: autograd needs the eager path
-    assert not timeline_triton.applies(with_grad, times)
+    assert not timeline_triton.applies(TimelineEncoder(8), times)  # the lift's weight wants a gradient
+    with torch.no_grad():
+        assert timeline_triton.applies(TimelineEncoder(8), times)
+    assert not timeline_triton.applies(TimelineEncoder(8).requires_grad_(False), times.requires_grad_())
+    monkeypatch.setenv("OMNIPOS_DISABLE_TRITON", "1")
+    assert not timeline_triton.applies(TimelineEncoder(8).requires_grad_(False), torch.zeros(1, 3))
 
 
 def _cuda(script_function):
