@@ -7,7 +7,8 @@
 #       backports.zstd biopython pyamg rotary-embedding-torch diffusers importlib_metadata lazy-importer liger-kernel
 #   cp -r ../shared/peer-data .peer
 #
-#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [rope] [qknorm] [profile] [tune]     (carry: .whl, .peer)
+#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [rope] [qknorm] [profile] [tune] [kernels]
+#   (carry: .whl, .peer; kernels: the timeline / DNA kernels' gpu tests and their benchmark rows alone)
 # Logs and JSON land in $OUT.
 set -u
 export PYTHONUNBUFFERED=1
@@ -51,6 +52,12 @@ for step in $steps; do
         gpu)
             (cd benchmarks && timeout 200 python3 bench_gpu.py --out "$OUT/gpu.json" 2>&1 | tee "$OUT/gpu.log" \
                 | tail -20) ;;
+        kernels)
+            timeout 180 python3 -m pytest tests/timeseries/test_timeline_triton.py tests/dna/test_dna_triton.py \
+                tests/timeseries/test_gpu.py -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/kernels_tests.log" \
+                | tail -20
+            (cd benchmarks && timeout 200 python3 bench_gpu.py --only timelines,dna --out "$OUT/kernels.json" 2>&1 \
+                | tee "$OUT/kernels.log" | tail -20) ;;
         profile)
             (cd benchmarks && timeout 200 python3 profile_gpu.py --out "$OUT/profile.txt" 2>&1 | tail -120) ;;
         tune)
