@@ -195,7 +195,7 @@ def dna_section(bench: Bench, timer: Timer, device: str, quick: bool, dry: bool 
     same = bool(torch.equal(out[:check].cpu(), reverse_complement(hot[:check].cpu(), mask[:check])))
     versus_clone(bench, timer, f"reverse_complement one-hot [{reads:,}, {length}, 4] + mask",
                  lambda: reverse_complement(hot, gpu_mask), out, equal_to_cpu=same)
-    del hot, out
+    hot = out = None  # (free them before the next row)
     if dry:
         return
     few = reads // 10
