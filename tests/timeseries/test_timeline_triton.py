@@ -122,6 +122,10 @@ CASES = textwrap.dedent('''
         assert bool((got[1] == 0).all())
         with pytest.raises(ValueError, match="clock"):
             enc(ok, empty, torch.tensor([4.7e5, float("inf")], dtype=torch.float64).to(device))
+        with pytest.raises(ValueError, match="clock must be a finite time"):
+            enc(ok, mask, float("inf"))
+        with pytest.raises(TypeError, match="clock must be a number"):
+            enc(ok, mask, True)
         # float16: a lift that overflows is refused as the eager path refuses it
         half = TimelineEncoder(8).half().requires_grad_(False).to(device)
         half.lift.weight.data.fill_(6e4)

@@ -26,7 +26,8 @@ from ..core import can_inspect_values
 from .calendar import parse_time_string
 from .durations import UNITS
 
-__all__ = ["timezone_name", "timezone_table", "timezone_tensors", "local_offset", "clock_tensor", "phase_shift"]
+__all__ = ["timezone_name", "timezone_table", "timezone_tensors", "local_offset", "clock_tensor", "clock_number",
+           "phase_shift"]
 
 _OFFSET = re.compile(r"^(?:UTC)?([+-])(\d{1,2})(?::?(\d{2}))?$")
 _TABLE_YEARS = (1900, 2100)
@@ -190,11 +191,17 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock",
         if bad is not None:
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got {bad}")
         return value.unsqueeze(-1)
+    return torch.full((1,), clock_number(clock, name), dtype=torch.float64, device=times.device)
+
+
+def clock_number(clock: Any, name: str = "clock") -> float:
+    """A clock given as a number (one for every timeline), checked as :func:`clock_tensor` checks it: a finite
+    time since the epoch (TypeError for anything but a real number)."""
     if isinstance(clock, (int, float, np.integer, np.floating)) and not isinstance(clock, bool):
         if not abs(_as_float(clock)) <= MAX_CLOCK:
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got "
                              f"{clock!r}")
-        return torch.full((1,), float(clock), dtype=torch.float64, device=times.device)
+        return float(clock)
     raise TypeError(f"{name} must be a number or a tensor of one clock time per timeline, got "
                     f"{type(clock).__name__}")
 

@@ -102,6 +102,11 @@ class TimelineEncoder(ConstantBuffers):
         :meth:`encode_packed` with ``times [N]`` and ``cu_seqlens [B + 1]``) -> ``[N, dim]``: no padding made,
         each event's numbers exactly as in the padded layout.
 
+    On CUDA, a summed encoder of ``absolute`` / ``periodic`` / ``gap`` with no gradient wanted (``torch.no_grad()``,
+    or ``requires_grad_(False)``) runs as one fused Triton launch (:mod:`omnipos.timeseries.timeline_triton`: the
+    same arithmetic, values checked in-kernel with one host sync, none inside a CUDA graph capture); every other
+    configuration takes the component-by-component path.
+
     Precision: sinusoids are formed in float64 and evaluated in float32 (float64 for a float64 module); a
     float16 / bfloat16 module computes in float32 and rounds once at the end. Every output value is computed
     element by element (the periodic lift too), so a timeline's encoding is the same, to the bit, alone or in

@@ -283,7 +283,7 @@ def maybe_encode(encoder: Any, times: torch.Tensor, mask: torch.Tensor | None, c
     ``times`` / ``mask`` are checked for type and shape already (``check_times``), on the module's device."""
     if not applies(encoder, times):
         return None
-    from .clock import clock_tensor
+    from .clock import clock_number, clock_tensor
 
     periodic = "periodic" in encoder.components
     if periodic and clock is None:
@@ -307,8 +307,7 @@ def maybe_encode(encoder: Any, times: torch.Tensor, mask: torch.Tensor | None, c
             value = value.expand(*times.shape[:-1], 1).reshape(rows)
             clock_mode, clock_rows, c_sr = 1, value, value.stride(0)
         else:
-            clock_tensor(clock, times[..., :0])  # the number's checks (host-side, no tensor made on the host)
-            clock_mode, clock_scalar = 2, float(clock)
+            clock_mode, clock_scalar = 2, clock_number(clock)  # a kernel argument: no tensor made for it
     dim = encoder.dim
     out = torch.empty(*times.shape, dim, dtype=encoder.dtype, device=times.device)
     if times.device.type == "meta":
