@@ -213,3 +213,23 @@ def test_cuda_graph_capture_and_replay_equal_eager():
         graph.replay()
         for name, call in calls.items():
             assert torch.equal(outs[name], call()), name
+
+
+def test_kernels_compile_for_hopper():
+    """Both kernels (tokens and one-hot, with and without a mask: the in-kernel row-length search) lower to sm_90
+    PTX, where Triton's interpreter cannot show it."""
+    if not dna_triton.HAS_TRITON:
+        pytest.skip("triton not importable")
+    from support.triton_compile import compile_for
+
+    ptx = compile_for(dna_triton._one_hot_kernel, dict(tok_ptr="*u8", table_ptr="*bf16", out_ptr="*bf16", N="i64"),
+                      dict(C=5, CP=8, BLOCK=1024))
+    assert ".entry _one_hot_kernel" in ptx
+    for tokens, has_mask, channels, dtype in ((True, False, 1, "u8"), (True, True, 1, "i64"), (False, True, 4, "fp32"),
+                                              (False, False, 5, "bf16")):
+        types = dict(x_ptr="*" + dtype, m_ptr="*u8" if has_mask else "*" + dtype, out_ptr="*" + dtype, L="i32",
+                     L_BLOCKS="i32", x_sb="i32", x_sl="i32", m_sb="i32", o_sb="i32")
+        constexprs = dict(C=channels, CP=1 << (channels - 1).bit_length(), BLOCK_L=1024, HAS_MASK=has_mask,
+                          TOKENS=tokens, COMPLEMENT_PADS=channels == 5, NIBBLES=dna_triton.COMPLEMENT_NIBBLES,
+                          PROBES=128)
+        assert ".entry _rc_kernel" in compile_for(dna_triton._rc_kernel, types, constexprs)

@@ -252,3 +252,31 @@ def test_cpu_summed_path_keeps_the_leading_axes():
     out = enc(times, mask)
     assert out.shape == (2, 3, 5, 12)
     assert torch.equal(out[1, 2], enc(times[1, 2:3], mask[1, 2:3])[0])
+
+
+@pytest.mark.parametrize("variant", ["all, New York, mask, checks", "gap first, fixed zone, no mask, bf16 out"])
+def test_kernel_compiles_for_hopper(variant):
+    """The device branch (libdevice's exact fmod and log1p, no FMA contraction: the eager path rounds each product
+    and each sum) lowers to sm_90 PTX; Triton's interpreter runs the other branch."""
+    if not timeline_triton.HAS_TRITON:
+        pytest.skip("triton not importable")
+    from support.triton_compile import compile_for
+
+    all_parts = variant.startswith("all")
+    f64 = "*fp64"
+    types = dict(t_ptr=f64, m_ptr="*u8", c_ptr=f64, o_ptr="*fp32" if all_parts else "*bf16", flag_ptr="*i32",
+                 cyc_ptr=f64, gcyc_ptr=f64, per_ptr=f64, pmod_ptr=f64, tzt_ptr=f64, tzo_ptr=f64, w_ptr="*fp32",
+                 scr_ptr=f64, L="i32", L_BLOCKS="i32", t_sr="i32", m_sr="i32", c_sr="i32", o_sr="i32", w_sd="i32",
+                 w_sk="i32", T="i32", gap_scale="fp64", log_gap_scale="fp64", clock_scalar="fp64")
+    dim = 64 if all_parts else 16  # (a smaller tile compiles faster)
+    constexprs = dict(DIM=dim, HALF=dim // 2, BLOCK_L=64, BLOCK_HALF=dim // 2, ABS_AT=0 if all_parts else 1, PER_AT=1 if all_parts
+                      else 2, GAP_AT=2 if all_parts else 0, HAS_ABS=True, HAS_PER=True, HAS_GAP=True, P=2,
+                      H=1 if all_parts else 2, HAS_MASK=all_parts, CLOCK_MODE=1 if all_parts else 2,
+                      TZ_STEPS=9 if all_parts else 0, CHECK=all_parts, CHECK_F16=False, LIBDEVICE=True,
+                      GAP_SLOTS=1, SLOTS=1 + (4 if all_parts else 8))
+    ptx = compile_for(timeline_triton._timeline_kernel, types, constexprs, enable_fp_fusion=False)
+    assert ".entry _timeline_kernel" in ptx
+    assert "fma.rn.f32" not in ptx and "sin.approx" not in ptx and "cos.approx" not in ptx
+    # the per-event float64 work (two remainders and a division per period) is done once per event, not again by
+    # each thread holding the event's row of a tile (a program holds 64 events, 128 threads: <= 1 event a thread)
+    assert ptx.count("div.rn.f64") <= 2 * 2, ptx.count("div.rn.f64")

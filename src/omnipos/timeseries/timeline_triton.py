@@ -119,7 +119,7 @@ if HAS_TRITON:
     @triton.jit
     def _timeline_kernel(
         t_ptr, m_ptr, c_ptr, o_ptr, flag_ptr,
-        cyc_ptr, gcyc_ptr, per_ptr, pmod_ptr, tzt_ptr, tzo_ptr, w_ptr,
+        cyc_ptr, gcyc_ptr, per_ptr, pmod_ptr, tzt_ptr, tzo_ptr, w_ptr, scr_ptr,
         L, L_BLOCKS, t_sr, m_sr, c_sr, o_sr, w_sd, w_sk, T,
         gap_scale, log_gap_scale, clock_scalar,
         DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_HALF: tl.constexpr,
@@ -127,6 +127,7 @@ if HAS_TRITON:
         HAS_ABS: tl.constexpr, HAS_PER: tl.constexpr, HAS_GAP: tl.constexpr,
         P: tl.constexpr, H: tl.constexpr, HAS_MASK: tl.constexpr, CLOCK_MODE: tl.constexpr,
         TZ_STEPS: tl.constexpr, CHECK: tl.constexpr, CHECK_F16: tl.constexpr, LIBDEVICE: tl.constexpr,
+        GAP_SLOTS: tl.constexpr, SLOTS: tl.constexpr,
     ):
         pid = tl.program_id(0)
         row = (pid // L_BLOCKS).to(tl.int64)
@@ -134,6 +135,8 @@ if HAS_TRITON:
         s = s0 + tl.arange(0, BLOCK_L)
         in_row = s < L
         t_row = t_ptr + row * t_sr
+        lane = tl.arange(0, BLOCK_L)
+        scratch = scr_ptr + pid.to(tl.int64) * (SLOTS * BLOCK_L)  # this program's [SLOTS, BLOCK_L] float64
         if HAS_MASK:
             real = (tl.load(m_ptr + row * m_sr + s, mask=in_row, other=0) != 0) & in_row
         else:
@@ -177,15 +180,7 @@ if HAS_TRITON:
             x = _log1p(ratio, LIBDEVICE)
             big = ratio == float("inf")
             x = tl.where(big, tl.log(tl.where(big, gap, 1.0)) - log_gap_scale, x)
-            gturns = x[:, None] * tl.load(gcyc_ptr + j, mask=j_ok, other=0.0)[None, :]
-            gs, gc = _centered_sincos(gturns)
-            gap_tile = _interleave(gs, gc, BLOCK_L, BLOCK_HALF)
-
-        if HAS_ABS:
-            turns = t64[:, None] * tl.load(cyc_ptr + j, mask=j_ok, other=0.0)[None, :]
-            turns = tl.where(tl.abs(turns) < 9007199254740992.0, turns, 0.0)  # >= 2**53 turns: a whole number
-            a_s, a_c = _centered_sincos(turns)
-            abs_tile = _interleave(a_s, a_c, BLOCK_L, BLOCK_HALF)
+            tl.store(scratch + lane, x)
 
         if HAS_PER:
             if CLOCK_MODE == 1:
@@ -213,40 +208,57 @@ if HAS_TRITON:
                     lo = tl.where(right, mid + 1, lo)
                     hi = tl.where(active & ~right, mid, hi)
                 offset = tl.load(tzo_ptr + lo)
+            for p in tl.static_range(P):
+                period = tl.load(per_ptr + p)
+                shift = _remainder(clock, period, LIBDEVICE) + (offset - tl.load(pmod_ptr + p))
+                fraction = _remainder(t64 + shift, period, LIBDEVICE) / period
+                for h in tl.static_range(1, H + 1):
+                    if h == 1:
+                        ht = fraction
+                    else:
+                        ht = fraction * h
+                    ht = ht - tl.where(ht < 0, tl.ceil(ht), tl.floor(ht))  # torch.frac
+                    phase = (ht * 6.283185307179586).to(tl.float32)
+                    k = GAP_SLOTS + (p * H + h - 1) * 2
+                    tl.store(scratch + k * BLOCK_L + lane, tl.sin(phase).to(tl.float64))
+                    tl.store(scratch + (k + 1) * BLOCK_L + lane, tl.cos(phase).to(tl.float64))
 
+        # The per-event values (log-gaps, periodic features) were computed one event per lane and staged in this
+        # program's scratch: read back for the [events, channels] tiles, they are not recomputed by every thread
+        # holding a row of a tile (the compiler would otherwise rematerialise their float64 chains in the tiles'
+        # layout: 16x the per-event work, measured in the PTX as 16x the float64 divisions).
+        tl.debug_barrier()
         acc = tl.zeros([BLOCK_L, 2 * BLOCK_HALF], dtype=tl.float32)
         for slot in tl.static_range(3):
             if slot == ABS_AT:
+                turns = t64[:, None] * tl.load(cyc_ptr + j, mask=j_ok, other=0.0)[None, :]
+                turns = tl.where(tl.abs(turns) < 9007199254740992.0, turns, 0.0)  # >= 2**53 turns: whole
+                a_s, a_c = _centered_sincos(turns)
+                abs_tile = _interleave(a_s, a_c, BLOCK_L, BLOCK_HALF)
                 if slot == 0:
                     acc = abs_tile
                 else:
                     acc = acc + abs_tile
             if slot == GAP_AT:
+                gturns = tl.load(scratch + lane)[:, None] * tl.load(gcyc_ptr + j, mask=j_ok, other=0.0)[None, :]
+                gs, gc = _centered_sincos(gturns)
+                gap_tile = _interleave(gs, gc, BLOCK_L, BLOCK_HALF)
                 if slot == 0:
                     acc = gap_tile
                 else:
                     acc = acc + gap_tile
             if slot == PER_AT:
-                for p in tl.static_range(P):
-                    period = tl.load(per_ptr + p)
-                    shift = _remainder(clock, period, LIBDEVICE) + (offset - tl.load(pmod_ptr + p))
-                    fraction = _remainder(t64 + shift, period, LIBDEVICE) / period
-                    for h in tl.static_range(1, H + 1):
-                        if h == 1:
-                            ht = fraction
-                        else:
-                            ht = fraction * h
-                        ht = ht - tl.where(ht < 0, tl.ceil(ht), tl.floor(ht))  # torch.frac
-                        phase = (ht * 6.283185307179586).to(tl.float32)
-                        k = (p * H + h - 1) * 2
-                        w_s = tl.load(w_ptr + d * w_sd + k * w_sk, mask=d_ok, other=0.0).to(tl.float32)
-                        w_c = tl.load(w_ptr + d * w_sd + (k + 1) * w_sk, mask=d_ok, other=0.0).to(tl.float32)
-                        term = tl.sin(phase)[:, None] * w_s[None, :]
-                        if slot + p + h == 1:  # the very first product of the sum is written, not added
-                            acc = term
-                        else:
-                            acc = acc + term
-                        acc = acc + tl.cos(phase)[:, None] * w_c[None, :]
+                for k in tl.static_range(0, 2 * P * H, 2):
+                    w_s = tl.load(w_ptr + d * w_sd + k * w_sk, mask=d_ok, other=0.0).to(tl.float32)
+                    w_c = tl.load(w_ptr + d * w_sd + (k + 1) * w_sk, mask=d_ok, other=0.0).to(tl.float32)
+                    sin = tl.load(scratch + (GAP_SLOTS + k) * BLOCK_L + lane).to(tl.float32)
+                    cos = tl.load(scratch + (GAP_SLOTS + k + 1) * BLOCK_L + lane).to(tl.float32)
+                    term = sin[:, None] * w_s[None, :]
+                    if slot + k == 0:  # the very first product of the sum is written, not added
+                        acc = term
+                    else:
+                        acc = acc + term
+                    acc = acc + cos[:, None] * w_c[None, :]
 
         keep = real[:, None] & d_ok[None, :]
         if CHECK_F16:
@@ -323,11 +335,15 @@ def maybe_encode(encoder: Any, times: torch.Tensor, mask: torch.Tensor | None, c
     block_l = max(1, min(64, 4096 // (2 * block_half)))
     l_blocks = -(-length // block_l)
     any_table = encoder.periods
+    gap_slots = 1 if "gap" in encoder.components else 0
+    slots = gap_slots + (2 * encoder.periods.shape[0] * encoder.harmonics if periodic else 0)
+    # per program, its events' log-gaps and periodic features (float64: the float32 features are exact in it)
+    scratch = torch.empty(max(1, rows * l_blocks * slots * block_l), dtype=torch.float64, device=times.device)
     _timeline_kernel[(rows * l_blocks,)](
         t2, m2 if m2 is not None else t2, clock_rows if clock_rows is not None else any_table, out, flag,
         cycles if cycles is not None else any_table, gap_cycles if gap_cycles is not None else any_table,
         encoder.periods, encoder.phase_mod, transitions if transitions.numel() else any_table, offsets,
-        weight.detach() if weight is not None else any_table,
+        weight.detach() if weight is not None else any_table, scratch,
         length, l_blocks, t2.stride(0), m2.stride(0) if m2 is not None else 0, c_sr, length * dim,
         weight.stride(0) if weight is not None else 0, weight.stride(1) if weight is not None else 0,
         transitions.numel(), float(encoder.gap_scale), math.log(encoder.gap_scale), clock_scalar,
@@ -337,6 +353,7 @@ def maybe_encode(encoder: Any, times: torch.Tensor, mask: torch.Tensor | None, c
         P=encoder.periods.shape[0], H=encoder.harmonics, HAS_MASK=m2 is not None, CLOCK_MODE=clock_mode,
         TZ_STEPS=_steps(transitions.numel()) if periodic else 0, CHECK=check,
         CHECK_F16=check and encoder.dtype == torch.float16, LIBDEVICE=not _interpreting(),
+        GAP_SLOTS=gap_slots, SLOTS=max(slots, 1),
         enable_fp_fusion=False,
     )
     if check and bool(flag.item()):  # the one host sync of an eager call
