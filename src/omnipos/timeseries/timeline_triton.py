@@ -226,7 +226,8 @@ if HAS_TRITON:
         # The per-event values (log-gaps, periodic features) were computed one event per lane and staged in this
         # program's scratch: read back for the [events, channels] tiles, they are not recomputed by every thread
         # holding a row of a tile (the compiler would otherwise rematerialise their float64 chains in the tiles'
-        # layout: 16x the per-event work, measured in the PTX as 16x the float64 divisions).
+        # layout: 16x the per-event work, measured in the PTX as 16x the float64 divisions). Read through L2
+        # (.cg): written by other threads of the program before the barrier.
         tl.debug_barrier()
         acc = tl.zeros([BLOCK_L, 2 * BLOCK_HALF], dtype=tl.float32)
         for slot in tl.static_range(3):
@@ -240,7 +241,8 @@ if HAS_TRITON:
                 else:
                     acc = acc + abs_tile
             if slot == GAP_AT:
-                gturns = tl.load(scratch + lane)[:, None] * tl.load(gcyc_ptr + j, mask=j_ok, other=0.0)[None, :]
+                x = tl.load(scratch + lane, cache_modifier=".cg")
+                gturns = x[:, None] * tl.load(gcyc_ptr + j, mask=j_ok, other=0.0)[None, :]
                 gs, gc = _centered_sincos(gturns)
                 gap_tile = _interleave(gs, gc, BLOCK_L, BLOCK_HALF)
                 if slot == 0:
@@ -251,8 +253,9 @@ if HAS_TRITON:
                 for k in tl.static_range(0, 2 * P * H, 2):
                     w_s = tl.load(w_ptr + d * w_sd + k * w_sk, mask=d_ok, other=0.0).to(tl.float32)
                     w_c = tl.load(w_ptr + d * w_sd + (k + 1) * w_sk, mask=d_ok, other=0.0).to(tl.float32)
-                    sin = tl.load(scratch + (GAP_SLOTS + k) * BLOCK_L + lane).to(tl.float32)
-                    cos = tl.load(scratch + (GAP_SLOTS + k + 1) * BLOCK_L + lane).to(tl.float32)
+                    sin = tl.load(scratch + (GAP_SLOTS + k) * BLOCK_L + lane, cache_modifier=".cg").to(tl.float32)
+                    cos = tl.load(scratch + (GAP_SLOTS + k + 1) * BLOCK_L + lane, cache_modifier=".cg")
+                    cos = cos.to(tl.float32)
                     term = sin[:, None] * w_s[None, :]
                     if slot + k == 0:  # the very first product of the sum is written, not added
                         acc = term
