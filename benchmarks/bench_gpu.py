@@ -155,12 +155,13 @@ def timelines_section(bench: Bench, timer: Timer, device: str, quick: bool, dry:
     for name, kwargs in configs:
         for dtype in (torch.float32, torch.bfloat16):
             encoder = TimelineEncoder(**{"dim": 64, **kwargs}, unit="s").requires_grad_(False)
-            cpu = encoder(times, mask, clock)
+            few = min(rows, 200)  # (a timeline encodes to the same numbers alone or in any batch)
+            cpu = encoder(times[:few], mask[:few], clock[:few])
             encoder = encoder.to(device).to(dtype)
             args = times.to(device), mask.to(device), clock.to(device)
             out = encoder(*args)
             old = eager_path(lambda: encoder(*args))()
-            diff = float((out.float().cpu() - cpu).abs().max())
+            diff = float((out[:few].float().cpu() - cpu).abs().max())
             versus_clone(bench, timer, f"{name} [{rows:,}, {length}] {str(dtype)[6:]}", lambda: encoder(*args), out,
                          max_diff_vs_cpu=diff, max_diff_vs_eager_path=float((out.float() - old.float()).abs().max()))
 
