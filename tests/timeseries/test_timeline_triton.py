@@ -270,7 +270,7 @@ def test_kernel_compiles_for_hopper(variant):
                  w_sk="i32", T="i32", gap_scale="fp64", log_gap_scale="fp64", clock_scalar="fp64")
     dim = 64 if all_parts else 16  # (a smaller tile compiles faster)
     constexprs = dict(DIM=dim, HALF=dim // 2, BLOCK_L=64, BLOCK_HALF=dim // 2, ABS_AT=0 if all_parts else 1, PER_AT=1 if all_parts
-                      else 2, GAP_AT=2 if all_parts else 0, HAS_ABS=True, HAS_PER=True, HAS_GAP=True, P=2,
+                      else 2, GAP_AT=2 if all_parts else 0, HAS_PER=True, HAS_GAP=True, P=2,
                       H=1 if all_parts else 2, HAS_MASK=all_parts, CLOCK_MODE=1 if all_parts else 2,
                       TZ_STEPS=9 if all_parts else 0, CHECK=all_parts, CHECK_F16=False, LIBDEVICE=True,
                       GAP_SLOTS=1, SLOTS=1 + (4 if all_parts else 8))

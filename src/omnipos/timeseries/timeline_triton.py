@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..core import can_inspect_values
+from .clock import clock_number, clock_tensor
 
 try:  # pragma: no cover - depends on the installation
     import triton
@@ -124,7 +125,7 @@ if HAS_TRITON:
         gap_scale, log_gap_scale, clock_scalar,
         DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_HALF: tl.constexpr,
         ABS_AT: tl.constexpr, PER_AT: tl.constexpr, GAP_AT: tl.constexpr,
-        HAS_ABS: tl.constexpr, HAS_PER: tl.constexpr, HAS_GAP: tl.constexpr,
+        HAS_PER: tl.constexpr, HAS_GAP: tl.constexpr,
         P: tl.constexpr, H: tl.constexpr, HAS_MASK: tl.constexpr, CLOCK_MODE: tl.constexpr,
         TZ_STEPS: tl.constexpr, CHECK: tl.constexpr, CHECK_F16: tl.constexpr, LIBDEVICE: tl.constexpr,
         GAP_SLOTS: tl.constexpr, SLOTS: tl.constexpr,
@@ -298,8 +299,6 @@ def maybe_encode(encoder: Any, times: torch.Tensor, mask: torch.Tensor | None, c
     ``times`` / ``mask`` are checked for type and shape already (``check_times``), on the module's device."""
     if not applies(encoder, times):
         return None
-    from .clock import clock_number, clock_tensor
-
     periodic = "periodic" in encoder.components
     if periodic and clock is None:
         return None  # the eager path raises clock_required
@@ -352,7 +351,7 @@ def maybe_encode(encoder: Any, times: torch.Tensor, mask: torch.Tensor | None, c
         transitions.numel(), float(encoder.gap_scale), math.log(encoder.gap_scale), clock_scalar,
         DIM=dim, HALF=half, BLOCK_L=block_l, BLOCK_HALF=block_half,
         ABS_AT=at["absolute"], PER_AT=at["periodic"], GAP_AT=at["gap"],
-        HAS_ABS="absolute" in encoder.components, HAS_PER=periodic, HAS_GAP="gap" in encoder.components,
+        HAS_PER=periodic, HAS_GAP="gap" in encoder.components,
         P=encoder.periods.shape[0], H=encoder.harmonics, HAS_MASK=m2 is not None, CLOCK_MODE=clock_mode,
         TZ_STEPS=_steps(transitions.numel()) if periodic else 0, CHECK=check,
         CHECK_F16=check and encoder.dtype == torch.float16, LIBDEVICE=not _interpreting(),
