@@ -7,8 +7,9 @@
 #       backports.zstd biopython pyamg rotary-embedding-torch diffusers importlib_metadata lazy-importer liger-kernel
 #   cp -r ../shared/peer-data .peer
 #
-#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [lappe] [jacobi] [rope] [qknorm] [profile] [tune]
-#               (carry: .whl, .peer)
+#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [lappe] [jacobi] [rope] [qknorm] [profile]
+#               [tune] [kernels]
+#   (carry: .whl, .peer; kernels: the timeline / DNA kernels' gpu tests and their benchmark rows alone)
 # Logs and JSON land in $OUT.
 set -u
 export PYTHONUNBUFFERED=1
@@ -58,6 +59,12 @@ for step in $steps; do
         jacobi)  # the batched Jacobi kernel's tests alone (gpu and CPU-side), before the benchmark
             timeout 180 python3 -m pytest tests/graph/test_jacobi_triton.py -m "not slow" -n 0 -q -p no:cacheprovider 2>&1 \
                 | tee "$OUT/jacobi_tests.log" | tail -20 ;;
+        kernels)
+            timeout 180 python3 -m pytest tests/timeseries/test_timeline_triton.py tests/dna/test_dna_triton.py \
+                tests/timeseries/test_gpu.py -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/kernels_tests.log" \
+                | tail -20
+            (cd benchmarks && timeout 200 python3 bench_gpu.py --only timelines,dna --out "$OUT/kernels.json" 2>&1 \
+                | tee "$OUT/kernels.log" | tail -20) ;;
         profile)
             (cd benchmarks && timeout 200 python3 profile_gpu.py --out "$OUT/profile.txt" 2>&1 | tail -120) ;;
         tune)

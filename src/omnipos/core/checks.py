@@ -88,11 +88,18 @@ def can_inspect_values(*tensors: Any) -> bool:
     """Whether checks that read values on the host (NaN, ranges, sortedness, ``.item()``) can run now.
 
     False while ``torch.compile`` traces (a host sync would break the graph: such checks stay in eager mode, and
-    a compiled call trusts its inputs) and when any of ``tensors`` is a meta tensor (shapes without values);
+    a compiled call trusts its inputs), while a CUDA tensor among ``tensors`` is in a CUDA graph capture (a sync
+    there is an error; a captured call trusts its inputs likewise) and when any of ``tensors`` is a meta tensor
+    (shapes without values);
     arguments that are not tensors (None, lists) are ignored. Shape and dtype checks never need this: they run
     everywhere. The one test every domain uses for "may I look at the values?".
     """
-    return not torch.compiler.is_compiling() and not any(isinstance(t, torch.Tensor) and t.is_meta for t in tensors)
+    if torch.compiler.is_compiling():
+        return False
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and (t.is_meta or (t.is_cuda and torch.cuda.is_current_stream_capturing())):
+            return False
+    return True
 
 
 def check_finite(tensor: torch.Tensor, name: str) -> None:

@@ -47,6 +47,7 @@ from ..core import (
     lengths_to_mask,
     take_rows,
 )
+from . import dna_triton
 from .limits import check_batch_bytes, check_token_dtype
 
 __all__ = [
@@ -442,6 +443,8 @@ def one_hot(
         table = _ONE_HOT_ROWS[ambiguity, soft_mask_channel].to(dtype=dtype, device=tokens.device)
     else:
         table = _cached_one_hot_table(ambiguity, dtype, tokens.device, soft_mask_channel)
+    if tokens.device.type in dna_triton.KERNEL_DEVICE_TYPES and dna_triton.enabled(tokens):
+        return dna_triton.one_hot_rows(tokens, table)  # one launch, the table's rows as they are
     if tokens.is_cuda and table.shape[1] * table.element_size() % 16 == 0:
         # torch gathers rows of a multiple of 16 bytes with vector loads (vectorized_gather_kernel), which from a
         # 32-row table ran 40x slower on an H200 than gathering its columns: 90 ms against 3.6 ms for 150M float32

@@ -18,6 +18,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..core import can_inspect_values, mask_to_lengths, take_rows
+from . import dna_triton
 from .alphabet import (
     IUPAC_COMPLEMENT,
     PAD,
@@ -143,6 +144,11 @@ def _numpy_ok(x: torch.Tensor, mask: torch.Tensor) -> bool:
             and not x.is_meta and not (torch.is_grad_enabled() and x.requires_grad) and x.dtype != torch.bfloat16)
 
 
+def _kernel_applies(batch: torch.Tensor) -> bool:
+    """Whether the Triton kernel reverses this batch (a CUDA tensor, Triton importable, no gradient wanted)."""
+    return batch.device.type in dna_triton.KERNEL_DEVICE_TYPES and dna_triton.enabled(batch)
+
+
 def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
     """Reverse complement of DNA in any of omnipos' forms.
 
@@ -175,10 +181,14 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
             raise ValueError(f"a one-hot x must be [B, L, 4|5] or [L, 4|5], got shape {tuple(x.shape)}")
         single = x.ndim == 2
         batch = x.unsqueeze(0) if single else x
+        if mask is not None and single:
+            mask = check_bool_mask(mask, x.shape[:1]).reshape(1, -1)
+        if _kernel_applies(batch):  # one launch on CUDA; a one-hot batch without a mask has no padding
+            mask = None if mask is None else check_mask(mask, batch.shape[:2]).to(x.device)
+            out = dna_triton.reverse_complement_rows(batch, mask, tokens=False)
+            return out[0] if single else out
         if mask is None:
             mask = torch.ones(batch.shape[:2], dtype=torch.bool, device=x.device)
-        elif single:
-            mask = check_bool_mask(mask, x.shape[:1]).reshape(1, -1)
         mask = check_bool_mask(mask, batch.shape[:2])
         # A, C, G, T -> T, G, C, A is the channel order reversed; a soft-mask channel stays put.
         if batch.shape[-1] == 4 and _numpy_ok(batch, mask):  # checks the mask's order itself, in NumPy
@@ -208,10 +218,18 @@ def reverse_complement(x: Any, mask: torch.Tensor | None = None) -> Any:
         raise ValueError(f"token x must be [B, L] or [L], got shape {tuple(tokens.shape)}")
     single = tokens.ndim == 1
     batch = tokens.unsqueeze(0) if single else tokens
+    if mask is not None and single:
+        mask = check_bool_mask(mask, tokens.shape).reshape(1, -1)
+    if _kernel_applies(batch):  # one launch on CUDA; without a mask the kernel finds each row's pads itself
+        if mask is None:
+            if can_inspect_values(batch):  # the eager path's check of where the pads are (skipped when capturing)
+                check_mask(batch != PAD, batch.shape[:2])
+        else:
+            mask = check_mask(mask, batch.shape[:2]).to(x.device)
+        out = dna_triton.reverse_complement_rows(batch, mask, tokens=True)
+        return out[0] if single else out
     if mask is None:
         mask = batch != PAD
-    elif single:
-        mask = check_bool_mask(mask, tokens.shape).reshape(1, -1)
     out = flip_within_lengths(complement_tokens(batch), mask)
     return out[0] if single else out
 

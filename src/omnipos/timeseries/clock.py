@@ -26,7 +26,8 @@ from ..core import can_inspect_values
 from .calendar import parse_time_string
 from .durations import UNITS
 
-__all__ = ["timezone_name", "timezone_table", "timezone_tensors", "local_offset", "clock_tensor", "phase_shift"]
+__all__ = ["timezone_name", "timezone_table", "timezone_tensors", "local_offset", "clock_tensor", "clock_number",
+           "phase_shift"]
 
 _OFFSET = re.compile(r"^(?:UTC)?([+-])(\d{1,2})(?::?(\d{2}))?$")
 _TABLE_YEARS = (1900, 2100)
@@ -150,12 +151,13 @@ def local_offset(utc: torch.Tensor, transitions: torch.Tensor, offsets: torch.Te
 
 
 def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock",
-                 mask: torch.Tensor | None = None) -> torch.Tensor:
+                 mask: torch.Tensor | None = None, *, check_values: bool = True) -> torch.Tensor:
     """``clock`` (a number, or a tensor of ``times.shape[:-1]`` or broadcastable to it) -> float64 ``[..., 1]``
     on times' device, ready to add to ``times [..., L]``.
 
     A row with no real event in ``mask`` may have a NaN clock (missing: :class:`EventBatch` gives it to a subject
-    without a timed event); every other clock must be finite."""
+    without a timed event); every other clock must be finite. ``check_values=False``: a tensor's values are not
+    read (the caller checks them, as the CUDA timeline kernel does in-kernel); types and shapes still are."""
     if isinstance(clock, torch.Tensor):
         if clock.dtype == torch.bool or clock.is_complex():
             raise TypeError(f"{name} must be real-valued, got {clock.dtype}")
@@ -174,7 +176,7 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock",
         if value.ndim > times.ndim - 1:
             raise ValueError(f"{name} {tuple(value.shape)} has more axes than times without its last axis "
                              f"{tuple(times.shape[:-1])}")
-        if can_inspect_values(value) and value.numel() and \
+        if check_values and can_inspect_values(value) and value.numel() and \
                 not bool((value.abs() <= MAX_CLOCK).all()):
             invalid = ~(value.abs() <= MAX_CLOCK)
             if mask is not None:  # NaN is allowed where the row holds no event
@@ -189,11 +191,17 @@ def clock_tensor(clock: Any, times: torch.Tensor, name: str = "clock",
         if bad is not None:
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got {bad}")
         return value.unsqueeze(-1)
+    return torch.full((1,), clock_number(clock, name), dtype=torch.float64, device=times.device)
+
+
+def clock_number(clock: Any, name: str = "clock") -> float:
+    """A clock given as a number (one for every timeline), checked as :func:`clock_tensor` checks it: a finite
+    time since the epoch (TypeError for anything but a real number)."""
     if isinstance(clock, (int, float, np.integer, np.floating)) and not isinstance(clock, bool):
         if not abs(_as_float(clock)) <= MAX_CLOCK:
             raise ValueError(f"{name} must be a finite time since the epoch (|clock| <= {MAX_CLOCK:g}), got "
                              f"{clock!r}")
-        return torch.full((1,), float(clock), dtype=torch.float64, device=times.device)
+        return float(clock)
     raise TypeError(f"{name} must be a number or a tensor of one clock time per timeline, got "
                     f"{type(clock).__name__}")
 

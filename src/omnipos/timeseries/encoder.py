@@ -20,6 +20,7 @@ from ..core import (
     put_rows,
     take_rows,
 )
+from . import timeline_triton
 from .absolute import absolute_cycles, absolute_features
 from .clock import clock_tensor, phase_shift, timezone_name, timezone_tensors
 from .durations import UNITS, check_unit, positive_duration
@@ -100,6 +101,11 @@ class TimelineEncoder(ConstantBuffers):
         component refuses to run without it. ``forward(packed)`` with a :class:`PackedEvents` (or
         :meth:`encode_packed` with ``times [N]`` and ``cu_seqlens [B + 1]``) -> ``[N, dim]``: no padding made,
         each event's numbers exactly as in the padded layout.
+
+    On CUDA, a summed encoder of ``absolute`` / ``periodic`` / ``gap`` with no gradient wanted (``torch.no_grad()``,
+    or ``requires_grad_(False)``) runs as one fused Triton launch (:mod:`omnipos.timeseries.timeline_triton`: the
+    same arithmetic, values checked in-kernel with one host sync, none inside a CUDA graph capture); every other
+    configuration takes the component-by-component path.
 
     Precision: sinusoids are formed in float64 and evaluated in float32 (float64 for a float64 module); a
     float16 / bfloat16 module computes in float32 and rounds once at the end. Every output value is computed
@@ -235,6 +241,11 @@ class TimelineEncoder(ConstantBuffers):
         # eager: the values are checked below on the real events only (the same errors)
         times, mask = check_times(times, mask, check_sorted=False, check_values=not eager)
         check_module_device(self.dtype_tracker.device, times)
+        if times.device.type in timeline_triton.KERNEL_DEVICE_TYPES:
+            # one fused launch on CUDA where it covers the call (timeline_triton's docstring says which)
+            fused = timeline_triton.maybe_encode(self, times, mask, clock)
+            if fused is not None:
+                return fused
         uses_gaps = bool({"gap", "gap_bucket"} & set(self.components))
         clocks = None
         if "periodic" in self.sizes:
@@ -262,7 +273,7 @@ class TimelineEncoder(ConstantBuffers):
                          fill=0 if slots.numel() < mask.numel() else None)
         target = out.view(-1, self.dim)
         if self._sums_in_blocks(out_dtype, times):
-            return self._summed_blocks(target, flat_t, flat_g, rows_c, rows_cm, row, slots).view(out.shape)
+            return self._summed_blocks(target, flat_t, flat_g, rows_c, rows_cm, row, slots).view(*mask.shape, self.dim)
         # On CPU, blocks small enough to stay in cache while they are encoded and filled in: the work is
         # memory-bound (float64 phase buffers). Elsewhere one block (no syncs).
         step = self.chunk if times.device.type == "cpu" else max(1, slots.numel())
