@@ -10,6 +10,7 @@ HF ViT's ``interpolate_pos_encoding`` is ``antialias=False``; timm (and DINOv2 `
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -62,6 +63,15 @@ def _axis_weights(n_in: int, n_out: int, mode: str, antialias: bool, dtype: torc
     a 2-D resize is ``W_h @ table @ W_w^T``), read off by resizing an identity in float64."""
     eye = torch.eye(n_in, dtype=torch.float64, device=device)
     return _resize(eye[None, None], (n_out, n_in), mode, antialias)[0, 0].to(dtype)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_axis_weights(n_in: int, n_out: int, mode: str, antialias: bool, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`_axis_weights` on the CPU, computed once per size (the same bits: the same float64 computation),
+    for the eager CPU path of :func:`resample_pos_embed_per_image`. Built outside inference mode, so that a first
+    call under ``torch.inference_mode()`` does not leave inference tensors for later calls; never written to."""
+    with torch.inference_mode(False), torch.no_grad():
+        return _axis_weights(n_in, n_out, mode, antialias, dtype, torch.device("cpu"))
 
 
 def _interpolate_operator(source: tuple[int, int], grid: tuple[int, int], mode: str, antialias: bool,
@@ -356,38 +366,70 @@ def resample_pos_embed_per_image(
         raise TypeError(f"exact must be a bool, got {exact!r}")
     work = _work_dtype(table.dtype)
     grid_table = patches.to(work).reshape(*source, dim)
+    # eager CPU outside autograd: each image's rows are written straight into the output (below)
+    direct = not exact and work == table.dtype and _numpy_ok(grid_table)
     if exact:
         image = grid_table.permute(2, 0, 1).unsqueeze(0)
         resized = [_resize_differentiable(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1)
                    for grid in distinct]
     else:  # W_h @ table @ W_w^T; the height pass is shared by the grids of one height
         heights, widths = dict.fromkeys(g[0] for g in distinct), dict.fromkeys(g[1] for g in distinct)
-        rows = {h: _axis_weights(source[0], h, mode, antialias, work, device) for h in heights}
-        cols = {w: _axis_weights(source[1], w, mode, antialias, work, device) for w in widths}
+        if direct:  # the same float64 weights, computed once per size and process
+            rows = {h: _cached_axis_weights(source[0], h, mode, antialias, work) for h in heights}
+            cols = {w: _cached_axis_weights(source[1], w, mode, antialias, work) for w in widths}
+        else:
+            rows = {h: _axis_weights(source[0], h, mode, antialias, work, device) for h in heights}
+            cols = {w: _axis_weights(source[1], w, mode, antialias, work, device) for w in widths}
         by_height = {h: (m @ grid_table.reshape(source[0], -1)).reshape(h, source[1], dim) for h, m in rows.items()}
-    # one bank of rows: [prefix | grid 0 | grid 1 | ... | a zero row]; every output row is an index into it
-    if not exact and work == table.dtype and _numpy_ok(grid_table):  # products written into the bank in place
-        bank = new_buffer((num_prefix_tokens + sum(sizes) + 1, dim), work)
-        bank[:num_prefix_tokens] = prefix
-        at = num_prefix_tokens
-        for h, w in distinct:
-            torch.matmul(cols[w], by_height[h], out=bank[at:at + h * w].view(h, w, dim))
-            at += h * w
-        bank[-1] = 0
-    else:
-        if not exact:
-            resized = [torch.matmul(cols[w], by_height[h]).reshape(h * w, dim) for h, w in distinct]
-        bank = torch.cat([prefix.to(work), *resized, grid_table.new_zeros(1, dim)]).to(table.dtype)
-    starts = torch.tensor([0, *sizes], dtype=torch.int64, device=device).cumsum(0)[:-1] + num_prefix_tokens
+    sizes_of = torch.tensor(sizes, dtype=torch.int64, device=device)
     inverse = torch.as_tensor(inverse, dtype=torch.int64, device=device)
-    start = starts[inverse].unsqueeze(1)
-    size = torch.tensor(sizes, dtype=torch.int64, device=device)[inverse].unsqueeze(1)
     slot = torch.arange(max_length, device=device).unsqueeze(0)
-    patch_row = slot - num_prefix_tokens
+    size = sizes_of[inverse].unsqueeze(1)
     real = slot < num_prefix_tokens + size
+    if direct:
+        out = _write_per_image(grid_table, prefix, distinct, inverse.tolist(), max_length, num_prefix_tokens,
+                               padding, cols, by_height)
+        return out, real.expand(batch, max_length)
+    # one bank of rows: [prefix | grid 0 | grid 1 | ... | a zero row]; every output row is an index into it
+    if not exact:
+        resized = [torch.matmul(cols[w], by_height[h]).reshape(h * w, dim) for h, w in distinct]
+    bank = torch.cat([prefix.to(work), *resized, grid_table.new_zeros(1, dim)]).to(table.dtype)
+    starts = torch.cat([sizes_of.new_zeros(1), sizes_of]).cumsum(0)[:-1] + num_prefix_tokens
+    start = starts[inverse].unsqueeze(1)
+    patch_row = slot - num_prefix_tokens
     pad_row = start if padding == "first" else torch.full_like(start, bank.shape[0] - 1)
     index = torch.where(slot < num_prefix_tokens, slot, torch.where(real, start + patch_row, pad_row))
     return take_rows(bank, index.reshape(-1)).reshape(batch, max_length, dim), real.expand(batch, max_length)
+
+
+def _write_per_image(grid_table: torch.Tensor, prefix: torch.Tensor, distinct: list[tuple[int, int]],
+                     inverse: list[int], max_length: int, num_prefix_tokens: int, padding: str,
+                     cols: dict[int, torch.Tensor], by_height: dict[int, torch.Tensor]) -> torch.Tensor:
+    """The eager CPU path of :func:`resample_pos_embed_per_image`: ``[B, max_length, D]`` in one fresh buffer.
+
+    The width pass of each distinct grid (the same matrix product as the autograd path, so the same bits) is written
+    straight into the rows of its first image; each later image of that grid copies those rows (a copy of rows
+    just written, still in cache, costs less than the product). No bank of grids, no gather, no intermediate copy:
+    the output is written once."""
+    dim, p = grid_table.shape[-1], num_prefix_tokens
+    members: list[list[int]] = [[] for _ in distinct]
+    for image, g in enumerate(inverse):
+        members[g].append(image)
+    # zeros: calloc'd memory, so padding rows that are never written cost nothing
+    out = new_buffer((len(inverse), max_length, dim), grid_table.dtype, fill=0 if padding == "zeros" else None)
+    rows = out.numpy()
+    head = prefix.detach().numpy() if p else None
+    for (h, w), images in zip(distinct, members):
+        first, end = images[0], p + h * w
+        torch.matmul(cols[w], by_height[h], out=out[first, p:end].view(h, w, dim))
+        if p:
+            rows[first, :p] = head
+        if padding == "first":
+            rows[first, end:] = rows[first, p]
+        span = max_length if padding == "first" else end
+        for image in images[1:]:
+            rows[image, :span] = rows[first, :span]
+    return out
 
 
 _NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
