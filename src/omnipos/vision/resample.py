@@ -372,27 +372,20 @@ def resample_pos_embed_per_image(
         image = grid_table.permute(2, 0, 1).unsqueeze(0)
         resized = [_resize_differentiable(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1)
                    for grid in distinct]
-    else:  # W_h @ table @ W_w^T; the height pass is shared by the grids of one height
-        heights, widths = dict.fromkeys(g[0] for g in distinct), dict.fromkeys(g[1] for g in distinct)
-        if direct:  # the same float64 weights, computed once per size and process
-            rows = {h: _cached_axis_weights(source[0], h, mode, antialias, work) for h in heights}
-            cols = {w: _cached_axis_weights(source[1], w, mode, antialias, work) for w in widths}
-        else:
-            rows = {h: _axis_weights(source[0], h, mode, antialias, work, device) for h in heights}
-            cols = {w: _axis_weights(source[1], w, mode, antialias, work, device) for w in widths}
-        by_height = {h: (m @ grid_table.reshape(source[0], -1)).reshape(h, source[1], dim) for h, m in rows.items()}
+    else:
+        weights = _cached_axis_weights if direct else functools.partial(_axis_weights, device=device)
+        separable = _Separable(grid_table, distinct, weights, mode, antialias)
     sizes_of = torch.tensor(sizes, dtype=torch.int64, device=device)
     inverse = torch.as_tensor(inverse, dtype=torch.int64, device=device)
     slot = torch.arange(max_length, device=device).unsqueeze(0)
     size = sizes_of[inverse].unsqueeze(1)
     real = slot < num_prefix_tokens + size
     if direct:
-        out = _write_per_image(grid_table, prefix, distinct, inverse.tolist(), max_length, num_prefix_tokens,
-                               padding, cols, by_height)
+        out = _write_per_image(separable, prefix, distinct, inverse.tolist(), max_length, num_prefix_tokens, padding)
         return out, real.expand(batch, max_length)
     # one bank of rows: [prefix | grid 0 | grid 1 | ... | a zero row]; every output row is an index into it
     if not exact:
-        resized = [torch.matmul(cols[w], by_height[h]).reshape(h * w, dim) for h, w in distinct]
+        resized = [separable(grid).reshape(-1, dim) for grid in distinct]
     bank = torch.cat([prefix.to(work), *resized, grid_table.new_zeros(1, dim)]).to(table.dtype)
     starts = torch.cat([sizes_of.new_zeros(1), sizes_of]).cumsum(0)[:-1] + num_prefix_tokens
     start = starts[inverse].unsqueeze(1)
@@ -402,26 +395,91 @@ def resample_pos_embed_per_image(
     return take_rows(bank, index.reshape(-1)).reshape(batch, max_length, dim), real.expand(batch, max_length)
 
 
-def _write_per_image(grid_table: torch.Tensor, prefix: torch.Tensor, distinct: list[tuple[int, int]],
-                     inverse: list[int], max_length: int, num_prefix_tokens: int, padding: str,
-                     cols: dict[int, torch.Tensor], by_height: dict[int, torch.Tensor]) -> torch.Tensor:
+class _Separable:
+    """``W_h @ table @ W_w^T`` of one ``[h0, w0, D]`` table at each of ``grids``, as two matrix products.
+
+    Each grid's first pass is the one that leaves the cheaper pair of products (for a square table: along its
+    shorter target side, height first when ``h <= w``), so the intermediate is the smaller one. An intermediate is
+    shared by the grids of one height (or width) and dropped after its last grid, while it is still in cache for
+    the allocator's next one; a pass to the table's own size is the identity and is skipped (``F.interpolate``
+    returns its input there). Which passes a grid gets depends on that grid alone: an image's rows do not depend on
+    the rest of the batch. The eager CPU path and the autograd path both resample through this, so they agree bit
+    for bit."""
+
+    def __init__(self, table: torch.Tensor, grids: list[tuple[int, int]], weights: Any, mode: str,
+                 antialias: bool) -> None:
+        self.table, self.weights, self.mode, self.antialias = table, weights, mode, antialias
+        h0, w0, _ = table.shape
+        self.first_side: dict[tuple[int, int], str] = {}
+        self.uses: dict[tuple[str, int], int] = {}
+        for h, w in grids:
+            rows_first = ((h != h0) * h * h0 * w0 + (w != w0) * h * w * w0
+                          <= (w != w0) * h0 * w * w0 + (h != h0) * h * w * h0)  # multiply-adds per channel
+            key = ("h", h) if rows_first else ("w", w)
+            self.first_side[(h, w)] = key[0]
+            self.uses[key] = self.uses.get(key, 0) + 1
+        self.firsts: dict[tuple[str, int], torch.Tensor] = {}
+
+    def _weights(self, n_in: int, n_out: int) -> torch.Tensor | None:
+        """``[n_out, n_in]``, or None for the identity."""
+        return None if n_in == n_out else self.weights(n_in, n_out, self.mode, self.antialias, self.table.dtype)
+
+    def _first(self, key: tuple[str, int]) -> torch.Tensor:
+        """``[n, w0, D]`` (side "h") or ``[h0, n, D]`` (side "w"); forgotten after the last grid that uses it."""
+        side, n = key
+        inner = self.firsts.get(key)
+        if inner is None:
+            table, (h0, w0, dim) = self.table, self.table.shape
+            weights = self._weights(h0 if side == "h" else w0, n)
+            if weights is None:
+                inner = table
+            elif side == "h":
+                inner = torch.matmul(weights, table.reshape(h0, w0 * dim)).reshape(n, w0, dim)
+            else:
+                inner = torch.matmul(weights, table)
+            self.firsts[key] = inner
+        self.uses[key] -= 1
+        if not self.uses[key]:
+            del self.firsts[key]
+        return inner
+
+    def __call__(self, grid: tuple[int, int], out: torch.Tensor | None = None) -> torch.Tensor:
+        """``[h, w, D]``, written into ``out`` (a contiguous ``[h * w, D]`` tensor) when given. Each grid of
+        ``grids`` once."""
+        (h, w), (h0, w0, dim) = grid, self.table.shape
+        side = self.first_side[grid]
+        inner = self._first((side, h if side == "h" else w))
+        if side == "h":  # then each row's columns: a batched product [w, w0] @ [w0, D] per row
+            last, shape = self._weights(w0, w), (h, w, dim)
+        else:  # then all rows at once: one product [h, h0] @ [h0, w * D]
+            last, shape, inner = self._weights(h0, h), (h, w * dim), inner.reshape(h0, w * dim)
+        if last is None:
+            result = inner if out is None else out.view(shape).copy_(inner)
+        else:
+            result = torch.matmul(last, inner, out=None if out is None else out.view(shape))
+        return result.view(h, w, dim)
+
+
+def _write_per_image(separable: _Separable, prefix: torch.Tensor, distinct: list[tuple[int, int]],
+                     inverse: list[int], max_length: int, num_prefix_tokens: int, padding: str) -> torch.Tensor:
     """The eager CPU path of :func:`resample_pos_embed_per_image`: ``[B, max_length, D]`` in one fresh buffer.
 
-    The width pass of each distinct grid (the same matrix product as the autograd path, so the same bits) is written
+    Each distinct grid's last product (the same products as the autograd path, so the same bits) is written
     straight into the rows of its first image; each later image of that grid copies those rows (a copy of rows
     just written, still in cache, costs less than the product). No bank of grids, no gather, no intermediate copy:
     the output is written once."""
-    dim, p = grid_table.shape[-1], num_prefix_tokens
+    table, p = separable.table, num_prefix_tokens
+    dim = table.shape[-1]
     members: list[list[int]] = [[] for _ in distinct]
     for image, g in enumerate(inverse):
         members[g].append(image)
     # zeros: calloc'd memory, so padding rows that are never written cost nothing
-    out = new_buffer((len(inverse), max_length, dim), grid_table.dtype, fill=0 if padding == "zeros" else None)
+    out = new_buffer((len(inverse), max_length, dim), table.dtype, fill=0 if padding == "zeros" else None)
     rows = out.numpy()
     head = prefix.detach().numpy() if p else None
     for (h, w), images in zip(distinct, members):
         first, end = images[0], p + h * w
-        torch.matmul(cols[w], by_height[h], out=out[first, p:end].view(h, w, dim))
+        separable((h, w), out=out[first, p:end])
         if p:
             rows[first, :p] = head
         if padding == "first":
