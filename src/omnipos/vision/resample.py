@@ -272,13 +272,16 @@ def resample_pos_embed_per_image(
     The numbers of SigLIP2's ``Siglip2VisionEmbeddings.resize_positional_embeddings`` (bilinear,
     ``align_corners=False``, antialias, float32 on CPU; ``padding="first"`` fills the padded rows with the image's
     first row as it does) and of timm NaFlexViT's per-sample learned path (padding rows get nothing: ``"zeros"``).
-    Images sharing a grid are resampled once: the only Python loop is over the distinct grids, and every image's
-    rows are then gathered from them in one indexing operation.
+    Images sharing a grid are resampled once (the only Python loop is over the distinct grids). On the CPU outside
+    autograd each grid's rows are written straight into its first image's slice of the output and copied to that
+    grid's other images; elsewhere every image's rows are gathered from the resampled grids in one indexing
+    operation.
 
     How a grid is resampled: every ``F.interpolate`` mode is separable, so by default the table is multiplied by the
     two 1-D resampling matrices (``W_h @ table @ W_w^T``, each matrix read off ``F.interpolate`` along one axis in
     float64): the separable operator up to float32 summation order (about 1e-6 of the table's scale; nearest modes
-    exactly), several times faster than one ``F.interpolate`` per grid, and shared across grids of equal height.
+    exactly), several times faster than one ``F.interpolate`` per grid. A grid's first product runs along its
+    shorter side and is shared by the grids of that height (or width).
     ``exact=True`` calls ``F.interpolate`` per distinct grid, as timm NaFlexViT and SigLIP2 of transformers 4.x do,
     bit for bit.
 
