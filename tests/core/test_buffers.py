@@ -84,3 +84,20 @@ def test_a_buffer_beyond_memory_is_a_valueerror_naming_the_request_under_the_all
     with pytest.raises(ValueError, match=r"max_len=7 \(a test\) does not fit in memory"):
         with allocation_guard("max_len=7 (a test)"):
             new_buffer(shape, torch.float32)
+
+
+@pytest.mark.parametrize("zero", [False, True])
+def test_a_large_buffer_starts_on_a_huge_page_boundary(zero):
+    """From 4 MiB on (where NumPy asks for huge pages) the buffer starts at a 2 MiB boundary, so its first write
+    maps whole huge pages: malloc's block starts at an ordinary page and left ~511 small page faults at its ends
+    (~15% of writing a fresh 50 MB output). Still an ordinary, writable, contiguous tensor of its own memory."""
+    shape = (3, 1 << 19, 3)  # 18 MiB of float32, a size that is no multiple of 2 MiB
+    out = new_buffer(shape, torch.float32, fill=0 if zero else None)
+    assert out.data_ptr() % (1 << 21) == 0 and out.shape == shape and out.is_contiguous()
+    assert out.untyped_storage().nbytes() == out.numel() * 4
+    if zero:
+        assert not out.any()
+    out.fill_(3.0)
+    assert bool((out == 3.0).all()) and out.numpy().flags.writeable
+    small = new_buffer((100, 8), torch.float64, fill=1.5)  # below 4 MiB: NumPy's own allocation, as before
+    assert torch.equal(small, torch.full((100, 8), 1.5, dtype=torch.float64))

@@ -279,6 +279,29 @@ def test_per_image_flat_table_with_prefix_rows_equals_resample_pos_embed():
         assert mask[i].sum() == 1 + grid[0] * grid[1]
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_per_image_table_at_its_own_grid_is_the_table_and_wide_and_tall_grids_follow_the_formula(grad):
+    """A grid equal to the table's is the table's rows bit for bit, as F.interpolate returns its input (the
+    separable path multiplied by identity matrices, so a non-finite entry made NaN of every row: 0 * inf; failed
+    before); a grid of the table's height resamples each row alone. Wide and tall grids (each resampled along its
+    shorter side first) are the float64 formula's, on the eager CPU path and under autograd alike."""
+    table = torch.randn(6, 10, 8, dtype=torch.float64)
+    table[2, 3, 5] = float("inf")
+    source = table.clone().requires_grad_() if grad else table
+    out, _ = resample_pos_embed_per_image(source, [(6, 10), (6, 4)], max_length=60)
+    assert torch.equal(out[0].detach(), table.reshape(60, 8))
+    finite = torch.isfinite(out[1, :24].detach().reshape(6, 4, 8))
+    assert bool(finite[torch.arange(6) != 2].all())  # rows other than the inf's row are untouched by it
+    smooth = torch.randn(6, 10, 8, dtype=torch.float64)
+    source = smooth.clone().requires_grad_() if grad else smooth
+    grids = [(3, 17), (17, 3), (6, 25), (25, 10), (1, 9), (9, 1)]
+    out, _ = resample_pos_embed_per_image(source, grids, max_length=250)
+    for i, (h, w) in enumerate(grids):  # the formula in float64, independent of F.interpolate
+        expected = torch.einsum("ia,jb,abd->ijd", _aa_weights(6, h, "bilinear"), _aa_weights(10, w, "bilinear"),
+                                smooth)
+        torch.testing.assert_close(out[i, : h * w].detach(), expected.reshape(h * w, 8), rtol=0, atol=1e-12)
+
+
 def test_per_image_list_and_tensor_grids_agree_and_images_are_batch_invariant():
     table = torch.randn(7, 9, 8, dtype=torch.float64)
     out, mask = resample_pos_embed_per_image(table, torch.tensor(GRIDS), max_length=576)

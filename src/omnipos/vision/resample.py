@@ -10,6 +10,7 @@ HF ViT's ``interpolate_pos_encoding`` is ``antialias=False``; timm (and DINOv2 `
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -62,6 +63,15 @@ def _axis_weights(n_in: int, n_out: int, mode: str, antialias: bool, dtype: torc
     a 2-D resize is ``W_h @ table @ W_w^T``), read off by resizing an identity in float64."""
     eye = torch.eye(n_in, dtype=torch.float64, device=device)
     return _resize(eye[None, None], (n_out, n_in), mode, antialias)[0, 0].to(dtype)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_axis_weights(n_in: int, n_out: int, mode: str, antialias: bool, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`_axis_weights` on the CPU, computed once per size (the same bits: the same float64 computation),
+    for the eager CPU path of :func:`resample_pos_embed_per_image`. Built outside inference mode, so that a first
+    call under ``torch.inference_mode()`` does not leave inference tensors for later calls; never written to."""
+    with torch.inference_mode(False), torch.no_grad():
+        return _axis_weights(n_in, n_out, mode, antialias, dtype, torch.device("cpu"))
 
 
 def _interpolate_operator(source: tuple[int, int], grid: tuple[int, int], mode: str, antialias: bool,
@@ -262,13 +272,16 @@ def resample_pos_embed_per_image(
     The numbers of SigLIP2's ``Siglip2VisionEmbeddings.resize_positional_embeddings`` (bilinear,
     ``align_corners=False``, antialias, float32 on CPU; ``padding="first"`` fills the padded rows with the image's
     first row as it does) and of timm NaFlexViT's per-sample learned path (padding rows get nothing: ``"zeros"``).
-    Images sharing a grid are resampled once: the only Python loop is over the distinct grids, and every image's
-    rows are then gathered from them in one indexing operation.
+    Images sharing a grid are resampled once (the only Python loop is over the distinct grids). On the CPU outside
+    autograd each grid's rows are written straight into its first image's slice of the output and copied to that
+    grid's other images; elsewhere every image's rows are gathered from the resampled grids in one indexing
+    operation.
 
     How a grid is resampled: every ``F.interpolate`` mode is separable, so by default the table is multiplied by the
     two 1-D resampling matrices (``W_h @ table @ W_w^T``, each matrix read off ``F.interpolate`` along one axis in
     float64): the separable operator up to float32 summation order (about 1e-6 of the table's scale; nearest modes
-    exactly), several times faster than one ``F.interpolate`` per grid, and shared across grids of equal height.
+    exactly), several times faster than one ``F.interpolate`` per grid. A grid's first product runs along its
+    shorter side and is shared by the grids of that height (or width).
     ``exact=True`` calls ``F.interpolate`` per distinct grid, as timm NaFlexViT and SigLIP2 of transformers 4.x do,
     bit for bit.
 
@@ -356,38 +369,128 @@ def resample_pos_embed_per_image(
         raise TypeError(f"exact must be a bool, got {exact!r}")
     work = _work_dtype(table.dtype)
     grid_table = patches.to(work).reshape(*source, dim)
+    # eager CPU outside autograd: each image's rows are written straight into the output (below)
+    direct = not exact and work == table.dtype and _numpy_ok(grid_table)
     if exact:
         image = grid_table.permute(2, 0, 1).unsqueeze(0)
         resized = [_resize_differentiable(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1)
                    for grid in distinct]
-    else:  # W_h @ table @ W_w^T; the height pass is shared by the grids of one height
-        heights, widths = dict.fromkeys(g[0] for g in distinct), dict.fromkeys(g[1] for g in distinct)
-        rows = {h: _axis_weights(source[0], h, mode, antialias, work, device) for h in heights}
-        cols = {w: _axis_weights(source[1], w, mode, antialias, work, device) for w in widths}
-        by_height = {h: (m @ grid_table.reshape(source[0], -1)).reshape(h, source[1], dim) for h, m in rows.items()}
-    # one bank of rows: [prefix | grid 0 | grid 1 | ... | a zero row]; every output row is an index into it
-    if not exact and work == table.dtype and _numpy_ok(grid_table):  # products written into the bank in place
-        bank = new_buffer((num_prefix_tokens + sum(sizes) + 1, dim), work)
-        bank[:num_prefix_tokens] = prefix
-        at = num_prefix_tokens
-        for h, w in distinct:
-            torch.matmul(cols[w], by_height[h], out=bank[at:at + h * w].view(h, w, dim))
-            at += h * w
-        bank[-1] = 0
     else:
-        if not exact:
-            resized = [torch.matmul(cols[w], by_height[h]).reshape(h * w, dim) for h, w in distinct]
-        bank = torch.cat([prefix.to(work), *resized, grid_table.new_zeros(1, dim)]).to(table.dtype)
-    starts = torch.tensor([0, *sizes], dtype=torch.int64, device=device).cumsum(0)[:-1] + num_prefix_tokens
+        weights = _cached_axis_weights if direct else functools.partial(_axis_weights, device=device)
+        separable = _Separable(grid_table, distinct, weights, mode, antialias)
+    sizes_of = torch.tensor(sizes, dtype=torch.int64, device=device)
     inverse = torch.as_tensor(inverse, dtype=torch.int64, device=device)
-    start = starts[inverse].unsqueeze(1)
-    size = torch.tensor(sizes, dtype=torch.int64, device=device)[inverse].unsqueeze(1)
     slot = torch.arange(max_length, device=device).unsqueeze(0)
-    patch_row = slot - num_prefix_tokens
+    size = sizes_of[inverse].unsqueeze(1)
     real = slot < num_prefix_tokens + size
+    if direct:
+        out = _write_per_image(separable, prefix, distinct, inverse.tolist(), max_length, num_prefix_tokens, padding)
+        return out, real.expand(batch, max_length)
+    # one bank of rows: [prefix | grid 0 | grid 1 | ... | a zero row]; every output row is an index into it
+    if not exact:
+        resized = [separable(grid).reshape(-1, dim) for grid in distinct]
+    bank = torch.cat([prefix.to(work), *resized, grid_table.new_zeros(1, dim)]).to(table.dtype)
+    starts = torch.cat([sizes_of.new_zeros(1), sizes_of]).cumsum(0)[:-1] + num_prefix_tokens
+    start = starts[inverse].unsqueeze(1)
+    patch_row = slot - num_prefix_tokens
     pad_row = start if padding == "first" else torch.full_like(start, bank.shape[0] - 1)
     index = torch.where(slot < num_prefix_tokens, slot, torch.where(real, start + patch_row, pad_row))
     return take_rows(bank, index.reshape(-1)).reshape(batch, max_length, dim), real.expand(batch, max_length)
+
+
+class _Separable:
+    """``W_h @ table @ W_w^T`` of one ``[h0, w0, D]`` table at each of ``grids``, as two matrix products.
+
+    Each grid's first pass is the one that leaves the cheaper pair of products (for a square table: along its
+    shorter target side, height first when ``h <= w``), so the intermediate is the smaller one. An intermediate is
+    shared by the grids of one height (or width) and dropped after its last grid, while it is still in cache for
+    the allocator's next one; a pass to the table's own size is the identity and is skipped (``F.interpolate``
+    returns its input there). Which passes a grid gets depends on that grid alone: an image's rows do not depend on
+    the rest of the batch. The eager CPU path and the autograd path both resample through this, so they agree bit
+    for bit."""
+
+    def __init__(self, table: torch.Tensor, grids: list[tuple[int, int]], weights: Any, mode: str,
+                 antialias: bool) -> None:
+        self.table, self.weights, self.mode, self.antialias = table, weights, mode, antialias
+        h0, w0, _ = table.shape
+        self.first_side: dict[tuple[int, int], str] = {}
+        self.uses: dict[tuple[str, int], int] = {}
+        for h, w in grids:
+            rows_first = ((h != h0) * h * h0 * w0 + (w != w0) * h * w * w0
+                          <= (w != w0) * h0 * w * w0 + (h != h0) * h * w * h0)  # multiply-adds per channel
+            key = ("h", h) if rows_first else ("w", w)
+            self.first_side[(h, w)] = key[0]
+            self.uses[key] = self.uses.get(key, 0) + 1
+        self.firsts: dict[tuple[str, int], torch.Tensor] = {}
+
+    def _weights(self, n_in: int, n_out: int) -> torch.Tensor | None:
+        """``[n_out, n_in]``, or None for the identity."""
+        return None if n_in == n_out else self.weights(n_in, n_out, self.mode, self.antialias, self.table.dtype)
+
+    def _first(self, key: tuple[str, int]) -> torch.Tensor:
+        """``[n, w0, D]`` (side "h") or ``[h0, n, D]`` (side "w"); forgotten after the last grid that uses it."""
+        side, n = key
+        inner = self.firsts.get(key)
+        if inner is None:
+            table, (h0, w0, dim) = self.table, self.table.shape
+            weights = self._weights(h0 if side == "h" else w0, n)
+            if weights is None:
+                inner = table
+            elif side == "h":
+                inner = torch.matmul(weights, table.reshape(h0, w0 * dim)).reshape(n, w0, dim)
+            else:
+                inner = torch.matmul(weights, table)
+            self.firsts[key] = inner
+        self.uses[key] -= 1
+        if not self.uses[key]:
+            del self.firsts[key]
+        return inner
+
+    def __call__(self, grid: tuple[int, int], out: torch.Tensor | None = None) -> torch.Tensor:
+        """``[h, w, D]``, written into ``out`` (a contiguous ``[h * w, D]`` tensor) when given. Each grid of
+        ``grids`` once."""
+        (h, w), (h0, w0, dim) = grid, self.table.shape
+        side = self.first_side[grid]
+        inner = self._first((side, h if side == "h" else w))
+        if side == "h":  # then each row's columns: a batched product [w, w0] @ [w0, D] per row
+            last, shape = self._weights(w0, w), (h, w, dim)
+        else:  # then all rows at once: one product [h, h0] @ [h0, w * D]
+            last, shape, inner = self._weights(h0, h), (h, w * dim), inner.reshape(h0, w * dim)
+        if last is None:
+            result = inner if out is None else out.view(shape).copy_(inner)
+        else:
+            result = torch.matmul(last, inner, out=None if out is None else out.view(shape))
+        return result.view(h, w, dim)
+
+
+def _write_per_image(separable: _Separable, prefix: torch.Tensor, distinct: list[tuple[int, int]],
+                     inverse: list[int], max_length: int, num_prefix_tokens: int, padding: str) -> torch.Tensor:
+    """The eager CPU path of :func:`resample_pos_embed_per_image`: ``[B, max_length, D]`` in one fresh buffer.
+
+    Each distinct grid's last product (the same products as the autograd path, so the same bits) is written
+    straight into the rows of its first image; each later image of that grid copies those rows (a copy of rows
+    just written, still in cache, costs less than the product). No bank of grids, no gather, no intermediate copy:
+    the output is written once."""
+    table, p = separable.table, num_prefix_tokens
+    dim = table.shape[-1]
+    members: list[list[int]] = [[] for _ in distinct]
+    for image, g in enumerate(inverse):
+        members[g].append(image)
+    # zeros: calloc'd memory, so padding rows that are never written cost nothing
+    out = new_buffer((len(inverse), max_length, dim), table.dtype, fill=0 if padding == "zeros" else None)
+    rows = out.numpy()
+    head = prefix.detach().numpy() if p else None
+    for (h, w), images in zip(distinct, members):
+        first, end = images[0], p + h * w
+        separable((h, w), out=out[first, p:end])
+        if p:
+            rows[first, :p] = head
+        if padding == "first":
+            rows[first, end:] = rows[first, p]
+        span = max_length if padding == "first" else end
+        for image in images[1:]:
+            rows[image, :span] = rows[first, :span]
+    return out
 
 
 _NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
