@@ -391,15 +391,19 @@ def test_one_large_component_takes_canonical_basis(monkeypatch, reference_basis,
     kernel: this failed before.)"""
     from omnipos.graph import sign as sign_module
 
-    pytest.importorskip("numba")
-    taken = []
-    compiled = sign_module._compiled
+    entered, taken = [], []
+    compiled, entry = sign_module._compiled, eigensolvers.components.canonical_basis
 
     def spy():
         kernel = compiled()
         return None if kernel is None else lambda w, *args: taken.append(w.dtype) or kernel(w, *args)
 
     monkeypatch.setattr(sign_module, "_compiled", spy)
+    def entry_spy(vectors, *args, **kwargs):
+        entered.append(vectors.dtype)
+        return entry(vectors, *args, **kwargs)
+
+    monkeypatch.setattr(eigensolvers.components, "canonical_basis", entry_spy)
     rows, cols = grid_edges(12)
     if complex_:
         lap, _ = sparse_magnetic_laplacian(rows, cols, np.ones(rows.size), 144, 0.25)
@@ -407,7 +411,8 @@ def test_one_large_component_takes_canonical_basis(monkeypatch, reference_basis,
     else:
         lap, null_weight = symmetric_laplacian(rows, cols, 144)
     values, basis, _ = graph_eigenpairs(lap, 7, null_weight=null_weight, bound=2.0, dense_max_nodes=20)
-    assert taken == [np.complex128 if complex_ else np.float64]
+    assert entered == [torch.complex128 if complex_ else torch.float64]
+    assert taken == ([] if compiled() is None else [np.complex128 if complex_ else np.float64])
     dense_values, dense_vectors = np.linalg.eigh(lap.toarray())
     np.testing.assert_allclose(values, dense_values[:7], atol=1e-10)
     np.testing.assert_allclose(basis, reference_basis(dense_vectors, dense_values, 7, value_tol=1e-8 / 2), atol=1e-7)
