@@ -383,34 +383,39 @@ def test_value_keys_partition_entries_as_unique_does(seed, size, complex_):
     assert np.array_equal(ids.ravel()[:, None] == ids.ravel()[None, :], keys[:, None] == keys[None, :])
 
 
-@settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 30), width=st.integers(1, 8), repeats=st.integers(0, 3),
-       tie=st.booleans(), complex_=st.booleans())
-def test_canonical_one_is_canonical_basis(seed, n, width, repeats, tie, complex_):
-    """The single-graph NumPy canonical basis of the sparse path equals ``canonical_basis`` (the torch function
-    the batches use): bit for bit on real columns of simple eigenvalues (ties in the largest magnitude within
-    its tolerance included), to rounding where an eigenvalue repeats or the vectors are complex."""
-    from omnipos.graph import canonical_basis
+@pytest.mark.parametrize("complex_", [False, True])
+def test_one_large_component_takes_canonical_basis(monkeypatch, reference_basis, complex_):
+    """A graph of one large component gets its canonical basis from canonical_basis, the one entry point (the
+    compiled kernel where numba is installed, real and complex), equal to the definition applied to the whole
+    graph's dense eigenvectors. (It had a NumPy copy of the algorithm, canonical_one, which never reached the
+    kernel: this failed before.)"""
+    from omnipos.graph import sign as sign_module
 
-    rng = np.random.default_rng(seed)
-    width = min(width, n)
-    start = rng.standard_normal((n, width)) + (1j * rng.standard_normal((n, width)) if complex_ else 0)
-    vectors = np.linalg.qr(start)[0]
-    if tie and n > 1 and not complex_:  # two entries of (almost) the same magnitude at the top of column 0
-        top = np.abs(vectors[:, 0]).max() * 1.5
-        vectors[0, 0], vectors[n - 1, 0] = -top, top * (1 - 1e-12)
-    values = np.sort(rng.uniform(0, 2, width))
-    for _ in range(repeats):  # a repeated eigenvalue somewhere
-        i = int(rng.integers(0, width))
-        values[i:i + 2] = values[i]
-    count = int(rng.integers(1, width + 1))
-    ours = eigensolvers.components.canonical_one(vectors, values, count, 2.0)
-    expected = canonical_basis(torch.from_numpy(vectors)[None], torch.from_numpy(values)[None], count,
-                               scale=2.0)[0].numpy()
-    if not complex_ and np.all(np.diff(values[:count + 1]) != 0):
-        assert np.array_equal(ours, expected)
+    entered, taken = [], []
+    compiled, entry = sign_module._compiled, eigensolvers.components.canonical_basis
+
+    def spy():
+        kernel = compiled()
+        return None if kernel is None else lambda w, *args: taken.append(w.dtype) or kernel(w, *args)
+
+    monkeypatch.setattr(sign_module, "_compiled", spy)
+    def entry_spy(vectors, *args, **kwargs):
+        entered.append(vectors.dtype)
+        return entry(vectors, *args, **kwargs)
+
+    monkeypatch.setattr(eigensolvers.components, "canonical_basis", entry_spy)
+    rows, cols = grid_edges(12)
+    if complex_:
+        lap, _ = sparse_magnetic_laplacian(rows, cols, np.ones(rows.size), 144, 0.25)
+        null_weight = None
     else:
-        np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-12)
+        lap, null_weight = symmetric_laplacian(rows, cols, 144)
+    values, basis, _ = graph_eigenpairs(lap, 7, null_weight=null_weight, bound=2.0, dense_max_nodes=20)
+    assert entered == [torch.complex128 if complex_ else torch.float64]
+    assert taken == ([] if compiled() is None else [np.complex128 if complex_ else np.float64])
+    dense_values, dense_vectors = np.linalg.eigh(lap.toarray())
+    np.testing.assert_allclose(values, dense_values[:7], atol=1e-10)
+    np.testing.assert_allclose(basis, reference_basis(dense_vectors, dense_values, 7, value_tol=1e-8 / 2), atol=1e-7)
 
 
 @settings(max_examples=40, deadline=None)

@@ -21,9 +21,12 @@ For a simple eigenvalue this is ``v * conj(v_i) / |v_i|`` with ``i`` the largest
 several connected components gets, for a repeated eigenvalue shared by components, vectors that each live on one
 component (the projector is block diagonal, so each pivot's ``P e_i`` stays inside its component).
 
-Real float64 vectors on the CPU are handed, where numba is installed (``omnipos[fast]``), to the compiled
-:mod:`omnipos.graph.canonical_kernel` (the same definition graph by graph; on 10,000 molecules ~10 ms instead of
-~0.1 s of tensor ops); other dtypes and devices, and tensors that need gradients, run the tensor program below.
+The rules, step by step, with their tolerances, are in :mod:`omnipos.graph.canonical_spec` (R1-R6), which both
+backends follow; :func:`canonical_basis` is the one entry point and chooses the backend: float64 and complex128
+vectors on the CPU are handed, where numba is installed (``omnipos[fast]``), to the compiled
+:mod:`omnipos.graph.canonical_kernel` (graph by graph; on 10,000 molecules ~10 ms instead of ~0.1 s of tensor ops;
+one 1,024-node graph ~0.2 ms instead of ~1 ms); other dtypes and devices, tensors that need gradients and
+numba-free installs run the tensor program below.
 
 Where the definition is ambiguous it depends on node order (not permutation-equivariant): tied pivots (e.g. a
 cycle, where every node looks the same) and eigenvalue gaps right at ``value_tol``. Two solvers that return the
@@ -37,21 +40,13 @@ from typing import Any
 import torch
 
 from ..core import check_finite, check_integer_tensor
+from .canonical_spec import CANONICAL_TOL, EIGENVALUE_TOL, NOISE_TOL, starts_cluster, ties_largest
 from .small_eigh import compiled_kernels_enabled
 
 __all__ = ["SIGNS", "CANONICAL_TOL", "EIGENVALUE_TOL", "NOISE_TOL", "canonical_basis", "canonical_sign",
            "eigenvalue_clusters", "random_sign", "random_sign_flip", "round_noise"]
 
 SIGNS = ("canonical", "random", "none")
-#: Entries whose magnitude is within this of a column's largest magnitude tie (unit-norm float64 columns; the
-#: float64 eigensolver error is ~1e-14, CPU vs GPU differences ~1e-13, the sparse solvers' ~1e-10).
-CANONICAL_TOL = 1e-8
-#: Eigenvalues closer than this (times ``max(1, max |lambda|)``) are one eigenspace for :func:`canonical_basis`.
-EIGENVALUE_TOL = 1e-8
-#: Float64 entries smaller than this in magnitude are eigensolver noise around an exact 0 (a node on a symmetry
-#: axis, a zero eigenvalue): :func:`round_noise` makes them 0, so float32 outputs agree bit for bit whatever
-#: rounding path (batch position, solver) produced them.
-NOISE_TOL = 1e-12
 
 
 def round_noise(values: torch.Tensor, tol: float = NOISE_TOL) -> torch.Tensor:
@@ -90,7 +85,7 @@ def canonical_sign(vectors: torch.Tensor, *, tol: float = CANONICAL_TOL) -> torc
     if not vectors.shape[-2]:
         return torch.ones(vectors.shape[:-2] + vectors.shape[-1:], dtype=vectors.dtype, device=vectors.device)
     magnitude = vectors.abs()
-    candidate = magnitude >= magnitude.amax(dim=-2, keepdim=True) - tol
+    candidate = ties_largest(magnitude, magnitude.amax(dim=-2, keepdim=True), tol)  # canonical_spec R3
     first = candidate.to(torch.uint8).argmax(dim=-2, keepdim=True)  # argmax returns the first maximum
     sign = torch.sign(vectors.gather(-2, first)).squeeze(-2)
     return torch.where(sign == 0, torch.ones_like(sign), sign)
@@ -108,7 +103,7 @@ def eigenvalue_clusters(values: torch.Tensor, value_tol: float = EIGENVALUE_TOL,
     elif isinstance(scale, torch.Tensor):
         scale = scale.to(values.dtype).reshape(scale.shape + (1,) * (values.ndim - scale.ndim))
     starts = torch.ones_like(values, dtype=torch.long)
-    starts[..., 1:] = (values.diff(dim=-1) > value_tol * scale).long()
+    starts[..., 1:] = starts_cluster(values.diff(dim=-1), value_tol, scale).long()  # R1
     return starts.cumsum(-1) - 1
 
 
@@ -161,17 +156,17 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
     else:
         cluster = clusters.reshape(graphs, width).to(device=w.device, dtype=torch.long)
         cluster = cluster - cluster[:, :1]
-    kernel = _compiled() if (w.device.type == "cpu" and w.dtype == torch.float64 and not w.requires_grad) else None
-    if kernel is not None and count and n and graphs:
+    kernel = _compiled() if (w.device.type == "cpu" and w.dtype in _KERNEL_DTYPES and not w.requires_grad) else None
+    if kernel is not None and count and n and graphs:  # the backend choice (canonical_spec): the compiled kernel
         columns, nodes, sizes = kernel(w.resolve_neg().numpy(), cluster.numpy(), count, tol)
         out, pivot_node, pivot_size = torch.from_numpy(columns), torch.from_numpy(nodes), torch.from_numpy(sizes)
-    elif count and n and graphs:
-        # graphs whose first `count` columns are all simple eigenvalues: the sign / phase rule, column by column
+    elif count and n and graphs:  # ... or the tensor program
+        # graphs whose first `count` columns are all simple eigenvalues: the sign / phase rule (R4), column by column
         head = cluster[:, :count + 1]
         simple = (head[:, 1:] != head[:, :-1]).all(1)
         fast = simple.nonzero().squeeze(1)
         if fast.numel():
-            _simple_columns(w[fast, :, :count], tol, out, pivot_node, pivot_size, fast)
+            out[fast], pivot_node[fast], pivot_size[fast] = _simple_columns(w[fast, :, :count], tol)
         slow = (~simple).nonzero().squeeze(1)
         if slow.numel():
             part = torch.zeros(slow.numel(), n, count, dtype=w.dtype, device=w.device)
@@ -183,6 +178,10 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
     if return_pivots:
         return out, pivot_node.reshape(lead + (count,)), pivot_size.reshape(lead + (count,))
     return out
+
+
+#: The dtypes the compiled kernel takes (on the CPU, without gradients).
+_KERNEL_DTYPES = (torch.float64, torch.complex128)
 
 
 def _compiled() -> Any:
@@ -197,26 +196,25 @@ def _compiled() -> Any:
     return canonical_columns
 
 
-def _simple_columns(v: torch.Tensor, tol: float, out: torch.Tensor, pivot_node: torch.Tensor,
-                    pivot_size: torch.Tensor, rows: torch.Tensor) -> None:
-    """The canonical basis where every column is an eigenspace of its own: ``v * conj(v_i) / |v_i|`` with ``i``
-    the largest-magnitude entry of the column (ties within ``tol``: the lowest index). Writes ``out[rows]``."""
-    magnitude = v.abs()
+def _simple_columns(v: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each column of ``v [G, n, count]`` as an eigenspace of its own (canonical_spec R4): ``v * conj(v_i) / |v_i|``
+    with ``i`` the largest-magnitude entry of the column (ties within ``tol``: the lowest index); with the pivot
+    nodes and magnitudes ``[G, count]``."""
+    magnitude = v.abs()  # R2
     largest = magnitude.amax(dim=-2, keepdim=True)
-    pivot = (magnitude >= largest - tol).to(torch.uint8).argmax(dim=-2, keepdim=True)  # [G, 1, count]
+    # R3 (argmax returns the first maximum: the lowest node among the candidates)
+    pivot = ties_largest(magnitude, largest, tol).to(torch.uint8).argmax(dim=-2, keepdim=True)  # [G, 1, count]
     entry = v.gather(-2, pivot)
     size = entry.abs()
-    phase = torch.where(size > 0, entry.conj() / size.clamp_min(torch.finfo(size.dtype).tiny), 1.0)
-    out[rows] = v * phase.to(v.dtype)
-    pivot_node[rows] = pivot.squeeze(-2)
-    pivot_size[rows] = size.squeeze(-2).to(pivot_size.dtype)
+    phase = torch.where(size > 0, entry.conj() / size.clamp_min(torch.finfo(size.dtype).tiny), 1.0)  # zero: 1
+    return v * phase.to(v.dtype), pivot.squeeze(-2), size.squeeze(-2).to(torch.float64)
 
 
 def _pivoted_cholesky(w: torch.Tensor, cluster: torch.Tensor, count: int, tol: float, out: torch.Tensor,
                       pivot_node: torch.Tensor, pivot_size: torch.Tensor) -> None:
-    """Fill ``out [G, n, count]`` with the canonical columns, all clusters of all graphs at once: iteration ``t``
-    takes the ``t``-th pivot of every cluster that still owes an output column. ``cluster [G, M]``: ids from 0,
-    non-decreasing."""
+    """Fill ``out [G, n, count]`` with the canonical columns (canonical_spec R5), all clusters of all graphs at once:
+    iteration ``t`` takes the ``t``-th pivot of every cluster that still owes an output column. ``cluster [G,
+    M]``: ids from 0, non-decreasing."""
     device = w.device
     # only the clusters that reach into the first `count` columns matter
     clusters = int(cluster[:, count - 1].max()) + 1
@@ -240,14 +238,22 @@ def _pivoted_cholesky(w: torch.Tensor, cluster: torch.Tensor, count: int, tol: f
                 index = left if index is None else index[left]
         g = work.shape[0]
         power = work.real.square() + work.imag.square() if work.is_complex() else work.square()
-        norms = (power.to(real_dtype) @ member.to(real_dtype)).clamp_min(0).sqrt()  # [G', n, K]: sqrt(P_ii)
+        norms = (power.to(real_dtype) @ member.to(real_dtype)).clamp_min(0).sqrt()  # [G', n, K]: sqrt(P_ii), R2
         largest = norms.amax(dim=1, keepdim=True)
-        pivot = (norms >= largest - tol).to(torch.uint8).argmax(dim=1)  # [G', K], lowest index among ties
+        pivot = ties_largest(norms, largest, tol).to(torch.uint8).argmax(dim=1)  # [G', K], R3: the lowest node
         rows = work.gather(1, pivot.unsqueeze(-1).expand(g, clusters, width))
         rows = rows * member.transpose(1, 2).to(rows.dtype)  # [G', K, M]: the pivot's row, in its cluster
         size_t = norms.gather(1, pivot.unsqueeze(1)).squeeze(1)  # [G', K]
-        scale = torch.where(active & (size_t > 0), 1.0 / size_t.clamp_min(torch.finfo(size_t.dtype).tiny), 0.0)
+        # a = W[i, :] / s, 0 where s = 0 (and for clusters that owe nothing)
+        live = active & (size_t > 0)
+        safe = size_t.clamp_min(torch.finfo(size_t.dtype).tiny)
+        scale = torch.where(live, 1.0 / safe, 0.0)
         unit = rows * scale.unsqueeze(-1).to(rows.dtype)  # a_hat^H as rows (zero for inactive clusters)
+        # a simple eigenvalue beside repeated ones (R4): divided, so that for real vectors its column is the sign
+        # rule's v * (v_i / |v_i|) = +-v exactly, as the fast path and the kernel give it (a product by 1 / s is
+        # off by an ulp in some entries). Only the pivots' rows [G', K, M]: cheap.
+        single = (live & (size == 1)).unsqueeze(-1)
+        unit = torch.where(single, rows / safe.unsqueeze(-1).to(rows.dtype), unit)
         vectors = work @ unit.conj().transpose(1, 2)  # [G', n, K]: u = W a_hat = P e_i / sqrt(P_ii)
         if t + 1 < rounds:
             work = work - vectors @ unit

@@ -13,11 +13,12 @@ import numpy as np
 import torch
 
 from ...core import ProgressReporter
-from ..sign import CANONICAL_TOL, canonical_basis
+from ..canonical_spec import CANONICAL_TOL, ties_largest
+from ..sign import canonical_basis
 from ..small_eigh import one_thread
 from .choice import sparse_eigenpairs
 from .dense import CHUNK_ELEMENTS, batched_eigh
-from .kernels import EXTRA, count_step, inner, matmul, reporting, value_clusters
+from .kernels import EXTRA, count_step, inner, reporting, value_clusters
 
 
 @dataclass
@@ -154,35 +155,6 @@ def _dense_components(lap: Any, labels: np.ndarray, position: np.ndarray, sizes:
     return pieces
 
 
-def canonical_one(vectors: np.ndarray, values: np.ndarray, count: int, bound: float) -> np.ndarray:
-    """The first ``count`` columns of :func:`omnipos.graph.canonical_basis` of one graph's orthonormal
-    ``vectors [n, M]`` (ascending ``values [M]``, clusters at ``EIGENVALUE_TOL * bound``), in NumPy: the same
-    pivoted Cholesky of each eigenspace's projector, eigenspace by eigenspace (pivot: the largest
-    ``sqrt(P_ii)``, ties within ``CANONICAL_TOL`` to the lowest node; the column ``P e_i / sqrt(P_ii)``, then
-    ``P`` deflated by it). Equal to the torch function up to the rounding of its sums (bit for bit on real
-    columns of simple eigenvalues: the largest-magnitude entry made positive, a product by +-1), without its
-    torch ops on one graph (2-D grid of 1,024 nodes, eigenvalue pairs: ~0.2 ms instead of ~1-2 ms)."""
-    n = vectors.shape[0]
-    out = np.zeros((n, count), dtype=vectors.dtype)
-    cluster = value_clusters(values, bound)
-    starts = np.flatnonzero(np.r_[True, cluster[1:] != cluster[:-1]])
-    ends = np.r_[starts[1:], values.size]
-    for start, end in zip(starts, ends):
-        if start >= count:
-            break
-        work = vectors[:, start:end]
-        for t in range(min(end - start, count - start)):
-            power = work.real ** 2 + work.imag ** 2 if np.iscomplexobj(work) else work ** 2
-            norms = np.sqrt(np.maximum(power.sum(axis=1), 0.0))
-            pivot = int(np.argmax(norms >= norms.max() - CANONICAL_TOL))  # (the first maximum)
-            size = norms[pivot]
-            unit = work[pivot] / size if size > 0 else np.zeros_like(work[pivot])  # a_hat^H, as a row
-            column = matmul(work, unit.conj())  # P e_i / sqrt(P_ii)
-            out[:, start + t] = column
-            work = work - np.outer(column, unit)
-    return out
-
-
 def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
            dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """Lowest ``count`` eigenpairs over all components, canonical basis per eigenspace (the package docstring)."""
@@ -193,8 +165,9 @@ def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
     if len(pieces) == 1 and pieces[0].values.shape[0] == 1:  # one component: its canonical basis, no merging
         piece = pieces[0]
         available = int(piece.available[0])
-        out[piece.nodes[0]] = canonical_one(piece.vectors[0, :, :available], piece.values[0, :available], count,
-                                             bound)
+        vectors = torch.from_numpy(np.ascontiguousarray(piece.vectors[:, :, :available]))
+        values = torch.from_numpy(np.ascontiguousarray(piece.values[:, :available]))
+        out[piece.nodes[0]] = canonical_basis(vectors, values, count, scale=bound, check=False)[0].numpy()
         return piece.values[0, :count].copy(), out
     # every candidate eigenpair: (value, piece, component within piece, column)
     cand_value, cand_piece, cand_comp, cand_col = [], [], [], []
@@ -249,7 +222,8 @@ def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
         while queues and column < count:
             heads = [(q[0], local_size[q[0]], local_node[q[0]]) for q in queues.values()]
             top = max(h[1] for h in heads)
-            key = min((h for h in heads if h[1] >= top - CANONICAL_TOL), key=lambda h: h[2])[0]
+            # canonical_spec R3 over the pieces' pivots (R6): the largest magnitude, ties to the lowest node
+            key = min((h for h in heads if ties_largest(h[1], top, CANONICAL_TOL)), key=lambda h: h[2])[0]
             queues[key[:2]].pop(0)
             if not queues[key[:2]]:
                 del queues[key[:2]]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ...core import ProgressReporter
-from ..sign import EIGENVALUE_TOL
+from ..canonical_spec import EIGENVALUE_TOL, starts_cluster
 
 #: Extra eigenpairs the iterative solvers compute beyond those asked for (complete eigenspaces at the cut).
 EXTRA = 2
@@ -122,7 +122,7 @@ def value_clusters(values: np.ndarray, scale: float) -> np.ndarray:
     NumPy (the same comparisons, so the same ids; without a torch round trip, ~0.1 ms on the solver's few
     values)."""
     starts = np.ones(values.size, dtype=np.int64)
-    starts[1:] = np.diff(values) > EIGENVALUE_TOL * scale
+    starts[1:] = starts_cluster(np.diff(values), EIGENVALUE_TOL, scale)  # canonical_spec R1
     return np.cumsum(starts) - 1
 
 
