@@ -108,6 +108,33 @@ def test_kernel_path_makes_no_host_tensor_and_no_sync(meta_is_a_kernel_device, n
     assert ops, "nothing was recorded"
 
 
+@pytest.mark.parametrize("name,kwargs,q_shape,k_shape,seq_dim,positions", CASES, ids=[c[0] for c in CASES])
+def test_q_only_rotation_takes_its_launch_plan_with_no_host_tensor_and_no_sync(meta_is_a_kernel_device, name, kwargs,
+                                                                             q_shape, k_shape, seq_dim, positions):
+    """rotate(x) (one tensor, no k): the kernel path, and from the second call of a signature its launch plan (kept
+    beside the q+k plans under a key of its own): no host tensor, no sync, no check or table op."""
+    rope = RotaryEmbedding(**kwargs).to(M)
+    q, k = _qk(q_shape, k_shape)
+    extra = {} if positions is None else {"positions": positions()}
+    rope(q, k, seq_dim=seq_dim, **extra)  # a q+k plan first: the q-only call must not take it
+    rope.rotate(q, seq_dim=seq_dim, **extra)
+    if rope.scaling.rope_type != "dynamic":  # (length-dependent frequencies: no plan, checked each call)
+        assert len(rope._plans) == 2, "the q-only call has its own plan"
+    planned = []
+    original = rope_triton.run_plan
+    rope_triton.run_plan = lambda *a, **kw: planned.append(a[2] is None) or original(*a, **kw)
+    try:
+        with NoHostWork() as mode:
+            out = rope.rotate(q, seq_dim=seq_dim, **extra)
+    finally:
+        rope_triton.run_plan = original
+    assert not mode.violations, mode.violations
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device.type == M
+    if rope.scaling.rope_type != "dynamic":
+        assert planned == [True], "the q-only call did not launch from its plan"
+        assert not any("div" in op or "zeros" in op or "_to_copy" in op or "arange" in op for op in mode.ops), mode.ops
+
+
 def test_packed_sequences_from_cu_seqlens(meta_is_a_kernel_device):
     """flash-attn's varlen layout: q [total, heads, dim], per-document positions from device cu_seqlens."""
     rope = RotaryEmbedding(64).to(M)

@@ -206,6 +206,13 @@ PLAN_CASES = textwrap.dedent('''
         for a, b, c, e in zip(first, again, direct, eager):
             assert torch.equal(a, b) and torch.equal(a, c)
             assert ((a - e).abs() / (1 + e.abs())).max().item() <= 2e-6
+        # q alone (rotate): its own plan in the same cache, the bits of the q+k launch's q
+        alone = rope.rotate(q, pos, seq_dim=seq_dim)
+        assert len(rope._plans) == 2, rope._plans.keys()
+        alone_again = rope.rotate(q.clone(), pos, seq_dim=seq_dim)
+        assert torch.equal(alone, first[0]) and torch.equal(alone_again, first[0])
+        kq = rope.rotate(k, pos, seq_dim=seq_dim)  # another signature: checked, planned, equal k's rotation
+        assert torch.equal(kq, first[1])
     assert planned == len(cases), planned
     print("ok")
 ''')
@@ -213,7 +220,8 @@ PLAN_CASES = textwrap.dedent('''
 
 def test_launch_plans_give_the_checked_calls_bits_under_the_interpreter():
     """The second call of a signature skips the checks and launches from its plan (positions read in place,
-    [B, S] ids against [B, H, S, D] through a row divisor): the same bits as the first call and as rotate_qk."""
+    [B, S] ids against [B, H, S, D] through a row divisor): the same bits as the first call and as rotate_qk;
+    q alone (``rotate``) has its plan in the same cache and gives the q+k launch's bits."""
     if not rope_triton.HAS_TRITON:
         pytest.skip("triton not importable")
     result = run_interpreted(PLAN_CASES)
