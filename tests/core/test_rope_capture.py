@@ -290,3 +290,78 @@ def test_cuda_compiled_through_the_op_no_recompile():
         for a, b in zip(got, want):
             assert ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item() <= 1e-2
     torch._dynamo.reset()
+
+
+XPOS_CASES = [
+    ("xpos interleaved, default positions", {"dim": 64, "layout": "interleaved", "xpos": True, "xpos_center": 8.0},
+     (2, 8, 16, 64), (2, 2, 16, 64), None),
+    ("xpos half, decode offsets [batch, 1]", {"dim": 128, "xpos": True, "xpos_center": 2048.0}, (4, 32, 1, 128),
+     (4, 8, 1, 128), lambda: torch.empty(4, 1, device=M, dtype=torch.long)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs,q_shape,k_shape,positions", XPOS_CASES, ids=[c[0] for c in XPOS_CASES])
+def test_xpos_while_capturing_reads_no_value_and_makes_no_host_tensor(monkeypatch, name, kwargs, q_shape, k_shape,
+                                                                      positions):
+    """xPos on a device (the eager rotation): its zeta table is kept on the device (built once), and while a CUDA graph
+    is captured the range check reads nothing. Meta tensors stand for CUDA ones whose values could be read
+    (``can_inspect_values`` made true) inside a capture (``is_current_stream_capturing`` made true): an ``.item()``
+    or a host tensor would be reported."""
+    from omnipos.core import rotary
+
+    rope = RotaryEmbedding(**kwargs).to(M)
+    q, k = _qk(q_shape, k_shape)
+    extra = {} if positions is None else {"positions": positions()}
+    rope(q, k, **extra)  # warm-up (eager, outside the capture): the zeta table is built on the device
+    zeta = rope._xpos_tables[torch.device(M)]
+    monkeypatch.setattr(rotary, "can_inspect_values", lambda *tensors: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with NoHostWork() as mode:
+        qo, ko = rope(q, k, **extra)
+    assert not mode.violations, mode.violations
+    assert qo.shape == q.shape and ko.shape == k.shape and qo.device.type == M
+    assert rope._xpos_tables[torch.device(M)] is zeta
+    assert not any("arange" in op for op in mode.ops), mode.ops  # the table is not rebuilt per call
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    with NoHostWork() as mode, pytest.raises(RuntimeError, match="item"):  # eager: the range check reads a value
+        rope(q, k, **extra)                                             # (meta: none to read: it is attempted)
+    assert any("sync" in v for v in mode.violations), "the eager range check must read a value (the test's control)"
+    rope.to(M)
+    assert not rope.__dict__.get("_xpos_tables")
+
+
+def test_xpos_range_check_still_refuses_in_eager_mode_on_the_cpu():
+    """The capture branch changes nothing outside a capture: positions too far from xpos_center are refused."""
+    rope = RotaryEmbedding(8, layout="interleaved", xpos=True)
+    q = torch.randn(1, 1, 2, 8)
+    with pytest.raises(ValueError, match="xpos_center"):
+        rope(q, q, torch.tensor([0, 100_000]))
+    assert torch.equal(rope(q, q, torch.arange(2))[0], RotaryEmbedding(8, layout="interleaved", xpos=True)(
+        q, q, torch.arange(2))[0])
+
+
+@pytest.mark.gpu
+def test_xpos_cuda_graph_capture_and_replay_equal_eager():
+    """xPos (eager rotation) captured in a CUDA graph after warm-up on a side stream; new inputs in place, replay:
+    eager's bits."""
+    rope = RotaryEmbedding(64, layout="interleaved", xpos=True, xpos_center=2048.0).cuda()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 8, 16, 64, device="cuda", generator=g).bfloat16()
+    k = torch.randn(2, 2, 16, 64, device="cuda", generator=g).bfloat16()
+    pos = torch.arange(16, device="cuda")[None].repeat(2, 1) + 2000
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            rope(q, k, pos)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        qo, ko = rope(q, k, pos)
+    for step in range(3):
+        q.copy_(torch.randn(q.shape, device="cuda", generator=g))
+        k.copy_(torch.randn(k.shape, device="cuda", generator=g))
+        pos.add_(16 * (step + 1))
+        graph.replay()
+        want = rope(q, k, pos)
+        assert torch.equal(qo, want[0]) and torch.equal(ko, want[1])

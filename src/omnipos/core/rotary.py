@@ -20,12 +20,14 @@ stale (offsets, lengths, devices, dtypes): cos/sin are ``[positions, rotary_dim 
 
 On CUDA (the fused kernel of :mod:`~omnipos.core.rope_triton`) a call is capture-safe: no host tensor is made or
 copied and no value is read on the host (integer positions; float positions are checked for NaN in eager mode, not
-while a CUDA graph is captured). What a module keeps is derived from shapes and constants only: the kernel's
-frequency and slot tables per device, an ``arange`` per device for default positions, and per signature (shapes,
-strides, dtypes, devices of q, k and positions) the fact that its checks passed and, on CUDA, the launch plan; all
-dropped by ``.to()`` and left out of pickles and copies. Warm up once before capturing a module whose constants sit
-on another device (the first call copies them). While ``torch.compile`` traces a CUDA model, the kernel is the
-registered op ``torch.ops.omnipos.rope_qk`` (no graph break, symbolic lengths).
+while a CUDA graph is captured). xPos runs the eager rotation on the device, also capture-safe: its zeta table is
+kept per device and its range check (one value read) runs in eager mode, not while a graph is captured. What a
+module keeps is derived from shapes and constants only: the kernel's frequency and slot tables (and xPos' zeta) per
+device, an ``arange`` per device for default positions, and per signature (shapes, strides, dtypes, devices of q, k
+and positions; q alone for :meth:`RotaryEmbedding.rotate`) the fact that its checks passed and, on CUDA, the launch
+plan; all dropped by ``.to()`` and left out of pickles and copies. Warm up once before capturing a module whose
+constants sit on another device (the first call copies them). While ``torch.compile`` traces a CUDA model, the
+kernel is the registered op ``torch.ops.omnipos.rope_qk`` (no graph break, symbolic lengths).
 
 The pieces: frequencies and scalings in :mod:`~omnipos.core.rope_scaling`, slot -> coordinate maps in
 :mod:`~omnipos.core.rope_axes`, the rotation kernels in
@@ -102,6 +104,13 @@ def _signature(q: torch.Tensor, k: torch.Tensor | None, positions: Any, seq_dim:
     return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, seq_dim, where)
 
 
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether a value check of ``t`` must be skipped because a CUDA graph is being captured: a tensor off the host
+    while the current stream captures (reading it would be a sync, an error there). Meta tensors count as device
+    tensors here, so the meta dispatch-mode test exercises the capture branch."""
+    return t.device.type != "cpu" and torch.cuda.is_current_stream_capturing()
+
+
 def _from_dict_or_argument(argument: Any, from_dict: Any, name: str) -> Any:
     """An M-RoPE setting given as an argument or in the scaling dict; both is fine when they agree."""
     if argument is None:
@@ -139,6 +148,7 @@ class RotaryEmbedding(ConstantBuffers):
             absolute position. In ``q . k`` only ``n_q - n_k`` remains, so a KV cache (keys rotated at prefill,
             queries one step at a time) gives exactly the scores of one full call. Needs :meth:`forward` with q
             and k together.
+            On CUDA xPos takes the eager rotation (not the fused kernel); it is capture-safe (see the module doc).
         xpos_scale_base: 512 as in the paper.
         xpos_center: the position where the xPos scale is 1 (default 0). Scores do not depend on it; it only
             keeps the scales inside the dtype's range: ``zeta_0 ** (d / xpos_scale_base)`` must stay within
@@ -438,7 +448,7 @@ class RotaryEmbedding(ConstantBuffers):
         positions = to_device(positions, device, "positions")
         # skipped while compiling and on meta tensors (no values), and inside a CUDA graph capture (a host sync
         # there is an error); integer positions are finite by type: no check, no sync
-        if positions.is_floating_point() and not (positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if positions.is_floating_point() and not _capturing(positions):
             check_finite(positions, "positions")
         axes = self.position_axes
         if axes is not None and (positions.ndim < 2 or positions.shape[-1] != axes):
@@ -595,8 +605,7 @@ class RotaryEmbedding(ConstantBuffers):
         r = self.rotary_dim
         zeta = self._xpos_zeta(positions.device)
         power = (positions.to(torch.float64) - self.xpos_center) / self.xpos_scale_base
-        if positions.numel() and can_inspect_values(positions) and not (
-                positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if positions.numel() and can_inspect_values(positions) and not _capturing(positions):
             narrowest = min(dtypes, key=lambda d: torch.finfo(d).max)
             zeta_0 = 0.4 * r / (1.4 * r)  # zeta[0], computed on the host (reading the table would be a sync)
             # |power| at which zeta_0 ** power reaches 2 ** (maxexp / 2): half the exponent range left for q and k
@@ -661,15 +670,13 @@ class RotaryEmbedding(ConstantBuffers):
 
                 if positions is None:
                     positions = self._default_positions(q, seq_axis)
-                elif positions.is_floating_point() and not (positions.is_cuda and
-                                                             torch.cuda.is_current_stream_capturing()):
+                elif positions.is_floating_point() and not _capturing(positions):
                     check_finite(positions, "positions")
                 return rope_triton.run_plan(plan, q, k, positions, *tables, self.attention_factor)
             given = positions
             if positions is None:
                 positions = self._default_positions(q, seq_axis)
-            elif positions.is_floating_point() and not (positions.is_cuda and
-                                                         torch.cuda.is_current_stream_capturing()):
+            elif positions.is_floating_point() and not _capturing(positions):
                 check_finite(positions, "positions")
         else:
             given = positions
