@@ -105,10 +105,10 @@ def _signature(q: torch.Tensor, k: torch.Tensor | None, positions: Any, seq_dim:
 
 
 def _capturing(t: torch.Tensor) -> bool:
-    """Whether a value check of ``t`` must be skipped because a CUDA graph is being captured: a tensor off the host
-    while the current stream captures (reading it would be a sync, an error there). Meta tensors count as device
-    tensors here, so the meta dispatch-mode test exercises the capture branch."""
-    return t.device.type != "cpu" and torch.cuda.is_current_stream_capturing()
+    """Whether a value check of ``t`` must be skipped because a CUDA graph is being captured: a CUDA tensor while
+    the current stream captures (reading it would be a sync, an error there). The one place that decides it (the
+    meta dispatch-mode test replaces it to run the capture branch on meta tensors)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _from_dict_or_argument(argument: Any, from_dict: Any, name: str) -> Any:
