@@ -365,3 +365,25 @@ def test_xpos_cuda_graph_capture_and_replay_equal_eager():
         graph.replay()
         want = rope(q, k, pos)
         assert torch.equal(qo, want[0]) and torch.equal(ko, want[1])
+
+
+@pytest.mark.parametrize("k_heads", [2, None], ids=["q+k (GQA)", "q only"])
+def test_backward_is_one_kernel_call_with_no_host_tensor_and_no_sync(meta_is_a_kernel_device, k_heads):
+    """Forward and backward through the kernel path on meta tensors that require grad: the backward is the same
+    kernel once more (``_rotate``: one call for q's and k's gradients together), with no host tensor and no sync."""
+    rope = RotaryEmbedding(128, base=5e5).to(M)
+    q = torch.empty(2, 8, 16, 128, device=M, dtype=torch.bfloat16, requires_grad=True)
+    k = None if k_heads is None else torch.empty(2, k_heads, 16, 128, device=M, dtype=torch.bfloat16,
+                                                  requires_grad=True)
+    positions = torch.empty(2, 16, device=M, dtype=torch.long)
+    call = (lambda: rope.rotate(q, positions)) if k is None else (lambda: rope(q, k, positions))
+    call()  # warm-up: tables on the device
+    inputs = (q,) if k is None else (q, k)
+    del meta_is_a_kernel_device[:]
+    with NoHostWork() as mode:
+        outs = call()
+        outs = (outs,) if k is None else outs
+        grads = torch.autograd.grad(outs, inputs, [torch.empty_like(o) for o in outs])
+    assert not mode.violations, mode.violations
+    assert len(meta_is_a_kernel_device) == 2, "forward and backward: one kernel call each"
+    assert all(gr.shape == t.shape and gr.dtype == t.dtype for gr, t in zip(grads, inputs))
