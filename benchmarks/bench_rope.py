@@ -179,7 +179,15 @@ def table_row(batch: int, hq: int, hk: int, seq: int, dim: int, *, device: torch
         "hf_eager": lambda: hf(q, k, position_ids),
     }
     if liger is not None:
-        forward["liger"] = lambda: liger(q, k, *cos_sin(position_ids))
+        # Liger rotates in place wherever q.transpose(1, 2) is contiguous already (a [B, S, H, D] buffer, or any
+        # decode step): it gets tensors of its own, fresh ones for the check, so nobody else's inputs change. Newer
+        # versions also return cos and sin: q and k are its first two outputs.
+        lq, lk = q.clone(), k.clone()
+
+        def liger_qk(q, k):
+            return tuple(liger(q, k, *cos_sin(position_ids))[:2])
+
+        forward["liger"] = lambda: liger_qk(lq, lk)
     compile_s = {}
     if compile_:
         torch._dynamo.reset()  # each row compiles afresh (dynamo's per-code cache would fill up across rows)
@@ -196,7 +204,7 @@ def table_row(batch: int, hq: int, hk: int, seq: int, dim: int, *, device: torch
         for name, fn in list(forward.items()):
             if name == "copy":
                 continue
-            abs_err, rel_err = max_err(fn(), refs)
+            abs_err, rel_err = max_err(liger_qk(q.clone(), k.clone()) if name == "liger" else fn(), refs)
             row[f"err_{name}"] = abs_err
             if rel_err > WRONG:
                 wrong.append(name)
@@ -223,12 +231,13 @@ def table_row(batch: int, hq: int, hk: int, seq: int, dim: int, *, device: torch
              torch.randn(k.shape, generator=g).to(device=device, dtype=dtype))
     grad_refs = [rotation_f64(gr, position_ids, rope.inv_freq, sign=-1.0) for gr in grads]
     backward: dict[str, Callable[[], object]] = {}
-    for name, fn in (("fwd_bwd_omnipos", lambda: rope(qg, kg, position_ids)),
-                     ("fwd_bwd_hf", lambda: hf(qg, kg, position_ids)),
-                     ("fwd_bwd_liger", None if liger is None else lambda: liger(qg, kg, *cos_sin(position_ids)))):
-        if fn is None:
-            continue
-        step = lambda fn=fn: torch.autograd.grad(fn(), (qg, kg), grads)
+    candidates = [("fwd_bwd_omnipos", lambda q, k: rope(q, k, position_ids), (qg, kg), grads),
+                  ("fwd_bwd_hf", lambda q, k: hf(q, k, position_ids), (qg, kg), grads)]
+    if liger is not None:  # its own leaves and output gradients (its backward, too, rotates them in place)
+        candidates.append(("fwd_bwd_liger", liger_qk, tuple(t.detach().clone().requires_grad_() for t in (q, k)),
+                           tuple(gr.clone() for gr in grads)))
+    for name, fn, leaves, outer in candidates:
+        step = lambda fn=fn, leaves=leaves, outer=outer: torch.autograd.grad(fn(*leaves), leaves, outer)
         abs_err, rel_err = max_err(step(), grad_refs)
         row[f"err_{name}"] = abs_err
         if rel_err > WRONG:
@@ -277,7 +286,9 @@ def table_section(args, device: torch.device, out) -> None:
     compile_ = cuda and not args.no_compile or args.compile
     shapes = TABLE_SHAPES if cuda and not args.quick else TINY_SHAPES
     bench = Bench("rope_table", device=device, notes=(
-        "issue 35's table: q and k bf16 [B, H, S, D] (half layout, theta 5e5), positions [B, S] (decode: 4096); "
+        "issue 35's table: q and k bf16, contiguous [B, H, S, D] (half layout, theta 5e5), positions [B, S] "
+        "(decode: 4096); Liger copies such q and k to [B, S, H, D] and rotates the copies in place (a decode step: "
+        "in place, on tensors of its own here); "
         "HF = transformers' apply_rotary_pos_emb with LlamaRotaryEmbedding's cos/sin built in the call, Liger = "
         "liger_rotary_pos_emb on the same cos/sin; compile = torch.compile(dynamic=False); graphs captured after "
         "warm-up on a side stream; every output (and fwd+bwd's input gradients) first checked against the float64 "

@@ -37,3 +37,17 @@ def test_the_reference_is_the_rotation_and_its_transpose():
     back = bench_rope.rotation_f64(bench_rope.rotation_f64(x, pos, inv), pos, inv, sign=-1.0)
     torch.testing.assert_close(back, x)
     torch.testing.assert_close(bench_rope.rotation_f64(x, torch.zeros_like(pos), inv), x)
+
+
+def test_a_correct_peer_returning_cos_and_sin_too_is_timed_in_a_decode_row():
+    """Newer liger_rotary_pos_emb returns (q, k, cos, sin): q and k are checked and timed, forward and backward."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    def peer(q, k, cos, sin):
+        return (*apply_rotary_pos_emb(q, k, cos, sin), cos, sin)
+
+    row = bench_rope.table_row(3, 4, 2, 1, 32, device=torch.device("cpu"), dtype=torch.bfloat16, compile_=False,
+                               liger=peer, samples=1, calls=1)
+    assert "wrong" not in row, row
+    assert row["liger_ms"] > 0 and row["fwd_bwd_liger_ms"] > 0 and row["err_liger"] < 0.05
+    assert "| 0." in bench_rope.issue_table([row]).splitlines()[-1]
