@@ -706,16 +706,19 @@ class RotaryEmbedding(ConstantBuffers):
             triton = self._triton_rotate(q, k, positions, seq_axis, key)
             if triton is not None:
                 return triton
-        tensors = (q,) if k is None else (q, k)
-        cos, sin = self._half_cos_sin(positions, work_dtype(*(t.dtype for t in tensors)), q.device)
+        # (no generators over (q, k) here: a decode step on the CPU is per-op and per-line overhead)
+        work = work_dtype(q.dtype) if k is None else work_dtype(q.dtype, k.dtype)
+        cos, sin = self._half_cos_sin(positions, work, q.device)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
         if not self.xpos:
-            if not cos.requires_grad and all(rope_kernels.small_rotation_applies(t, self.layout, self.rotary_dim)
-                                             for t in tensors):
+            if not cos.requires_grad and rope_kernels.small_rotation_applies(q, self.layout, self.rotary_dim) and \
+                    (k is None or rope_kernels.small_rotation_applies(k, self.layout, self.rotary_dim)):
                 # a decode step: three ops per tensor, the same bits as rotate_pairs
                 cos2, sin2 = torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
-                return tuple(rope_kernels.rotate_swapped(t, cos2, sin2) for t in tensors)
-            return tuple(self._rotate_pairs(t, cos, -sin, cos, sin) for t in tensors)
+                qo = rope_kernels.rotate_swapped(q, cos2, sin2)
+                return (qo,) if k is None else (qo, rope_kernels.rotate_swapped(k, cos2, sin2))
+            qo = self._rotate_pairs(q, cos, -sin, cos, sin)
+            return (qo,) if k is None else (qo, self._rotate_pairs(k, cos, -sin, cos, sin))
         # xPos (forward only, q and k): scales from the zeta table kept on q's device, no host tensor
         scale = self._xpos_scale(positions, q.dtype, k.dtype).to(cos.dtype).reshape(shape)
         qc, qs, kc, ks = cos * scale, sin * scale, cos / scale, sin / scale
