@@ -249,7 +249,8 @@ def test_caches_stay_behind_in_copies_and_pickles(meta_is_a_kernel_device):
     ({"dim": 64, "layout": "interleaved", "n_axes": 2}, lambda s: torch.randint(0, 64, (s, 2), device="cuda")),
 ])
 def test_cuda_graph_capture_and_replay_equal_eager(kwargs, positions):
-    """Capture q+k rotation in a CUDA graph (static tensors), change the inputs in place, replay: eager's bits."""
+    """Capture q+k rotation and q alone (``rotate``) in a CUDA graph (static tensors), change the inputs in place,
+    replay: eager's bits."""
     rope = RotaryEmbedding(**kwargs).cuda()
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(2, 32, 16, rope.dim, device="cuda", generator=g).bfloat16()
@@ -258,12 +259,14 @@ def test_cuda_graph_capture_and_replay_equal_eager(kwargs, positions):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(2):  # warm-up: tables and the launch plan built outside the capture
+        for _ in range(2):  # warm-up: tables and the launch plans built outside the capture
             rope(q, k, pos)
+            rope.rotate(q, pos)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         qo, ko = rope(q, k, pos)
+        qa = rope.rotate(q, pos)
     for step in range(3):
         q.copy_(torch.randn(q.shape, device="cuda", generator=g))
         k.copy_(torch.randn(k.shape, device="cuda", generator=g))
@@ -271,6 +274,7 @@ def test_cuda_graph_capture_and_replay_equal_eager(kwargs, positions):
         graph.replay()
         want = rope(q, k, pos)
         assert torch.equal(qo, want[0]) and torch.equal(ko, want[1])
+        assert torch.equal(qa, want[0])
 
 
 @pytest.mark.gpu

@@ -301,40 +301,54 @@ def test_gradcheck_of_the_op_in_double_on_the_cpu(case):
 FUSED_BACKWARD = textwrap.dedent('''
     import torch
     from omnipos.core import RotaryEmbedding, rope_kernels, rope_triton
-    rope_kernels.KERNEL_DEVICE_TYPES = ("cpu",)  # the CUDA path on CPU tensors: the Triton kernel, interpreted
-    launches = []
-    launch = rope_triton._launch
-    rope_triton._launch = lambda grid, *a, **kw: launches.append(grid) or launch(grid, *a, **kw)
     exec(FORMULA)
-    g = torch.Generator().manual_seed(0)
-    worst = 0.0
-    for kwargs, qs, ks, pos in CASES:
-        rope = RotaryEmbedding(**kwargs)
-        q = torch.randn(qs, generator=g).requires_grad_()
-        k = None if ks is None else torch.randn(ks, generator=g).requires_grad_()
-        for through_op in (False, True):  # the module's eager autograd, then the registered op's (compile's)
-            del launches[:]
-            if through_op:
-                turns, axis = rope_triton.device_tables(rope.inv_freq, None, q.device)
-                outs = torch.ops.omnipos.rope_qk(q, k, pos, turns, axis, 2, rope.rotary_dim,
-                                                 rope.layout == "interleaved", False, rope.attention_factor, 1.0)
-            else:
-                outs = (rope.rotate(q, pos),) if k is None else rope(q, k, pos)
-            assert len(launches) == 1, ("forward", launches)
-            inputs = (q,) if k is None else (q, k)
-            grads = [torch.randn(t.shape, generator=g) for t in inputs]
-            got = torch.autograd.grad(outs, inputs, grads)
-            assert len(launches) == 2, ("backward: one launch for q and k", launches)
-            grid_q_and_k = launches[0]
-            assert launches[1] == grid_q_and_k, launches  # the same programs: q's and k's grads in one launch
-            for grad, gout in zip(got, grads):
-                want = rotation_f64(gout, pos, rope.inv_freq, rope.rotary_dim, rope.layout == "interleaved",
-                                    rope.attention_factor, sign=-1.0)
-                err = ((grad.double() - want).abs() / (1 + want.abs())).max().item()
-                worst = max(worst, err)
-                assert err <= 2e-6, (kwargs, through_op, err)
-    print("ok", worst)
+
+    def check(device, tol):
+        saved = rope_kernels.KERNEL_DEVICE_TYPES, rope_triton._launch
+        if device == "cpu":  # the CUDA path on CPU tensors: the Triton kernel, interpreted
+            rope_kernels.KERNEL_DEVICE_TYPES = ("cpu",)
+        launches = []
+        rope_triton._launch = lambda grid, *a, **kw: launches.append(grid) or saved[1](grid, *a, **kw)
+        try:
+            g = torch.Generator().manual_seed(0)
+            worst = 0.0
+            for kwargs, qs, ks, pos in CASES:
+                rope = RotaryEmbedding(**kwargs).to(device)
+                pos = pos.to(device)
+                q = torch.randn(qs, generator=g).to(device).requires_grad_()
+                k = None if ks is None else torch.randn(ks, generator=g).to(device).requires_grad_()
+                for through_op in (False, True):  # the module's eager autograd, then the registered op's
+                    del launches[:]
+                    if through_op:
+                        turns, axis = rope_triton.device_tables(rope.inv_freq, None, q.device)
+                        outs = torch.ops.omnipos.rope_qk(q, k, pos, turns, axis, 2, rope.rotary_dim,
+                                                         rope.layout == "interleaved", False, rope.attention_factor,
+                                                         1.0)
+                    else:
+                        outs = (rope.rotate(q, pos),) if k is None else rope(q, k, pos)
+                    assert len(launches) == 1, ("forward", launches)
+                    inputs = (q,) if k is None else (q, k)
+                    grads = [torch.randn(t.shape, generator=g).to(device) for t in inputs]
+                    got = torch.autograd.grad(outs, inputs, grads)
+                    assert len(launches) == 2, ("backward: one launch for q and k", launches)
+                    assert launches[1] == launches[0], launches  # the same programs: q's and k's grads together
+                    for grad, gout in zip(got, grads):
+                        want = rotation_f64(gout, pos, rope.inv_freq, rope.rotary_dim, rope.layout == "interleaved",
+                                            rope.attention_factor, sign=-1.0)
+                        err = ((grad.double() - want).abs() / (1 + want.abs())).max().item()
+                        worst = max(worst, err)
+                        assert err <= tol, (kwargs, through_op, err)
+            return worst
+        finally:
+            rope_kernels.KERNEL_DEVICE_TYPES, rope_triton._launch = saved
 ''')
+
+
+def _fused_backward_script() -> str:
+    import inspect
+
+    formula = inspect.getsource(_rotation_f64).replace("def _rotation_f64", "def rotation_f64")
+    return f"import torch\nFORMULA = {formula!r}\nCASES = {_grad_cases_source()}\n" + FUSED_BACKWARD
 
 
 def test_fused_backward_is_one_launch_turning_the_other_way_under_the_interpreter():
@@ -343,12 +357,18 @@ def test_fused_backward_is_one_launch_turning_the_other_way_under_the_interprete
     products: within 2e-6)."""
     if not rope_triton.HAS_TRITON:
         pytest.skip("triton not importable")
-    import inspect
-
-    formula = inspect.getsource(_rotation_f64).replace("def _rotation_f64", "def rotation_f64")
-    script = (f"FORMULA = {formula!r}\nCASES = {_grad_cases_source()}\n" + FUSED_BACKWARD)
-    result = run_interpreted("import torch\n" + script)
+    result = run_interpreted(_fused_backward_script() + "\nprint('ok', check('cpu', 2e-6))\n")
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_fused_backward_is_one_launch_on_cuda():
+    """The same on a GPU (float32 inputs): one launch forward, one backward for q and k, R^T g within 2e-6."""
+    if not rope_triton.HAS_TRITON:
+        pytest.skip("triton not importable")
+    namespace: dict = {}
+    exec(_fused_backward_script(), namespace)  # noqa: S102 (this file's own script)
+    assert namespace["check"]("cuda", 2e-6) <= 2e-6
 
 
 def _grad_cases_source() -> str:
