@@ -3,7 +3,8 @@ the CPU eager path against HF transformers' rotary module + apply_rotary_pos_emb
 
 (a) host: RotaryEmbedding(q, k, positions) through the CUDA code path on CPU tensors (``rope_kernels.
     KERNEL_DEVICE_TYPES = ("cpu",)``) with ``rope_triton._launch`` replaced by a no-op: every check, table, plan,
-    allocation and the launch's argument list, no kernel. Target <= 15 us per q+k call at any shape. ``first_us``
+    allocation and the launch's argument list, no kernel. Target <= 15 us per q+k call at any shape, and per
+    q-only ``rotate(q, positions)`` call (the ``q-only`` rows; ``cpu_alloc_us`` is then one output's). ``first_us``
     is the first call of a signature (checks, tables, launch plan), ``omnipos_us`` the median of later ones,
     ``cpu_alloc_us`` what the CPU allocator alone takes for the two outputs (large ones are mmap'd and unmapped
     each call; CUDA's caching allocator serves them in ~1-2 us), ``without_alloc_us`` the difference (noisy where
@@ -98,19 +99,29 @@ def host_rows(bench: Bench, quick: bool, repeats: int) -> None:
          RotaryEmbedding(128, n_axes=3, axes_dims=(16, 56, 56), layout="interleaved"), (1, 24, 4096, 128),
          (1, 24, 4096, 128), torch.stack(torch.meshgrid(torch.arange(4), torch.arange(32), torch.arange(32),
                                                         indexing="ij"), -1).reshape(4096, 3)),
+        # q alone (rotate(q), no k): its own launch plan, in the same cache
+        ("q-only decode 1x32x1x128, pos [1,1]", RotaryEmbedding(128, base=THETA), (1, 32, 1, 128), None,
+         torch.tensor([[4096]])),
+        ("q-only prefill 1x32x8192x128, pos [1,S]", RotaryEmbedding(128, base=THETA), (1, 32, 8192, 128), None,
+         torch.arange(8192)[None]),
     ]
     if quick:
-        cases = cases[:2]
+        cases = cases[:2] + cases[-2:-1]
     try:
         for name, rope, qs, ks, pos in cases:
-            q, k = torch.empty(qs, dtype=bf), torch.empty(ks, dtype=bf)
+            q = torch.empty(qs, dtype=bf)
+            k = q if ks is None else torch.empty(ks, dtype=bf)
+            if ks is None:
+                call = lambda rope=rope, q=q, pos=pos: rope.rotate(q, pos)
+                alloc = lambda q=q: torch.empty_like(q, memory_format=torch.contiguous_format)
+            else:
+                call = lambda rope=rope, q=q, k=k, pos=pos: rope(q, k, pos)
+                alloc = lambda q=q, k=k: (torch.empty_like(q, memory_format=torch.contiguous_format),
+                                          torch.empty_like(k, memory_format=torch.contiguous_format))
             start = time.perf_counter()
-            rope(q, k, pos)
+            call()
             first = time.perf_counter() - start
-            times = per_call({"call": lambda rope=rope, q=q, k=k, pos=pos: rope(q, k, pos),
-                              "alloc": lambda q=q, k=k: (torch.empty_like(q, memory_format=torch.contiguous_format),
-                                                         torch.empty_like(k, memory_format=torch.contiguous_format))},
-                             calls=500, repeats=repeats)
+            times = per_call({"call": call, "alloc": alloc}, calls=500, repeats=repeats)
             t, alloc = times["call"], times["alloc"]
             # the two output allocations are the CPU allocator's (mmap above ~128 KiB); CUDA's caching allocator
             # serves them in ~1-2 us: the rest is the Python of checks, plan and launch

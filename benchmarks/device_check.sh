@@ -7,8 +7,8 @@
 #       backports.zstd biopython pyamg rotary-embedding-torch diffusers importlib_metadata lazy-importer liger-kernel
 #   cp -r ../shared/peer-data .peer
 #
-#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [lappe] [jacobi] [rope] [qknorm] [profile]
-#               [tune] [kernels]
+#   device run: bash benchmarks/device_check.sh [tests] [capture] [gpu] [lappe] [jacobi] [rope] [rope-layouts]
+#               [qknorm] [profile] [tune] [kernels]
 #   (carry: .whl, .peer; kernels: the timeline / DNA kernels' gpu tests and their benchmark rows alone)
 # Logs and JSON land in $OUT.
 set -u
@@ -69,9 +69,12 @@ for step in $steps; do
             (cd benchmarks && timeout 200 python3 profile_gpu.py --out "$OUT/profile.txt" 2>&1 | tail -120) ;;
         tune)
             (cd benchmarks && timeout 150 python3 tune_rope.py 2>&1 | tee "$OUT/tune_rope.log" | grep -E "best|Error|error" ) ;;
-        rope)
-            (cd benchmarks && timeout 120 python3 bench_rope.py --device cuda --out "$OUT/rope.json" 2>&1 \
-                | tee "$OUT/rope.log" | tail -16) ;;
+        rope)  # issue 35's table (4 shapes, 8 compiles, 3 graphs a shape; a row is printed as it is measured)
+            (cd benchmarks && timeout 150 python3 bench_rope.py --device cuda --only table \
+                --out "$OUT/rope_table.json" 2>&1 | tee "$OUT/rope.log" | tail -24) ;;
+        rope-layouts)  # half / interleaved / M-RoPE vs HF, rotary-embedding-torch, Liger (the older rows)
+            (cd benchmarks && timeout 120 python3 bench_rope.py --device cuda --only layouts \
+                --out "$OUT/rope.json" 2>&1 | tee "$OUT/rope_layouts.log" | tail -16) ;;
         qknorm)
             (cd benchmarks && timeout 150 python3 bench_qknorm.py --device cuda --out "$OUT/qknorm.json" 2>&1 \
                 | tee "$OUT/qknorm.log" | tail -8) ;;

@@ -108,6 +108,33 @@ def test_kernel_path_makes_no_host_tensor_and_no_sync(meta_is_a_kernel_device, n
     assert ops, "nothing was recorded"
 
 
+@pytest.mark.parametrize("name,kwargs,q_shape,k_shape,seq_dim,positions", CASES, ids=[c[0] for c in CASES])
+def test_q_only_rotation_takes_its_launch_plan_with_no_host_tensor_and_no_sync(meta_is_a_kernel_device, name, kwargs,
+                                                                             q_shape, k_shape, seq_dim, positions):
+    """rotate(x) (one tensor, no k): the kernel path, and from the second call of a signature its launch plan (kept
+    beside the q+k plans under a key of its own): no host tensor, no sync, no check or table op."""
+    rope = RotaryEmbedding(**kwargs).to(M)
+    q, k = _qk(q_shape, k_shape)
+    extra = {} if positions is None else {"positions": positions()}
+    rope(q, k, seq_dim=seq_dim, **extra)  # a q+k plan first: the q-only call must not take it
+    rope.rotate(q, seq_dim=seq_dim, **extra)
+    if rope.scaling.rope_type != "dynamic":  # (length-dependent frequencies: no plan, checked each call)
+        assert len(rope._plans) == 2, "the q-only call has its own plan"
+    planned = []
+    original = rope_triton.run_plan
+    rope_triton.run_plan = lambda *a, **kw: planned.append(a[2] is None) or original(*a, **kw)
+    try:
+        with NoHostWork() as mode:
+            out = rope.rotate(q, seq_dim=seq_dim, **extra)
+    finally:
+        rope_triton.run_plan = original
+    assert not mode.violations, mode.violations
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device.type == M
+    if rope.scaling.rope_type != "dynamic":
+        assert planned == [True], "the q-only call did not launch from its plan"
+        assert not any("div" in op or "zeros" in op or "_to_copy" in op or "arange" in op for op in mode.ops), mode.ops
+
+
 def test_packed_sequences_from_cu_seqlens(meta_is_a_kernel_device):
     """flash-attn's varlen layout: q [total, heads, dim], per-document positions from device cu_seqlens."""
     rope = RotaryEmbedding(64).to(M)
@@ -222,7 +249,8 @@ def test_caches_stay_behind_in_copies_and_pickles(meta_is_a_kernel_device):
     ({"dim": 64, "layout": "interleaved", "n_axes": 2}, lambda s: torch.randint(0, 64, (s, 2), device="cuda")),
 ])
 def test_cuda_graph_capture_and_replay_equal_eager(kwargs, positions):
-    """Capture q+k rotation in a CUDA graph (static tensors), change the inputs in place, replay: eager's bits."""
+    """Capture q+k rotation and q alone (``rotate``) in a CUDA graph (static tensors), change the inputs in place,
+    replay: eager's bits."""
     rope = RotaryEmbedding(**kwargs).cuda()
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(2, 32, 16, rope.dim, device="cuda", generator=g).bfloat16()
@@ -231,12 +259,14 @@ def test_cuda_graph_capture_and_replay_equal_eager(kwargs, positions):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(2):  # warm-up: tables and the launch plan built outside the capture
+        for _ in range(2):  # warm-up: tables and the launch plans built outside the capture
             rope(q, k, pos)
+            rope.rotate(q, pos)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         qo, ko = rope(q, k, pos)
+        qa = rope.rotate(q, pos)
     for step in range(3):
         q.copy_(torch.randn(q.shape, device="cuda", generator=g))
         k.copy_(torch.randn(k.shape, device="cuda", generator=g))
@@ -244,6 +274,7 @@ def test_cuda_graph_capture_and_replay_equal_eager(kwargs, positions):
         graph.replay()
         want = rope(q, k, pos)
         assert torch.equal(qo, want[0]) and torch.equal(ko, want[1])
+        assert torch.equal(qa, want[0])
 
 
 @pytest.mark.gpu
@@ -263,3 +294,100 @@ def test_cuda_compiled_through_the_op_no_recompile():
         for a, b in zip(got, want):
             assert ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item() <= 1e-2
     torch._dynamo.reset()
+
+
+XPOS_CASES = [
+    ("xpos interleaved, default positions", {"dim": 64, "layout": "interleaved", "xpos": True, "xpos_center": 8.0},
+     (2, 8, 16, 64), (2, 2, 16, 64), None),
+    ("xpos half, decode offsets [batch, 1]", {"dim": 128, "xpos": True, "xpos_center": 2048.0}, (4, 32, 1, 128),
+     (4, 8, 1, 128), lambda: torch.empty(4, 1, device=M, dtype=torch.long)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs,q_shape,k_shape,positions", XPOS_CASES, ids=[c[0] for c in XPOS_CASES])
+def test_xpos_while_capturing_reads_no_value_and_makes_no_host_tensor(monkeypatch, name, kwargs, q_shape, k_shape,
+                                                                      positions):
+    """xPos on a device (the eager rotation): its zeta table is kept on the device (built once), and while a CUDA graph
+    is captured the range check reads nothing. Meta tensors stand for CUDA ones whose values could be read
+    (``can_inspect_values`` made true) inside a capture (``rotary._capturing`` made true): an ``.item()`` or a host
+    tensor would be reported."""
+    from omnipos.core import rotary
+
+    rope = RotaryEmbedding(**kwargs).to(M)
+    q, k = _qk(q_shape, k_shape)
+    extra = {} if positions is None else {"positions": positions()}
+    rope(q, k, **extra)  # warm-up (eager, outside the capture): the zeta table is built on the device
+    zeta = rope._xpos_tables[torch.device(M)]
+    monkeypatch.setattr(rotary, "can_inspect_values", lambda *tensors: True)
+    monkeypatch.setattr(rotary, "_capturing", lambda t: True)
+    with NoHostWork() as mode:
+        qo, ko = rope(q, k, **extra)
+    assert not mode.violations, mode.violations
+    assert qo.shape == q.shape and ko.shape == k.shape and qo.device.type == M
+    assert rope._xpos_tables[torch.device(M)] is zeta
+    assert not any("arange" in op for op in mode.ops), mode.ops  # the table is not rebuilt per call
+    monkeypatch.setattr(rotary, "_capturing", lambda t: False)
+    with NoHostWork() as mode, pytest.raises(RuntimeError, match="item"):  # eager: the range check reads a value
+        rope(q, k, **extra)                                             # (meta: none to read: it is attempted)
+    assert any("sync" in v for v in mode.violations), "the eager range check must read a value (the test's control)"
+    rope.to(M)
+    assert not rope.__dict__.get("_xpos_tables")
+
+
+def test_xpos_range_check_still_refuses_in_eager_mode_on_the_cpu():
+    """The capture branch changes nothing outside a capture: positions too far from xpos_center are refused."""
+    rope = RotaryEmbedding(8, layout="interleaved", xpos=True)
+    q = torch.randn(1, 1, 2, 8)
+    with pytest.raises(ValueError, match="xpos_center"):
+        rope(q, q, torch.tensor([0, 100_000]))
+    assert torch.equal(rope(q, q, torch.arange(2))[0], RotaryEmbedding(8, layout="interleaved", xpos=True)(
+        q, q, torch.arange(2))[0])
+
+
+@pytest.mark.gpu
+def test_xpos_cuda_graph_capture_and_replay_equal_eager():
+    """xPos (eager rotation) captured in a CUDA graph after warm-up on a side stream; new inputs in place, replay:
+    eager's bits."""
+    rope = RotaryEmbedding(64, layout="interleaved", xpos=True, xpos_center=2048.0).cuda()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 8, 16, 64, device="cuda", generator=g).bfloat16()
+    k = torch.randn(2, 2, 16, 64, device="cuda", generator=g).bfloat16()
+    pos = torch.arange(16, device="cuda")[None].repeat(2, 1) + 2000
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            rope(q, k, pos)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        qo, ko = rope(q, k, pos)
+    for step in range(3):
+        q.copy_(torch.randn(q.shape, device="cuda", generator=g))
+        k.copy_(torch.randn(k.shape, device="cuda", generator=g))
+        pos.add_(16 * (step + 1))
+        graph.replay()
+        want = rope(q, k, pos)
+        assert torch.equal(qo, want[0]) and torch.equal(ko, want[1])
+
+
+@pytest.mark.parametrize("k_heads", [2, None], ids=["q+k (GQA)", "q only"])
+def test_backward_is_one_kernel_call_with_no_host_tensor_and_no_sync(meta_is_a_kernel_device, k_heads):
+    """Forward and backward through the kernel path on meta tensors that require grad: the backward is the same
+    kernel once more (``_rotate``: one call for q's and k's gradients together), with no host tensor and no sync."""
+    rope = RotaryEmbedding(128, base=5e5).to(M)
+    q = torch.empty(2, 8, 16, 128, device=M, dtype=torch.bfloat16, requires_grad=True)
+    k = None if k_heads is None else torch.empty(2, k_heads, 16, 128, device=M, dtype=torch.bfloat16,
+                                                  requires_grad=True)
+    positions = torch.empty(2, 16, device=M, dtype=torch.long)
+    call = (lambda: rope.rotate(q, positions)) if k is None else (lambda: rope(q, k, positions))
+    call()  # warm-up: tables on the device
+    inputs = (q,) if k is None else (q, k)
+    del meta_is_a_kernel_device[:]
+    with NoHostWork() as mode:
+        outs = call()
+        outs = (outs,) if k is None else outs
+        grads = torch.autograd.grad(outs, inputs, [torch.empty_like(o) for o in outs])
+    assert not mode.violations, mode.violations
+    assert len(meta_is_a_kernel_device) == 2, "forward and backward: one kernel call each"
+    assert all(gr.shape == t.shape and gr.dtype == t.dtype for gr, t in zip(grads, inputs))

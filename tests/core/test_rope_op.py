@@ -206,6 +206,13 @@ PLAN_CASES = textwrap.dedent('''
         for a, b, c, e in zip(first, again, direct, eager):
             assert torch.equal(a, b) and torch.equal(a, c)
             assert ((a - e).abs() / (1 + e.abs())).max().item() <= 2e-6
+        # q alone (rotate): its own plan in the same cache, the bits of the q+k launch's q
+        alone = rope.rotate(q, pos, seq_dim=seq_dim)
+        assert len(rope._plans) == 2, rope._plans.keys()
+        alone_again = rope.rotate(q.clone(), pos, seq_dim=seq_dim)
+        assert torch.equal(alone, first[0]) and torch.equal(alone_again, first[0])
+        kq = rope.rotate(k, pos, seq_dim=seq_dim)  # another signature: checked, planned, equal k's rotation
+        assert torch.equal(kq, first[1])
     assert planned == len(cases), planned
     print("ok")
 ''')
@@ -213,7 +220,8 @@ PLAN_CASES = textwrap.dedent('''
 
 def test_launch_plans_give_the_checked_calls_bits_under_the_interpreter():
     """The second call of a signature skips the checks and launches from its plan (positions read in place,
-    [B, S] ids against [B, H, S, D] through a row divisor): the same bits as the first call and as rotate_qk."""
+    [B, S] ids against [B, H, S, D] through a row divisor): the same bits as the first call and as rotate_qk;
+    q alone (``rotate``) has its plan in the same cache and gives the q+k launch's bits."""
     if not rope_triton.HAS_TRITON:
         pytest.skip("triton not importable")
     result = run_interpreted(PLAN_CASES)
@@ -235,3 +243,137 @@ def test_a_new_signature_is_checked_again(monkeypatch):
         rope(q, torch.empty(1, 2, 6, 16, device="meta"), positions)
     rope.to("meta")
     assert "_plans" not in rope.__dict__
+
+
+def _rotation_f64(x, positions, inv_freq, rotary_dim, interleaved, factor, sign=1.0):
+    """The float64 formula of one tensor [B, H, S, D] (positions [S] or [B, S]): pairs turned by sign * theta,
+    scaled by the attention factor; channels past rotary_dim unchanged."""
+    theta = positions.double()[..., None] * inv_freq.double()  # [(B,) S, R/2]
+    if theta.ndim == 3:
+        theta = theta[:, None]
+    c, s = theta.cos() * factor, theta.sin() * factor * sign
+    x = x.double()
+    if interleaved:
+        x1, x2 = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+        rotated = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), -1).flatten(-2)
+    else:
+        x1, x2 = x[..., :rotary_dim // 2], x[..., rotary_dim // 2:rotary_dim]
+        rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), -1)
+    return torch.cat((rotated, x[..., rotary_dim:]), -1)
+
+
+GRAD_CASES = [
+    # (module kwargs, q shape, k shape, positions)
+    ({"dim": 16}, (1, 3, 5, 16), (1, 1, 5, 16), torch.arange(5) + 3),
+    ({"dim": 24, "rotary_dim": 16, "layout": "interleaved"}, (1, 2, 4, 24), (1, 1, 4, 24),
+     torch.tensor([[7, 8, 9, 4000]])),
+    ({"dim": 16, "scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}},
+     (2, 2, 3, 16), None, torch.tensor([[0, 1, 2], [30, 31, 32]])),
+]
+
+
+@pytest.mark.parametrize("case", range(len(GRAD_CASES)))
+def test_gradcheck_of_the_op_in_double_on_the_cpu(case):
+    """torch.autograd.gradcheck (and gradgradcheck) of torch.ops.omnipos.rope_qk on float64 CPU tensors: its
+    registered backward (the op again with the sign flipped, q and k in one call) is the Jacobian's transpose; and
+    the gradient equals the float64 formula of R^T g (attention factor included, pass-through channels: g)."""
+    kwargs, qs, ks, positions = GRAD_CASES[case]
+    rope = RotaryEmbedding(**kwargs)
+    g = torch.Generator().manual_seed(case)
+    q = torch.randn(qs, generator=g, dtype=torch.float64, requires_grad=True)
+    k = None if ks is None else torch.randn(ks, generator=g, dtype=torch.float64, requires_grad=True)
+    args = _args(rope, q, k, positions, 2)
+    inputs = (q,) if k is None else (q, k)
+
+    def f(*tensors):
+        return tuple(op(tensors[0], tensors[1] if k is not None else None, *args[2:]))
+
+    assert torch.autograd.gradcheck(f, inputs)
+    assert torch.autograd.gradgradcheck(f, inputs, fast_mode=True)
+    grads = [torch.randn(t.shape, generator=g, dtype=torch.float64) for t in inputs]
+    got = torch.autograd.grad(f(*inputs), inputs, grads)
+    for grad, gout in zip(got, grads):
+        want = _rotation_f64(gout, positions, rope.inv_freq, rope.rotary_dim, rope.layout == "interleaved",
+                             rope.attention_factor, sign=-1.0)
+        torch.testing.assert_close(grad, want, rtol=1e-12, atol=1e-12)
+
+
+FUSED_BACKWARD = textwrap.dedent('''
+    import torch
+    from omnipos.core import RotaryEmbedding, rope_kernels, rope_triton
+    exec(FORMULA)
+
+    def check(device, tol):
+        saved = rope_kernels.KERNEL_DEVICE_TYPES, rope_triton._launch
+        if device == "cpu":  # the CUDA path on CPU tensors: the Triton kernel, interpreted
+            rope_kernels.KERNEL_DEVICE_TYPES = ("cpu",)
+        launches = []
+        rope_triton._launch = lambda grid, *a, **kw: launches.append(grid) or saved[1](grid, *a, **kw)
+        try:
+            g = torch.Generator().manual_seed(0)
+            worst = 0.0
+            for kwargs, qs, ks, pos in CASES:
+                rope = RotaryEmbedding(**kwargs).to(device)
+                pos = pos.to(device)
+                q = torch.randn(qs, generator=g).to(device).requires_grad_()
+                k = None if ks is None else torch.randn(ks, generator=g).to(device).requires_grad_()
+                for through_op in (False, True):  # the module's eager autograd, then the registered op's
+                    del launches[:]
+                    if through_op:
+                        turns, axis = rope_triton.device_tables(rope.inv_freq, None, q.device)
+                        outs = torch.ops.omnipos.rope_qk(q, k, pos, turns, axis, 2, rope.rotary_dim,
+                                                         rope.layout == "interleaved", False, rope.attention_factor,
+                                                         1.0)
+                    else:
+                        outs = (rope.rotate(q, pos),) if k is None else rope(q, k, pos)
+                    assert len(launches) == 1, ("forward", launches)
+                    inputs = (q,) if k is None else (q, k)
+                    grads = [torch.randn(t.shape, generator=g).to(device) for t in inputs]
+                    got = torch.autograd.grad(outs, inputs, grads)
+                    assert len(launches) == 2, ("backward: one launch for q and k", launches)
+                    assert launches[1] == launches[0], launches  # the same programs: q's and k's grads together
+                    for grad, gout in zip(got, grads):
+                        want = rotation_f64(gout, pos, rope.inv_freq, rope.rotary_dim, rope.layout == "interleaved",
+                                            rope.attention_factor, sign=-1.0)
+                        err = ((grad.double() - want).abs() / (1 + want.abs())).max().item()
+                        worst = max(worst, err)
+                        assert err <= tol, (kwargs, through_op, err)
+            return worst
+        finally:
+            rope_kernels.KERNEL_DEVICE_TYPES, rope_triton._launch = saved
+''')
+
+
+def _fused_backward_script() -> str:
+    import inspect
+
+    formula = inspect.getsource(_rotation_f64).replace("def _rotation_f64", "def rotation_f64")
+    return f"import torch\nFORMULA = {formula!r}\nCASES = {_grad_cases_source()}\n" + FUSED_BACKWARD
+
+
+def test_fused_backward_is_one_launch_turning_the_other_way_under_the_interpreter():
+    """The backward of the kernel path (the module's autograd and the registered op's) is the same Triton kernel with
+    the sign flipped: one launch for both q's and k's gradients, equal to the float64 formula of R^T g (float32
+    products: within 2e-6)."""
+    if not rope_triton.HAS_TRITON:
+        pytest.skip("triton not importable")
+    result = run_interpreted(_fused_backward_script() + "\nprint('ok', check('cpu', 2e-6))\n")
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_fused_backward_is_one_launch_on_cuda():
+    """The same on a GPU (float32 inputs): one launch forward, one backward for q and k, R^T g within 2e-6."""
+    if not rope_triton.HAS_TRITON:
+        pytest.skip("triton not importable")
+    namespace: dict = {}
+    exec(_fused_backward_script(), namespace)  # noqa: S102 (this file's own script)
+    assert namespace["check"]("cuda", 2e-6) <= 2e-6
+
+
+def _grad_cases_source() -> str:
+    """GRAD_CASES as source for the interpreter's process."""
+    rows = []
+    for kwargs, qs, ks, positions in GRAD_CASES:
+        rows.append(f"({kwargs!r}, {qs!r}, {ks!r}, torch.tensor({positions.tolist()!r}))")
+    return "[" + ", ".join(rows) + "]"

@@ -395,17 +395,19 @@ def _rope_qk_torch(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Ten
                    attention_factor: float, sign: float) -> list[torch.Tensor]:
     """The kernel's arithmetic in torch ops (the op's CPU kernel): per (row, position, slot) the float64 turns
     ``position * turns[slot]``, whole turns removed, sin/cos in float32 times the factor, products in float32,
-    one rounding to the input dtype."""
+    one rounding to the input dtype. float64 inputs are rotated in float64 throughout (as the module rotates
+    them; the CUDA kernel is not given float64), so ``gradcheck`` can check the op's backward in double."""
     outs = []
     for t in ([q] if k is None else [q, k]):
+        work = torch.float64 if t.dtype == torch.float64 else torch.float32
         view = _as_rows(t, seq_axis)[0]
         pos = _row_positions(positions, t, seq_axis, multi_axis)  # [rows, S, n]
         pos = pos.index_select(-1, axis.long()) if multi_axis else pos
         tu = pos.to(torch.float64) * turns
-        phase = ((tu - torch.floor(tu)) * 6.283185307179586).to(torch.float32).unsqueeze(2)
+        phase = ((tu - torch.floor(tu)) * 6.283185307179586).to(work).unsqueeze(2)
         c = torch.cos(phase) * attention_factor
         s = torch.sin(phase) * (attention_factor * sign)
-        x = view[..., :rotary_dim].to(torch.float32)
+        x = view[..., :rotary_dim].to(work)
         if interleaved:
             x1, x2 = x[..., 0::2], x[..., 1::2]
             rotated = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), -1).flatten(-2)

@@ -20,12 +20,14 @@ stale (offsets, lengths, devices, dtypes): cos/sin are ``[positions, rotary_dim 
 
 On CUDA (the fused kernel of :mod:`~omnipos.core.rope_triton`) a call is capture-safe: no host tensor is made or
 copied and no value is read on the host (integer positions; float positions are checked for NaN in eager mode, not
-while a CUDA graph is captured). What a module keeps is derived from shapes and constants only: the kernel's
-frequency and slot tables per device, an ``arange`` per device for default positions, and per signature (shapes,
-strides, dtypes, devices of q, k and positions) the fact that its checks passed and, on CUDA, the launch plan; all
-dropped by ``.to()`` and left out of pickles and copies. Warm up once before capturing a module whose constants sit
-on another device (the first call copies them). While ``torch.compile`` traces a CUDA model, the kernel is the
-registered op ``torch.ops.omnipos.rope_qk`` (no graph break, symbolic lengths).
+while a CUDA graph is captured). xPos runs the eager rotation on the device, also capture-safe: its zeta table is
+kept per device and its range check (one value read) runs in eager mode, not while a graph is captured. What a
+module keeps is derived from shapes and constants only: the kernel's frequency and slot tables (and xPos' zeta) per
+device, an ``arange`` per device for default positions, and per signature (shapes, strides, dtypes, devices of q, k
+and positions; q alone for :meth:`RotaryEmbedding.rotate`) the fact that its checks passed and, on CUDA, the launch
+plan; all dropped by ``.to()`` and left out of pickles and copies. Warm up once before capturing a module whose
+constants sit on another device (the first call copies them). While ``torch.compile`` traces a CUDA model, the
+kernel is the registered op ``torch.ops.omnipos.rope_qk`` (no graph break, symbolic lengths).
 
 The pieces: frequencies and scalings in :mod:`~omnipos.core.rope_scaling`, slot -> coordinate maps in
 :mod:`~omnipos.core.rope_axes`, the rotation kernels in
@@ -77,16 +79,17 @@ _LENGTH_DEPENDENT = ("dynamic", "longrope")
 
 
 # what a module keeps per device and per signature (dropped by .to() / _apply, pickling and deepcopy)
-_CACHES = ("_tables", "_aranges", "_plans", "_checked")
+_CACHES = ("_tables", "_aranges", "_plans", "_checked", "_xpos_tables")
 
 # launch plans kept per module (one per signature of q, k and positions); a model has a handful
 _MAX_PLANS = 256
 
 
-def _signature(q: torch.Tensor, k: torch.Tensor, positions: Any, seq_dim: int) -> tuple[Any, ...] | None:
-    """What the checks and the launch of a q+k call depend on besides values: shapes, strides, dtypes, devices;
-    None for arguments that are not plain tensors (lists, tensor subclasses: always the checked path)."""
-    if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(seq_dim) is not int:
+def _signature(q: torch.Tensor, k: torch.Tensor | None, positions: Any, seq_dim: int) -> tuple[Any, ...] | None:
+    """What the checks and the launch of a q+k (or q-only, ``k=None``) call depend on besides values: shapes,
+    strides, dtypes, devices; None for arguments that are not plain tensors (lists, tensor subclasses: always the
+    checked path). A q-only key is shorter than a q+k key: the two never collide in one cache."""
+    if type(q) is not torch.Tensor or type(seq_dim) is not int:
         return None
     if positions is None:
         where = None
@@ -94,7 +97,18 @@ def _signature(q: torch.Tensor, k: torch.Tensor, positions: Any, seq_dim: int) -
         where = (positions.shape, positions.stride(), positions.dtype, positions.device)
     else:
         return None
+    if k is None:
+        return (q.shape, q.stride(), q.dtype, q.device, seq_dim, where)
+    if type(k) is not torch.Tensor:
+        return None
     return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, seq_dim, where)
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether a value check of ``t`` must be skipped because a CUDA graph is being captured: a CUDA tensor while
+    the current stream captures (reading it would be a sync, an error there). The one place that decides it (the
+    meta dispatch-mode test replaces it to run the capture branch on meta tensors)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _from_dict_or_argument(argument: Any, from_dict: Any, name: str) -> Any:
@@ -134,6 +148,7 @@ class RotaryEmbedding(ConstantBuffers):
             absolute position. In ``q . k`` only ``n_q - n_k`` remains, so a KV cache (keys rotated at prefill,
             queries one step at a time) gives exactly the scores of one full call. Needs :meth:`forward` with q
             and k together.
+            On CUDA xPos takes the eager rotation (not the fused kernel); it is capture-safe (see the module doc).
         xpos_scale_base: 512 as in the paper.
         xpos_center: the position where the xPos scale is 1 (default 0). Scores do not depend on it; it only
             keeps the scales inside the dtype's range: ``zeta_0 ** (d / xpos_scale_base)`` must stay within
@@ -433,7 +448,7 @@ class RotaryEmbedding(ConstantBuffers):
         positions = to_device(positions, device, "positions")
         # skipped while compiling and on meta tensors (no values), and inside a CUDA graph capture (a host sync
         # there is an error); integer positions are finite by type: no check, no sync
-        if positions.is_floating_point() and not (positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if positions.is_floating_point() and not _capturing(positions):
             check_finite(positions, "positions")
         axes = self.position_axes
         if axes is not None and (positions.ndim < 2 or positions.shape[-1] != axes):
@@ -565,16 +580,36 @@ class RotaryEmbedding(ConstantBuffers):
         tokens = self._arange(total, x.device)
         return tokens - cu[torch.searchsorted(cu, tokens, right=True) - 1]
 
+    def _xpos_zeta(self, device: torch.device) -> torch.Tensor:
+        """float64 ``zeta_i = (2i + 0.4 R) / (1.4 R)`` on ``device``: built there once (never copied from the host)
+        and kept until the module moves, like the kernel's tables."""
+        if torch.compiler.is_compiling():
+            cache = None
+        else:
+            cache = self.__dict__.setdefault("_xpos_tables", {})
+            if device in cache:
+                return cache[device]
+        r = self.rotary_dim
+        zeta = (torch.arange(0, r, 2, dtype=torch.float64, device=device) + 0.4 * r) / (1.4 * r)
+        if cache is not None:
+            cache[device] = zeta
+        return zeta
+
     def _xpos_scale(self, positions: torch.Tensor, *dtypes: torch.dtype) -> torch.Tensor:
         """float64 xPos scales ``[*positions.shape, rotary_dim // 2]`` for absolute positions around
-        ``xpos_center``; a ValueError when one would leave the range of the output dtypes (see the class doc)."""
+        ``xpos_center``; a ValueError when one would leave the range of the output dtypes (see the class doc).
+
+        The range check reads one value on the host: it runs in eager mode, not while ``torch.compile`` traces nor
+        while a CUDA graph is captured (as the finiteness check of float positions); everything else stays on the
+        positions' device (the zeta table is kept there)."""
         r = self.rotary_dim
-        zeta = (torch.arange(0, r, 2, dtype=torch.float64, device=positions.device) + 0.4 * r) / (1.4 * r)
+        zeta = self._xpos_zeta(positions.device)
         power = (positions.to(torch.float64) - self.xpos_center) / self.xpos_scale_base
-        if positions.numel() and can_inspect_values(positions):
+        if positions.numel() and can_inspect_values(positions) and not _capturing(positions):
             narrowest = min(dtypes, key=lambda d: torch.finfo(d).max)
+            zeta_0 = 0.4 * r / (1.4 * r)  # zeta[0], computed on the host (reading the table would be a sync)
             # |power| at which zeta_0 ** power reaches 2 ** (maxexp / 2): half the exponent range left for q and k
-            limit = math.log2(torch.finfo(narrowest).max) / 2 * math.log(2) / math.log(1 / float(zeta[0]))
+            limit = math.log2(torch.finfo(narrowest).max) / 2 * math.log(2) / math.log(1 / zeta_0)
             worst = float(power.abs().max())
             if worst > limit:
                 raise ValueError(
@@ -589,21 +624,11 @@ class RotaryEmbedding(ConstantBuffers):
                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """Rotate ``x [..., seq, ..., dim]`` (axis ``seq_dim`` is the sequence) at ``positions`` (default
         ``arange(seq)``); see the class docstring for the shapes of positions and :meth:`forward` for
-        ``cu_seqlens``. Same shape and dtype as x."""
+        ``cu_seqlens``. Same shape and dtype as x. The same path as :meth:`forward` with q alone (on CUDA: one
+        launch, its launch plan kept per signature)."""
         if self.xpos:
             raise ValueError("xpos scales q up and k down: rotate them together with forward(q, k, positions)")
-        seq_axis = self._check_x(x, "x", seq_dim)
-        if cu_seqlens is not None:
-            positions = self._packed_positions(cu_seqlens, positions, x, seq_axis)
-        positions = self._default_positions(x, seq_axis) if positions is None else positions
-        positions = self._positions(positions, x.device)
-        shape = self._broadcast_shape(positions, x, seq_axis)
-        triton = self._triton_rotate(x, None, positions, seq_axis)
-        if triton is not None:
-            return triton[0]
-        cos, sin = self._half_cos_sin(positions, work_dtype(x.dtype), x.device)
-        cos, sin = cos.reshape(shape), sin.reshape(shape)
-        return self._rotate_pairs(x, cos, -sin, cos, sin)
+        return self._rotate_qk(x, None, positions, seq_dim, cu_seqlens)[0]
 
     def _rotate_pairs(self, x: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor,
                       b2: torch.Tensor) -> torch.Tensor:
@@ -623,42 +648,52 @@ class RotaryEmbedding(ConstantBuffers):
         dim]`` with ``seq_dim=0``): int ``[docs + 1]`` offsets ``0 = c_0 <= c_1 <= ... = total``; each token is
         turned by its position inside its own document, derived on cu_seqlens' device with no host sync (on the
         CPU the offsets are checked; on an accelerator they are trusted, as flash-attn does)."""
+        if k is None:  # (rotate() is the q-only call; None here would be a mistake in the caller)
+            raise TypeError("k must be a floating tensor, got None; rotate(q, positions) rotates q alone")
+        return self._rotate_qk(q, k, positions, seq_dim, cu_seqlens)
+
+    def _rotate_qk(self, q: torch.Tensor, k: torch.Tensor | None, positions: Any, seq_dim: int,
+                   cu_seqlens: Any) -> tuple[torch.Tensor, ...]:
+        """q and k (or q alone, ``k=None``: :meth:`rotate`) rotated; one path for both, so a q-only call gets the
+        same checks-once-per-signature and launch plans as a q+k call (keys of one cache, see ``_signature``)."""
         key = _signature(q, k, positions, seq_dim) if cu_seqlens is None and not torch.compiler.is_compiling() \
             else None
         known = self.__dict__.get("_checked", {}).get(key) if key is not None else None
         if known is not None:  # a signature checked before: shapes, dtypes and devices are fine
             seq_axis, shape = known
             plan = self.__dict__.get("_plans", {}).get(key)
-            if plan is not None and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) and \
+            if plan is not None and not (torch.is_grad_enabled() and (q.requires_grad or k is not None and
+                                                                       k.requires_grad)) and \
                     os.environ.get("OMNIPOS_DISABLE_TRITON") != "1":
                 plan, tables = plan  # and the kernel ran for it: only the launch is left
                 from . import rope_triton  # (imported already: the plan was made there)
 
                 if positions is None:
                     positions = self._default_positions(q, seq_axis)
-                elif positions.is_floating_point() and not (positions.is_cuda and
-                                                             torch.cuda.is_current_stream_capturing()):
+                elif positions.is_floating_point() and not _capturing(positions):
                     check_finite(positions, "positions")
                 return rope_triton.run_plan(plan, q, k, positions, *tables, self.attention_factor)
             given = positions
             if positions is None:
                 positions = self._default_positions(q, seq_axis)
-            elif positions.is_floating_point() and not (positions.is_cuda and
-                                                         torch.cuda.is_current_stream_capturing()):
+            elif positions.is_floating_point() and not _capturing(positions):
                 check_finite(positions, "positions")
         else:
             given = positions
-            seq_axis = self._check_x(q, "q", seq_dim)
-            self._check_x(k, "k", seq_dim)
-            if q.ndim != k.ndim or q.shape[seq_axis] != k.shape[seq_axis]:
-                raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same number of axes and "
-                                 f"sequence length (axis {seq_axis}); only the heads may differ")
+            name = "q" if k is not None else "x"
+            seq_axis = self._check_x(q, name, seq_dim)
+            if k is not None:
+                self._check_x(k, "k", seq_dim)
+                if q.ndim != k.ndim or q.shape[seq_axis] != k.shape[seq_axis]:
+                    raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same number of axes "
+                                     f"and sequence length (axis {seq_axis}); only the heads may differ")
             if cu_seqlens is not None:
                 positions = self._packed_positions(cu_seqlens, positions, q, seq_axis)
             positions = self._default_positions(q, seq_axis) if positions is None else positions
             positions = self._positions(positions, q.device)
             shape = self._broadcast_shape(positions, q, seq_axis)
-            self._broadcast_shape(positions, k, seq_axis)
+            if k is not None:
+                self._broadcast_shape(positions, k, seq_axis)
             if key is not None and (given is None or positions is given):  # positions used as given
                 checked = self.__dict__.setdefault("_checked", {})
                 if len(checked) >= _MAX_PLANS:
@@ -671,15 +706,20 @@ class RotaryEmbedding(ConstantBuffers):
             triton = self._triton_rotate(q, k, positions, seq_axis, key)
             if triton is not None:
                 return triton
-        cos, sin = self._half_cos_sin(positions, work_dtype(q.dtype, k.dtype), q.device)
+        # (no generators over (q, k) here: a decode step on the CPU is per-op and per-line overhead)
+        work = work_dtype(q.dtype) if k is None else work_dtype(q.dtype, k.dtype)
+        cos, sin = self._half_cos_sin(positions, work, q.device)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
         if not self.xpos:
             if not cos.requires_grad and rope_kernels.small_rotation_applies(q, self.layout, self.rotary_dim) and \
-                    rope_kernels.small_rotation_applies(k, self.layout, self.rotary_dim):
+                    (k is None or rope_kernels.small_rotation_applies(k, self.layout, self.rotary_dim)):
                 # a decode step: three ops per tensor, the same bits as rotate_pairs
                 cos2, sin2 = torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
-                return rope_kernels.rotate_swapped(q, cos2, sin2), rope_kernels.rotate_swapped(k, cos2, sin2)
-            return self._rotate_pairs(q, cos, -sin, cos, sin), self._rotate_pairs(k, cos, -sin, cos, sin)
+                qo = rope_kernels.rotate_swapped(q, cos2, sin2)
+                return (qo,) if k is None else (qo, rope_kernels.rotate_swapped(k, cos2, sin2))
+            qo = self._rotate_pairs(q, cos, -sin, cos, sin)
+            return (qo,) if k is None else (qo, self._rotate_pairs(k, cos, -sin, cos, sin))
+        # xPos (forward only, q and k): scales from the zeta table kept on q's device, no host tensor
         scale = self._xpos_scale(positions, q.dtype, k.dtype).to(cos.dtype).reshape(shape)
         qc, qs, kc, ks = cos * scale, sin * scale, cos / scale, sin / scale
         return (rotate_pairs(q, qc, -qs, qc, qs, self.layout, self.rotary_dim),
@@ -750,4 +790,5 @@ class RotaryEmbedding(ConstantBuffers):
         self.__dict__.pop("_aranges", None)
         self.__dict__.pop("_plans", None)
         self.__dict__.pop("_checked", None)
+        self.__dict__.pop("_xpos_tables", None)
         return super()._apply(fn, recurse)
