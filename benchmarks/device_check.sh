@@ -15,7 +15,9 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/omnipos-device}
 mkdir -p "$OUT"
-steps=${*:-tests gpu rope qknorm}  # (capture: the RoPE / QK-norm gpu tests alone, already in tests)
+# The default fits one 10-minute device call (timeouts 240 + 150 + 150 s); the rest is a second call:
+#   bash benchmarks/device_check.sh gpu lappe        (timelines / DNA / sinusoid rows, then LapPE on 10k molecules)
+steps=${*:-tests rope qknorm}  # (capture: the RoPE / QK-norm gpu tests alone, already in tests)
 
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 if compgen -G ".whl/*.whl" >/dev/null; then  # (a machine with the test dependencies installed needs none)
