@@ -396,6 +396,11 @@ def test_olmo2_module_gradients_and_bad_shapes():
     n = qk_norm_rope(q.detach()[:1], q.detach()[:1], module.q_weight.detach(), module.q_weight.detach(),
                      RotaryEmbedding(16, base=1e300), torch.zeros(5), variant="olmo2")[0]
     torch.testing.assert_close(got[0], module.rope(n, n, positions)[0])
+    # positions with a size-1 heads axis ([batch, 1, seq]) are those of every head: the same as [batch, seq]
+    w = module.q_weight.detach()
+    a = qk_norm_rope(q.detach(), q.detach(), w, w, module.rope, torch.arange(10).view(2, 1, 5), variant="olmo2")
+    b = qk_norm_rope(q.detach(), q.detach(), w, w, module.rope, torch.arange(10).view(2, 5), variant="olmo2")
+    assert a[0].shape == q.shape and torch.equal(a[0], b[0])
 
 
 def test_module_defaults_and_gradients():

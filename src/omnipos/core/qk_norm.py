@@ -48,16 +48,17 @@ def _num_heads(x: Tensor, seq_axis: int) -> int:
 
 
 def _whole_rms_norm(x: Tensor, weight: Tensor, eps: float, offset: float, work: torch.dtype,
-                    seq_axis: int) -> Tensor:
+                    seq_axis: int, move_back: bool = True) -> Tensor:
     """RMSNorm over all heads of each token (OLMo 2): the heads moved next to the channels, flattened with them,
-    normalised against the ``[heads * head_dim]`` weight, and put back."""
+    normalised against the ``[heads * head_dim]`` weight, and put back (unless ``move_back`` is False: then the
+    result is ``[..., seq, heads, head_dim]``)."""
     before = _heads_before(x, seq_axis)
     y = x.movedim(seq_axis - 1, -2) if before else x
     s = seq_axis - 1 if before else seq_axis
     shape = y.shape
     flat = y.reshape(*shape[:s + 1], -1)
     out = _rms_norm(flat, weight, eps, offset, work).reshape(shape)
-    return out.movedim(-2, seq_axis - 1) if before else out
+    return out.movedim(-2, seq_axis - 1) if before and move_back else out
 
 
 def _check_eps(eps: Any) -> float:
@@ -136,8 +137,13 @@ def _positions_per_head(positions: Tensor, q: Tensor, seq_axis: int, rope: Rotar
     non-1 size on that axis): the whole-projection kernel reads one position per token, so those run eager."""
     if not _heads_before(q, seq_axis):
         return False
-    lead = positions.shape[:positions.ndim - (2 if getattr(rope, "slot_axis", None) is not None else 1)]
+    lead = _positions_lead(positions, rope)
     return len(lead) >= seq_axis and lead[seq_axis - 1] != 1
+
+
+def _positions_lead(positions: Tensor, rope: RotaryEmbedding) -> torch.Size:
+    """The positions' axes before the sequence (they broadcast against q's, left-aligned)."""
+    return positions.shape[:positions.ndim - (2 if getattr(rope, "slot_axis", None) is not None else 1)]
 
 
 def _prepare(q: Any, k: Any, q_weight: Any, k_weight: Any, rope: Any, positions: Any, seq_dim: int, eps: Any,
@@ -217,6 +223,16 @@ def _eager(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, rope: Rotar
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     if whole:
         seq_axis = seq_dim % q.ndim
+        if _heads_before(q, seq_axis) and not _positions_per_head(positions, q, seq_axis, rope):
+            # [..., heads, seq, D] (usually the projection's transposed view): normalised and rotated in the
+            # projection's own order [..., seq, heads, D] (RoPE on the transposed view costs twice as much), the
+            # result viewed back (the input's strides)
+            qn = _whole_rms_norm(q, q_weight, eps, offset, work, seq_axis, move_back=False)
+            kn = _whole_rms_norm(k, k_weight, eps, offset, work, seq_axis, move_back=False)
+            if len(_positions_lead(positions, rope)) >= seq_axis:  # a size-1 heads axis
+                positions = positions.squeeze(seq_axis - 1)
+            q_out, k_out = rope(qn, kn, positions, seq_dim=seq_axis - 1)
+            return q_out.movedim(-2, seq_axis - 1).to(q.dtype), k_out.movedim(-2, seq_axis - 1).to(k.dtype)
         qn = _whole_rms_norm(q, q_weight, eps, offset, work, seq_axis)
         kn = _whole_rms_norm(k, k_weight, eps, offset, work, seq_axis)
     else:
