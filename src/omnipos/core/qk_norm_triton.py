@@ -5,6 +5,12 @@ Forward, per (token, head) of q and of k: ``n = x * rsqrt(mean(x^2) + eps)`` ove
 channels (the others pass through normalised), rounded once to the input dtype. The phases are those of
 :mod:`omnipos.core.rope_triton` (float64 turns, whole turns removed, ``sin``/``cos`` in float32).
 
+OLMo 2 / OLMo 3 (``WHOLE``): the norm runs over all heads of a token (their q_norm over ``num_heads * head_dim``,
+before the split into heads). A program already holds every head of its tokens (heads before the sequence are
+viewed as ``[rows, S, H, D]`` by strides), so it first sums ``x^2`` over all heads, then normalises and rotates
+each head with its ``[D]`` slice of the ``[H * D]`` weight; the backward likewise first sums ``x^2`` and
+``(R^T g) w x`` over the heads, and writes each head's weight partial sums to its own slice.
+
 Backward, the same tiling: ``gy = R^T g`` (the kernel turning the other way), then the RMSNorm backward
 ``gx = rstd * (gy w' - n mean(gy w' n))`` (rstd recomputed, nothing saved but the inputs) and per-program partial
 sums of ``gy * n`` for the weights, summed by one reduction. Twice differentiable: the backward's own backward
