@@ -1,14 +1,17 @@
-"""QK-norm + RoPE: omnipos qk_norm_rope vs transformers' eager Qwen3 composition, and torch.compile of it.
+"""QK-norm + RoPE: omnipos qk_norm_rope vs transformers' eager Qwen3 / OLMo 2 composition, and torch.compile of it.
 
 The peer is what Qwen3Attention runs between the projections and attention: ``Qwen3RMSNorm`` on q and on k (per
 head, over head_dim), ``Qwen3RotaryEmbedding`` (cos/sin from position_ids, inside the timed call) and
-``apply_rotary_pos_emb``. omnipos: ``QKNormRope`` (one fused Triton kernel each way on CUDA; the eager composition
+``apply_rotary_pos_emb``; for OLMo 2 (``variant="olmo2"``) what Olmo2Attention runs: ``Olmo2RMSNorm`` on the
+projections ``[batch, seq, heads * head_dim]`` (over all heads of a token), the view into heads and the transpose,
+``Olmo2RotaryEmbedding`` and ``apply_rotary_pos_emb``; omnipos takes the same projections as the transposed views
+``[batch, heads, seq, head_dim]`` the model makes. omnipos: ``QKNormRope`` (one fused Triton kernel each way on CUDA; the eager composition
 with one rounding on the CPU). Every output is first checked against a float64 evaluation (``max_err``: max
 |out - ref| / (1 + |ref|)); then medians of interleaved calls, same process, same tensors. float32 on the CPU,
 bfloat16 on CUDA. ``speedup`` = HF eager / omnipos, ``vs_compile`` = compile(HF) / omnipos. On CUDA also
 omnipos captured in a CUDA graph and forward+backward (q, k and the norm weights).
 
-    python benchmarks/bench_qknorm.py [--quick] [--device cuda] [--no-compile] [--out PATH]
+    python benchmarks/bench_qknorm.py [--quick] [--device cuda] [--no-compile] [--variants qwen3,olmo2] [--out PATH]
 """
 
 from __future__ import annotations
@@ -39,6 +42,40 @@ def hf_modules(head_dim: int, q_heads: int, kv_heads: int, device: torch.device,
     return q_norm, k_norm, Qwen3RotaryEmbedding(config).to(device)
 
 
+def hf_olmo2_modules(head_dim: int, q_heads: int, kv_heads: int, device: torch.device, dtype: torch.dtype):
+    from transformers import Olmo2Config
+    from transformers.models.olmo2.modeling_olmo2 import (
+        Olmo2RMSNorm,
+        Olmo2RotaryEmbedding,
+    )
+
+    config = Olmo2Config(head_dim=head_dim, hidden_size=head_dim * q_heads, num_attention_heads=q_heads,
+                         num_key_value_heads=kv_heads, rms_norm_eps=EPS,
+                         rope_parameters={"rope_type": "default", "rope_theta": THETA})
+    q_norm = Olmo2RMSNorm(q_heads * head_dim, eps=EPS).to(device=device, dtype=dtype)
+    k_norm = Olmo2RMSNorm(kv_heads * head_dim, eps=EPS).to(device=device, dtype=dtype)
+    return q_norm, k_norm, Olmo2RotaryEmbedding(config).to(device)
+
+
+def hf_olmo2_call(q_norm, k_norm, rotary):
+    """Olmo2Attention between the projections and attention: norm the projections, split into heads, rotate."""
+    from transformers.models.olmo2.modeling_olmo2 import apply_rotary_pos_emb
+
+    def call(q_proj, k_proj, position_ids):
+        batch, seq = q_proj.shape[:2]
+        q = q_norm(q_proj).view(batch, seq, -1, HEAD_DIM).transpose(1, 2)
+        k = k_norm(k_proj).view(batch, seq, -1, HEAD_DIM).transpose(1, 2)
+        cos, sin = rotary(q, position_ids)
+        return apply_rotary_pos_emb(q, k, cos, sin)
+
+    return call
+
+
+def heads_view(proj: torch.Tensor) -> torch.Tensor:
+    """[batch, seq, heads * D] -> the [batch, heads, seq, D] view Olmo2Attention makes (no copy)."""
+    return proj.view(*proj.shape[:2], -1, HEAD_DIM).transpose(1, 2)
+
+
 def hf_call(q_norm, k_norm, rotary):
     from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
@@ -49,15 +86,19 @@ def hf_call(q_norm, k_norm, rotary):
     return call
 
 
-def reference(q, k, qw, kw, positions):
-    """float64: rms-norm times weight, then the rotation with float64 cos/sin of positions * inv_freq."""
+def reference(q, k, qw, kw, positions, whole=False):
+    """float64: rms-norm times weight (per head; whole: over all heads of a token, weights [H * D]), then the
+    rotation with float64 cos/sin of positions * inv_freq."""
     inv_freq = THETA ** (-torch.arange(0, HEAD_DIM, 2, dtype=torch.float64, device=q.device) / HEAD_DIM)
     angles = positions.double()[..., None] * inv_freq  # [B, S, D/2]
     cos, sin = angles.cos()[:, None], angles.sin()[:, None]
     outs = []
     for x, w in ((q, qw), (k, kw)):
         x = x.double()
-        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
+        if whole:  # x [B, H, S, D]: the rms over H and D of each (b, s)
+            n = x * torch.rsqrt(x.pow(2).mean((1, 3), keepdim=True) + EPS) * w.double().view(1, -1, 1, HEAD_DIM)
+        else:
+            n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
         x1, x2 = n[..., : HEAD_DIM // 2], n[..., HEAD_DIM // 2:]
         outs.append(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1))
     return outs
@@ -82,24 +123,42 @@ def graph_of(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def measure(batch: int, hq: int, hk: int, seq: int, *, device: torch.device, dtype: torch.dtype, repeats: int,
-            compile_hf: bool, g: torch.Generator) -> dict:
-    """One row: q [batch, hq, seq, 128], k [batch, hk, seq, 128]; on CUDA also copy (the floor), omnipos in a CUDA
-    graph and compile(omnipos)."""
+            compile_hf: bool, g: torch.Generator, variant: str = "qwen3") -> dict:
+    """One row: q [batch, hq, seq, 128], k [batch, hk, seq, 128] (OLMo 2: the projections [batch, seq, hq * 128]
+    for transformers, their [batch, hq, seq, 128] views for omnipos); on CUDA also copy (the floor), omnipos in a
+    CUDA graph and compile(omnipos)."""
     cuda = device.type == "cuda"
-    q = torch.randn(batch, hq, seq, HEAD_DIM, generator=g).to(device=device, dtype=dtype)
-    k = torch.randn(batch, hk, seq, HEAD_DIM, generator=g).to(device=device, dtype=dtype)
-    qw = (torch.rand(HEAD_DIM, generator=g) + 0.5).to(device=device, dtype=dtype)
-    kw = (torch.rand(HEAD_DIM, generator=g) + 0.5).to(device=device, dtype=dtype)
+    whole = variant == "olmo2"
+    if whole:
+        q_in = torch.randn(batch, seq, hq * HEAD_DIM, generator=g).to(device=device, dtype=dtype)
+        k_in = torch.randn(batch, seq, hk * HEAD_DIM, generator=g).to(device=device, dtype=dtype)
+        as_heads = heads_view
+    else:
+        q_in = torch.randn(batch, hq, seq, HEAD_DIM, generator=g).to(device=device, dtype=dtype)
+        k_in = torch.randn(batch, hk, seq, HEAD_DIM, generator=g).to(device=device, dtype=dtype)
+        as_heads = lambda x: x
+    q, k = as_heads(q_in), as_heads(k_in)
+    sizes = (hq * HEAD_DIM, hk * HEAD_DIM) if whole else (HEAD_DIM, HEAD_DIM)
+    qw = (torch.rand(sizes[0], generator=g) + 0.5).to(device=device, dtype=dtype)
+    kw = (torch.rand(sizes[1], generator=g) + 0.5).to(device=device, dtype=dtype)
     past = 4096 if seq == 1 else 0  # decode: one new token after a 4096-token prefix
     positions = (torch.arange(seq) + past).expand(batch, seq).to(device)
-    ours = QKNormRope(RotaryEmbedding(HEAD_DIM, base=THETA), eps=EPS).to(device=device, dtype=dtype)
-    q_norm, k_norm, rotary = hf_modules(HEAD_DIM, hq, hk, device, dtype)
+    heads = {"num_heads": hq, "num_kv_heads": hk} if whole else {}
+    ours_module = QKNormRope(RotaryEmbedding(HEAD_DIM, base=THETA), eps=EPS, variant=variant, **heads).to(
+        device=device, dtype=dtype)
+    q_norm, k_norm, rotary = (hf_olmo2_modules if whole else hf_modules)(HEAD_DIM, hq, hk, device, dtype)
     with torch.no_grad():
-        for p, w in ((ours.q_weight, qw), (ours.k_weight, kw), (q_norm.weight, qw), (k_norm.weight, kw)):
+        for p, w in ((ours_module.q_weight, qw), (ours_module.k_weight, kw), (q_norm.weight, qw),
+                     (k_norm.weight, kw)):
             p.copy_(w)
-    hf = hf_call(q_norm, k_norm, rotary)
+    hf = (hf_olmo2_call if whole else hf_call)(q_norm, k_norm, rotary)
+
+    def ours(q_, k_, positions_):  # from the peer's inputs (OLMo 2: the projections, viewed as heads)
+        return ours_module(as_heads(q_), as_heads(k_), positions_)
+
+    q, k = q_in, k_in  # both take the same tensors
     fns = {"omnipos": lambda: ours(q, k, positions), "hf_eager": lambda: hf(q, k, positions)}
-    refs = reference(q, k, qw, kw, positions)
+    refs = reference(as_heads(q), as_heads(k), qw, kw, positions, whole)
     errors = {name: max_err(fn(), refs) for name, fn in fns.items()}
     compile_s = None
     if compile_hf:
@@ -118,7 +177,7 @@ def measure(batch: int, hq: int, hk: int, seq: int, *, device: torch.device, dty
         fns["copy"] = copy
     with torch.no_grad():
         times = paired_times(fns, device=device, repeats=repeats)
-    row = {"q / k": f"[{batch},{hq},{seq},{HEAD_DIM}] / [{batch},{hk},..]"}
+    row = {"variant": variant, "q / k": f"[{batch},{hq},{seq},{HEAD_DIM}] / [{batch},{hk},..]"}
     row.update({f"{name}_ms": t * 1e3 for name, t in times.items()})
     row["speedup"] = times["hf_eager"] / times["omnipos"]
     if "compile_hf" in times:
@@ -130,7 +189,7 @@ def measure(batch: int, hq: int, hk: int, seq: int, *, device: torch.device, dty
     row.update({f"err_{name}": e for name, e in errors.items()})
     # forward + backward (q, k and the norm weights)
     qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
-    grads = (torch.randn_like(q), torch.randn_like(k))
+    grads = tuple(torch.randn(as_heads(x).shape, dtype=dtype, device=device) for x in (q, k))
 
     def fwd_bwd(call):
         return lambda: torch.autograd.backward(call(qg, kg, positions), grads)
@@ -146,7 +205,12 @@ def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile of the HF composition")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--variants", default="qwen3,olmo2",
+                        help="comma-separated: qwen3 (per-head norm), olmo2 (the norm over all heads of a token)")
     args = parser.parse_args()
+    variants = args.variants.split(",")
+    if not set(variants) <= {"qwen3", "olmo2"}:
+        parser.error(f"--variants must be qwen3 and/or olmo2, got {args.variants!r}")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -161,12 +225,14 @@ def main() -> None:
     else:
         shapes = [(1, 32, 8, 2048), (4, 16, 8, 512), (64, 32, 8, 1)]
     bench = Bench("qknorm", device=device, notes=(
-        f"{dtype}; Qwen3 q_norm/k_norm (head_dim {HEAD_DIM}) + RoPE (theta {THETA:g}); max_err vs float64; "
+        f"{dtype}; Qwen3 q_norm/k_norm (head_dim {HEAD_DIM}) and OLMo 2's (over all heads of a token) + RoPE "
+        f"(theta {THETA:g}); max_err vs float64; "
         "speedup = HF eager / omnipos; vs_compile = compile(HF eager) / omnipos"))
     g = torch.Generator().manual_seed(0)
-    for batch, hq, hk, seq in shapes:
-        bench.row(**measure(batch, hq, hk, seq, device=device, dtype=dtype, repeats=repeats,
-                            compile_hf=not args.no_compile, g=g))
+    for variant in variants:
+        for batch, hq, hk, seq in shapes:
+            bench.row(**measure(batch, hq, hk, seq, device=device, dtype=dtype, repeats=repeats,
+                                compile_hf=not args.no_compile, g=g, variant=variant))
     bench.finish(args.out or RESULTS / ("qknorm_cuda.json" if cuda else "qknorm.json"))
 
 

@@ -51,7 +51,10 @@ FORMULA_CASES = [
 ]
 
 
-@pytest.mark.parametrize("variant", sorted(QK_NORM_VARIANTS))
+PER_HEAD_VARIANTS = sorted(v for v in QK_NORM_VARIANTS if v != "olmo2")
+
+
+@pytest.mark.parametrize("variant", PER_HEAD_VARIANTS)
 @pytest.mark.parametrize("kwargs,qs,ks,seq_dim", FORMULA_CASES)
 def test_eager_matches_float64_formula(kwargs, qs, ks, seq_dim, variant):
     rope = RotaryEmbedding(**kwargs)
@@ -151,8 +154,6 @@ def test_from_config_matches_a_qwen3_attention_layer():
         got = module(q, k, positions)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="whole projection"):
-        QKNormRope.from_config({"model_type": "olmo2", "rms_norm_eps": 1e-6, "head_dim": 32})
     with pytest.raises(ValueError, match="llama"):
         QKNormRope.from_config({"model_type": "llama", "rms_norm_eps": 1e-6})
 
@@ -180,6 +181,226 @@ def test_matches_transformers_gemma3_norm():
         module.k_weight.copy_(kw)
     for a, b in zip(module(q, k), hf):
         torch.testing.assert_close(a, b, rtol=2e-6, atol=2e-6)
+
+
+def _olmo2_float64_reference(q, k, q_weight, k_weight, rope, positions, *, eps, seq_dim=-2):
+    """OLMo 2 from the formula in float64: the heads of each token moved next to the channels and flattened with
+    them ([..., seq, H * D], the projection before its split), rms over those H * D channels times the [H * D]
+    weight, split back, then each head rotated (the rotation: _float64_reference applied to values of unit rms per
+    head, whose own norm is then the identity, scaled back)."""
+    outs = []
+    for x, w in ((q, q_weight), (k, k_weight)):
+        x = x.double()
+        seq_axis = seq_dim % x.ndim
+        before = seq_axis == x.ndim - 2
+        y = x.movedim(seq_axis - 1, -2) if before else x  # [..., seq, heads..., D]
+        s = seq_axis - 1 if before else seq_axis
+        flat = y.reshape(*y.shape[:s + 1], -1)
+        n = (flat / torch.sqrt(flat.pow(2).mean(-1, keepdim=True) + eps) * w.double()).reshape(y.shape)
+        outs.append(n.movedim(-2, seq_axis - 1) if before else n)
+    rotated = []
+    for n in outs:
+        rms = torch.sqrt(n.pow(2).mean(-1, keepdim=True))
+        r, _ = _float64_reference(n / rms, n / rms, torch.ones(n.shape[-1]), torch.ones(n.shape[-1]), rope,
+                                  positions, eps=0.0, offset=0.0, seq_dim=seq_dim)
+        rotated.append(r * rms)
+    return rotated
+
+
+OLMO2_CASES = [
+    # (rope kwargs, q shape, k shape, seq_dim): heads before the sequence (transformers' layout) and after it
+    ({"dim": 32}, (2, 4, 20, 32), (2, 2, 20, 32), -2),
+    ({"dim": 24, "layout": "interleaved", "rotary_dim": 16}, (2, 9, 3, 24), (2, 9, 1, 24), 1),
+    ({"dim": 16, "base": 5e5}, (7, 3, 16), (7, 1, 16), 0),
+]
+
+
+def _olmo2_inputs(qs, ks, seq_dim, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    seq_axis = seq_dim % len(qs)
+    heads = [x[seq_axis - 1] if seq_axis == len(x) - 2 and seq_axis >= 1 else math.prod(x[seq_axis + 1:-1])
+             for x in (qs, ks)]
+    q = (torch.randn(qs, generator=g, dtype=torch.float64) * 3).to(dtype)
+    k = (torch.randn(ks, generator=g, dtype=torch.float64) * 3).to(dtype)
+    qw = torch.rand(heads[0] * qs[-1], generator=g, dtype=torch.float64).float() + 0.5
+    kw = torch.rand(heads[1] * qs[-1], generator=g, dtype=torch.float64).float() + 0.5
+    return q, k, qw, kw
+
+
+@pytest.mark.parametrize("kwargs,qs,ks,seq_dim", OLMO2_CASES)
+def test_olmo2_eager_matches_float64_formula(kwargs, qs, ks, seq_dim):
+    """variant='olmo2': one rms per token over all its heads ([H * D] weight), then each head rotated."""
+    rope = RotaryEmbedding(**kwargs)
+    q, k, qw, kw = _olmo2_inputs(qs, ks, seq_dim)
+    positions = torch.arange(qs[seq_dim]) + 11
+    got = qk_norm_rope(q, k, qw, kw, rope, positions, eps=1e-6, variant="olmo2", seq_dim=seq_dim)
+    want = _olmo2_float64_reference(q, k, qw, kw, rope, positions, eps=1e-6, seq_dim=seq_dim)
+    for a, b in zip(got, want):
+        assert a.dtype == torch.float32 and a.shape == b.shape
+        assert ((a.double() - b) / (1 + b.abs())).abs().max().item() < 2e-6
+    # per head it is not: the per-head norm of the same inputs differs (the test could tell them apart)
+    per_head = qk_norm_rope(q, k, torch.ones(qs[-1]), torch.ones(qs[-1]), rope, positions, seq_dim=seq_dim)
+    assert (per_head[0] - got[0]).abs().max() > 1e-2
+    got = qk_norm_rope(q.double(), k.double(), qw, kw, rope, positions, eps=1e-6, variant="olmo2", seq_dim=seq_dim)
+    for a, b in zip(got, want):
+        assert a.dtype == torch.float64 and (a - b).abs().max().item() < 1e-12
+
+
+def _hf_olmo2(q_proj, k_proj, qw, kw, positions, head_dim, heads, kv_heads, eps):
+    """transformers' Olmo2Attention composition on projections [batch, seq, H * D]: q_norm / k_norm (Olmo2RMSNorm
+    over H * D), view into heads, transpose to [batch, heads, seq, D], apply_rotary_pos_emb."""
+    from transformers import Olmo2Config
+    from transformers.models.olmo2.modeling_olmo2 import (
+        Olmo2RMSNorm,
+        Olmo2RotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+
+    config = Olmo2Config(hidden_size=head_dim * heads, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         rms_norm_eps=eps, rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    q_norm, k_norm = Olmo2RMSNorm(heads * head_dim, eps=eps), Olmo2RMSNorm(kv_heads * head_dim, eps=eps)
+    with torch.no_grad():
+        q_norm.weight.copy_(qw)
+        k_norm.weight.copy_(kw)
+    q_norm, k_norm = q_norm.to(q_proj.dtype), k_norm.to(q_proj.dtype)
+    b, s = q_proj.shape[:2]
+    qs = q_norm(q_proj).view(b, s, -1, head_dim).transpose(1, 2)
+    ks = k_norm(k_proj).view(b, s, -1, head_dim).transpose(1, 2)
+    cos, sin = Olmo2RotaryEmbedding(config)(qs, positions)
+    return apply_rotary_pos_emb(qs, ks, cos, sin)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matches_transformers_olmo2(dtype):
+    """Olmo2Attention: q_norm over the whole projection (num_heads * head_dim), then the split into heads and the
+    rotation; GQA (8 q heads, 2 kv heads). omnipos takes the split q ([batch, heads, seq, D], a transposed view as
+    transformers makes it) and the same [H * D] weights."""
+    pytest.importorskip("transformers")
+    head_dim, heads, kv_heads, eps, seq = 32, 8, 2, 1e-6, 21
+    g = torch.Generator().manual_seed(9)
+    q_proj = (torch.randn(2, seq, heads * head_dim, generator=g) * 3).to(dtype)
+    k_proj = (torch.randn(2, seq, kv_heads * head_dim, generator=g) * 3).to(dtype)
+    qw = torch.rand(heads * head_dim, generator=g) + 0.5
+    kw = torch.rand(kv_heads * head_dim, generator=g) + 0.5
+    positions = torch.arange(seq).unsqueeze(0).expand(2, -1) + torch.tensor([[0], [100]])
+    ours = QKNormRope(RotaryEmbedding(head_dim, base=5e5), eps=eps, variant="olmo2", num_heads=heads,
+                      num_kv_heads=kv_heads).to(dtype)
+    with torch.no_grad():
+        ours.q_weight.copy_(qw)
+        ours.k_weight.copy_(kw)
+    q = q_proj.view(2, seq, heads, head_dim).transpose(1, 2)
+    k = k_proj.view(2, seq, kv_heads, head_dim).transpose(1, 2)
+    got = ours(q, k, positions)
+    # the other layout, [batch, seq, heads, D] with seq_dim=-3, the same numbers
+    other = ours(q.transpose(1, 2), k.transpose(1, 2), positions, seq_dim=-3)
+    for a, b in zip(got, other):
+        torch.testing.assert_close(a.transpose(1, 2), b, rtol=0, atol=0)
+    with torch.no_grad():
+        hf = _hf_olmo2(q_proj, k_proj, qw.to(dtype), kw.to(dtype), positions, head_dim, heads, kv_heads, eps)
+    exact = _olmo2_float64_reference(q, k, qw.to(dtype), kw.to(dtype), RotaryEmbedding(head_dim, base=5e5),
+                                     positions, eps=eps)
+    for a, b, x in zip(got, hf, exact):
+        assert a.dtype == b.dtype == dtype and a.shape == b.shape
+        diff = ((a.double() - b.double()).abs() / (1 + b.double().abs())).max().item()
+        if dtype == torch.float32:
+            assert diff < 1e-5, diff
+        else:
+            # transformers rounds to bfloat16 after the norm's weight and after the rotation, omnipos once
+            assert diff < 4 * 2.0**-8, diff
+            assert (a.double() - x).abs().mean().item() <= (b.double() - x).abs().mean().item()
+
+
+def test_from_config_matches_olmo2_and_olmo3_attention_layers():
+    """QKNormRope.from_config(Olmo2Config / Olmo3Config) loaded with an attention layer's q_norm / k_norm weights
+    ([H * D], [Hkv * D]): the layer's q_norm(q_proj(h)), k_norm(k_proj(h)), split into heads, rotated by its
+    config's rotary embedding; OLMo 3 per layer type (rope scaling on the full-attention layers only)."""
+    pytest.importorskip("transformers")
+    from transformers import Olmo2Config, Olmo3Config
+    from transformers.models.olmo2.modeling_olmo2 import (
+        Olmo2Attention,
+        Olmo2RotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+    from transformers.models.olmo3.modeling_olmo3 import (
+        Olmo3Attention,
+        Olmo3RotaryEmbedding,
+    )
+
+    common = {"hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+              "max_position_embeddings": 256}
+    olmo2 = Olmo2Config(**common, rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    olmo3 = Olmo3Config(**common, num_hidden_layers=4, rope_theta=5e5,
+                        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
+    cases = [(olmo2, Olmo2Attention(olmo2, layer_idx=0), None,
+              lambda x, p, _: Olmo2RotaryEmbedding(olmo2)(x, p))]
+    for i in (0, 3):  # a sliding-window layer and a full-attention layer
+        layer_type = olmo3.layer_types[i]
+        cases.append((olmo3, Olmo3Attention(olmo3, layer_idx=i), layer_type,
+                      lambda x, p, t: Olmo3RotaryEmbedding(olmo3)(x, p, t)))
+    assert {c[2] for c in cases[1:]} == {"sliding_attention", "full_attention"}
+    g = torch.Generator().manual_seed(8)
+    hidden = torch.randn(2, 9, 128, generator=g)
+    positions = torch.arange(9).expand(2, 9) + 40
+    for config, attention, layer_type, cos_sin in cases:
+        with torch.no_grad():
+            attention.q_norm.weight.uniform_(0.5, 1.5)
+            attention.k_norm.weight.uniform_(0.5, 1.5)
+        module = QKNormRope.from_config(config, layer_type=layer_type)
+        assert (module.eps, module.variant, module.rope.dim) == (1e-5, "olmo2", 32)
+        assert (module.num_heads, module.num_kv_heads, module.q_weight.shape, module.k_weight.shape) == \
+            (4, 2, (128,), (64,))
+        assert module.rope.scaling.rope_type == ("yarn" if layer_type == "full_attention" else "default")
+        module.load_state_dict({"q_weight": attention.q_norm.weight, "k_weight": attention.k_norm.weight})
+        with torch.no_grad():
+            q_proj, k_proj = attention.q_proj(hidden), attention.k_proj(hidden)
+            qs = attention.q_norm(q_proj).view(2, 9, -1, 32).transpose(1, 2)
+            ks = attention.k_norm(k_proj).view(2, 9, -1, 32).transpose(1, 2)
+            cos, sin = cos_sin(qs, positions, layer_type)
+            want = apply_rotary_pos_emb(qs, ks, cos, sin)
+            got = module(q_proj.view(2, 9, -1, 32).transpose(1, 2), k_proj.view(2, 9, -1, 32).transpose(1, 2),
+                         positions)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_olmo2_module_gradients_and_bad_shapes():
+    module = QKNormRope(16, variant="olmo2", num_heads=3, num_kv_heads=1).double()
+    assert module.q_weight.shape == (48,) and module.k_weight.shape == (16,) and module.q_weight.min() == 1
+    assert "num_heads=3, num_kv_heads=1" in repr(module)
+    q, k, _, _ = _inputs((2, 3, 5, 16), (2, 1, 5, 16), torch.float64)
+    with torch.no_grad():
+        module.q_weight.uniform_(0.5, 1.5)
+    q.requires_grad_()
+    k.requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b, w: qk_norm_rope(a, b, w, module.k_weight, module.rope,
+                                                                 variant="olmo2"), (q, k, module.q_weight))
+    with pytest.raises(ValueError, match=r"q_weight has shape \(16,\); expected \(48,\)"):
+        qk_norm_rope(q, k, torch.ones(16), torch.ones(16), module.rope, variant="olmo2")
+    with pytest.raises(ValueError, match=r"k_weight has shape \(48,\); expected \(16,\)"):
+        qk_norm_rope(q, k, torch.ones(48), torch.ones(48), module.rope, variant="olmo2")
+    with pytest.raises(ValueError, match=r"q_weight has shape \(48,\); expected \(16,\)"):
+        qk_norm_rope(q, k, torch.ones(48), torch.ones(16), module.rope, variant="qwen3")
+    with pytest.raises(ValueError, match="q_weight.*expected \\(96,\\)"):  # [B, S, H, D]: 6 heads of 16
+        qk_norm_rope(torch.randn(1, 5, 6, 16), torch.randn(1, 5, 2, 16), torch.ones(16), torch.ones(32),
+                     module.rope, variant="olmo2", seq_dim=1)
+    with pytest.raises(ValueError, match="num_heads"):
+        QKNormRope(16, variant="olmo2")
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        QKNormRope(16, variant="olmo2", num_heads=2, num_kv_heads=0)
+    with pytest.raises(ValueError, match="olmo2' only"):
+        QKNormRope(16, num_heads=2, num_kv_heads=2)
+    # positions that differ between the heads of a token (heads before the sequence) still work (eagerly)
+    positions = torch.arange(15).reshape(1, 3, 5)
+    got = qk_norm_rope(q.detach()[:1], q.detach()[:1], module.q_weight.detach(), module.q_weight.detach(),
+                       module.rope, positions, variant="olmo2")
+    n = qk_norm_rope(q.detach()[:1], q.detach()[:1], module.q_weight.detach(), module.q_weight.detach(),
+                     RotaryEmbedding(16, base=1e300), torch.zeros(5), variant="olmo2")[0]
+    torch.testing.assert_close(got[0], module.rope(n, n, positions)[0])
+    # positions with a size-1 heads axis ([batch, 1, seq]) are those of every head: the same as [batch, seq]
+    w = module.q_weight.detach()
+    a = qk_norm_rope(q.detach(), q.detach(), w, w, module.rope, torch.arange(10).view(2, 1, 5), variant="olmo2")
+    b = qk_norm_rope(q.detach(), q.detach(), w, w, module.rope, torch.arange(10).view(2, 5), variant="olmo2")
+    assert a[0].shape == q.shape and torch.equal(a[0], b[0])
 
 
 def test_module_defaults_and_gradients():
@@ -226,7 +447,7 @@ def test_bad_inputs_name_the_argument():
         (dict(eps=0.0), ValueError, "eps"),
         (dict(eps=True), TypeError, "eps"),
         (dict(eps="1e-6"), TypeError, "eps"),
-        (dict(variant="olmo2"), ValueError, "whole projection"),
+        (dict(variant="olmo2"), ValueError, r"q_weight has shape \(16,\); expected \(32,\) = \(2 heads"),
         (dict(variant="llama"), ValueError, "variant"),
         (dict(rope=torch.nn.Identity()), TypeError, "rope"),
         (dict(positions=torch.tensor([0.0, 1, 2, float("nan"), 4])), ValueError, "positions"),
@@ -241,7 +462,7 @@ def test_bad_inputs_name_the_argument():
         args.update(change)
         with pytest.raises(error, match=words):
             qk_norm_rope(**args, eps=eps, variant=variant)
-    with pytest.raises(ValueError, match="whole projection"):
+    with pytest.raises(ValueError, match="num_heads"):
         QKNormRope(16, variant="olmo2")
     with pytest.raises(TypeError, match="rope"):
         QKNormRope("16")
@@ -280,7 +501,20 @@ CASES = textwrap.dedent('''
             (dict(dim=32, mrope_section=(4, 6, 6)), (2, 4, 10, 32), (2, 2, 10, 32), -2,
              torch.randint(0, 300, (3, 2, 10), generator=g).permute(1, 2, 0), "qwen3"),
             (dict(dim=16), (17, 3, 16), (17, 1, 16), 0, torch.arange(17), "qwen3"),
+            # OLMo 2: one rms over all heads of a token; heads before the sequence (GQA) and after it
+            (dict(dim=32), (2, 4, 20, 32), (2, 2, 20, 32), -2,
+             torch.stack([torch.arange(20), torch.arange(20) + 1000]), "olmo2"),
+            (dict(dim=24, layout="interleaved", rotary_dim=12, scaling=yarn), (3, 9, 2, 24), (3, 9, 1, 24), 1,
+             torch.rand(3, 9, generator=g, dtype=torch.float64) * 300, "olmo2"),
+            (dict(dim=32, mrope_section=(4, 6, 6)), (2, 3, 10, 32), (2, 1, 10, 32), -2,
+             torch.randint(0, 300, (3, 2, 10), generator=g).permute(1, 2, 0), "olmo2"),
         ]
+
+    def weights(q, k, seq_dim, variant, g, device):
+        """[D] per head, [H * D] for OLMo 2 (its heads: qn._num_heads)."""
+        seq_axis = seq_dim % q.ndim
+        heads = [qn._num_heads(x, seq_axis) if variant == "olmo2" else 1 for x in (q, k)]
+        return [(torch.rand(h * q.shape[-1], generator=g) + 0.5).to(device) for h in heads]
 
     def check(device, dtype, tol, grad_tol):
         g = torch.Generator().manual_seed(1)
@@ -289,12 +523,12 @@ CASES = textwrap.dedent('''
             rope = RotaryEmbedding(**kwargs).to(device)
             q = (torch.randn(qs, generator=g) * 2).to(device=device, dtype=dtype)
             k = (torch.randn(ks, generator=g) * 2).to(device=device, dtype=dtype)
-            qw = (torch.rand(qs[-1], generator=g) + 0.5).to(device)
-            kw = (torch.rand(qs[-1], generator=g) + 0.5).to(device)
+            qw, kw = weights(q, k, seq_dim, variant, g, device)
             pos = pos.to(device)
+            whole = variant == "olmo2"
             positions, seq_axis, eps, offset = qn._prepare(q, k, qw, kw, rope, pos, seq_dim, 1e-6, variant)
-            got = qn._fused(q, k, qw, kw, rope, positions, seq_axis, eps, offset)
-            want = qn._eager(q, k, qw, kw, rope, positions, seq_dim, eps, offset)
+            got = qn._fused(q, k, qw, kw, rope, positions, seq_axis, eps, offset, whole)
+            want = qn._eager(q, k, qw, kw, rope, positions, seq_dim, eps, offset, whole)
             for a, b in zip(got, want):
                 assert a.dtype == b.dtype == dtype and a.shape == b.shape, (a.shape, b.shape)
                 err = ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item()
@@ -305,8 +539,17 @@ CASES = textwrap.dedent('''
             # gradients for q, k and both weights: the kernel's backward against autograd through the eager path
             leaves = [t.clone().requires_grad_() for t in (q, k, qw, kw)]
             grads = [torch.randn(t.shape, generator=g).to(device) for t in got]
-            fused = torch.autograd.grad(qn._fused(*leaves, rope, positions, seq_axis, eps, offset), leaves, grads)
-            eager = torch.autograd.grad(qn._eager(*leaves, rope, positions, seq_dim, eps, offset), leaves, grads)
+            fused = torch.autograd.grad(qn._fused(*leaves, rope, positions, seq_axis, eps, offset, whole), leaves,
+                                        grads)
+            eager = torch.autograd.grad(qn._eager(*leaves, rope, positions, seq_dim, eps, offset, whole), leaves,
+                                        grads)
+            if whole and device == "cpu":  # and against float64 autograd through the eager composition
+                leaves64 = [t.detach().double().requires_grad_() for t in leaves]
+                exact = torch.autograd.grad(qn._eager(*leaves64, rope, positions, seq_dim, eps, offset, whole),
+                                            leaves64, [g_.double() for g_ in grads])
+                for name, a, b in zip(("q", "k", "q_weight", "k_weight"), fused, exact):
+                    err = ((a.double() - b).abs() / (1 + b.abs())).max().item()
+                    assert err <= grad_tol, (kwargs, name, "float64", err)
             for name, a, b in zip(("q", "k", "q_weight", "k_weight"), fused, eager):
                 err = ((a - b).abs() / (1 + b.abs())).max().item()
                 assert err <= grad_tol, (kwargs, name, err)
@@ -316,12 +559,12 @@ CASES = textwrap.dedent('''
         """torch.library.opcheck on the registered op (schema, fake tensors, autograd registration, AOT dispatch)."""
         from omnipos.core import qk_norm_triton as qt
         g = torch.Generator().manual_seed(2)
-        for kwargs, qs, ks, seq_dim, pos, variant in cases()[3:5]:  # interleaved + partial + yarn; M-RoPE + GQA
+        # interleaved + partial + yarn; M-RoPE + GQA; OLMo 2 interleaved + partial + yarn, heads after the sequence
+        for kwargs, qs, ks, seq_dim, pos, variant in cases()[3:5] + cases()[7:8]:
             rope = RotaryEmbedding(**kwargs).to(device)
             q = torch.randn(qs, generator=g).to(device).requires_grad_()
             k = torch.randn(ks, generator=g).to(device).requires_grad_()
-            qw = (torch.rand(qs[-1], generator=g) + 0.5).to(device).requires_grad_()
-            kw = (torch.rand(qs[-1], generator=g) + 0.5).to(device).requires_grad_()
+            qw, kw = (w.requires_grad_() for w in weights(q, k, seq_dim, variant, g, device))
             positions, seq_axis, eps, offset = qn._prepare(q, k, qw, kw, rope, pos.to(device), seq_dim, 1e-6,
                                                            variant)
             slot_axis = getattr(rope, "slot_axis", None)
@@ -330,28 +573,28 @@ CASES = textwrap.dedent('''
                          else slot_axis.to(device=device, dtype=torch.int32))
             turns = (rope.inv_freq.double() / (2 * torch.pi)).to(device)
             args = (q, k, qw, kw, positions, turns, slot_axis, seq_axis, rope.rotary_dim,
-                    rope.layout == "interleaved", float(rope.attention_factor), eps, offset, multi)
+                    rope.layout == "interleaved", float(rope.attention_factor), eps, offset, multi, variant == "olmo2")
             torch.library.opcheck(torch.ops.omnipos.qk_norm_rope.default, args)
         return True
 
     def double_backward(device):
         """create_graph=True through the kernel: first and second derivatives equal the eager path's."""
         g = torch.Generator().manual_seed(4)
-        for kwargs, qs, ks, seq_dim, pos, variant in cases()[:2] + cases()[4:5]:
+        for kwargs, qs, ks, seq_dim, pos, variant in cases()[:2] + cases()[4:5] + cases()[6:7]:
             rope = RotaryEmbedding(**kwargs).to(device)
             q = torch.randn(qs, generator=g).to(device)
             k = torch.randn(ks, generator=g).to(device)
-            qw = (torch.rand(qs[-1], generator=g) + 0.5).to(device)
-            kw = (torch.rand(qs[-1], generator=g) + 0.5).to(device)
+            qw, kw = weights(q, k, seq_dim, variant, g, device)
+            whole = variant == "olmo2"
             positions, seq_axis, eps, offset = qn._prepare(q, k, qw, kw, rope, pos.to(device), seq_dim, 1e-6,
                                                            variant)
             results = []
             for path in ("fused", "eager"):
                 leaves = [t.clone().requires_grad_() for t in (q, k, qw, kw)]
                 if path == "fused":
-                    out = qn._fused(*leaves, rope, positions, seq_axis, eps, offset)
+                    out = qn._fused(*leaves, rope, positions, seq_axis, eps, offset, whole)
                 else:
-                    out = qn._eager(*leaves, rope, positions, seq_dim, eps, offset)
+                    out = qn._eager(*leaves, rope, positions, seq_dim, eps, offset, whole)
                 loss = out[0].pow(2).sum() + (out[1] * out[1].detach().sin()).sum()
                 first = torch.autograd.grad(loss, leaves, create_graph=True)
                 second = torch.autograd.grad(sum((d * t.detach().cos()).sum() for d, t in zip(first, leaves)),
@@ -362,17 +605,18 @@ CASES = textwrap.dedent('''
                 assert err < 5e-5, (kwargs, err)
         return True
 
-    def compiles_without_recompiles(device):
-        """fullgraph=True, dynamic=True across 3 lengths: one graph, no graph break, no recompile."""
+    def compiles_without_recompiles(device, whole=False):
+        """fullgraph=True, dynamic=True across 3 lengths: one graph, no graph break, no recompile (whole: OLMo 2's
+        norm over all 4 / 2 heads of a token, weights [4 * 32] and [2 * 32])."""
         import torch._dynamo
         from torch._dynamo.testing import CompileCounter
         torch._dynamo.reset()
         rope = RotaryEmbedding(32).to(device)
-        qw = torch.ones(32, device=device)
-        kw = torch.ones(32, device=device) * 1.5
+        qw = torch.linspace(0.5, 1.5, 128 if whole else 32, device=device)
+        kw = torch.linspace(1.5, 0.5, 64 if whole else 32, device=device)
 
         def block(q, k, positions):
-            qn_, kn_ = qn._fused(q, k, qw, kw, rope, positions, 2, 1e-6, 0.0)
+            qn_, kn_ = qn._fused(q, k, qw, kw, rope, positions, 2, 1e-6, 0.0, whole)
             return torch.nn.functional.scaled_dot_product_attention(qn_, kn_.repeat_interleave(2, 1), kn_.repeat_interleave(2, 1))
 
         counter = CompileCounter()
@@ -393,9 +637,10 @@ def test_kernel_matches_eager_in_triton_interpreter():
     compile with dynamic shapes, all through the kernel run by Triton's interpreter on the CPU (one subprocess)."""
     interpreter_or_skip()
     result = run_interpreted(CASES + "\nprint(check('cpu', torch.float32, 2e-6, 2e-5), check('cpu', torch.bfloat16, 1e-2, 0),"
-                          " op_check('cpu'), double_backward('cpu'), compiles_without_recompiles('cpu'))\n")
+                          " op_check('cpu'), double_backward('cpu'), compiles_without_recompiles('cpu'),"
+                          " compiles_without_recompiles('cpu', whole=True))\n")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[-3:] == ["True", "True", "True"], result.stdout
+    assert result.stdout.split()[-4:] == ["True", "True", "True", "True"], result.stdout
 
 
 def test_triton_module_imports_without_triton_use():
@@ -426,6 +671,7 @@ def test_opcheck_and_compile_on_cuda():
     assert namespace["op_check"]("cuda")
     assert namespace["double_backward"]("cuda")
     assert namespace["compiles_without_recompiles"]("cuda")
+    assert namespace["compiles_without_recompiles"]("cuda", whole=True)
 
 
 @pytest.mark.gpu
@@ -483,10 +729,11 @@ def test_cuda_graph_capture_replays_like_eager():
             assert ((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item() <= 1e-2
 
 
-def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch):
+@pytest.mark.parametrize("variant", ["qwen3", "olmo2"])
+def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch, variant):
     """The CUDA path's Python, run on fake CUDA tensors (no GPU needed) as during a CUDA-graph capture: the public
     call and the op's forward and backward bodies create no CPU tensor, read nothing back to the host, and launch
-    exactly one kernel each way."""
+    exactly one kernel each way (per head and OLMo 2's norm over all heads, its weights [H * D])."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -514,8 +761,14 @@ def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch):
             return out
 
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    launched = []
+    original = qk_norm_triton.fused_qk_norm_rope
+    monkeypatch.setattr(qk_norm_triton, "fused_qk_norm_rope",
+                        lambda *a, **kw: launched.append(kw["whole"]) or original(*a, **kw))
     with FakeTensorMode(allow_non_fake_inputs=True):
-        module = QKNormRope(RotaryEmbedding(32, mrope_section=(4, 6, 6)).to("cuda"), device="cuda")
+        heads = {"num_heads": 4, "num_kv_heads": 2} if variant == "olmo2" else {}
+        module = QKNormRope(RotaryEmbedding(32, mrope_section=(4, 6, 6)).to("cuda"), device="cuda", variant=variant,
+                            **heads)
         q = torch.randn(2, 4, 10, 32, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(2, 2, 10, 32, device="cuda", dtype=torch.bfloat16)
         positions = torch.zeros(2, 10, 3, dtype=torch.float64, device="cuda")  # real-valued: checked when eager
@@ -524,18 +777,23 @@ def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch):
         assert [t.shape for t in out] == [q.shape, k.shape] and out[0].device.type == "cuda"
         turns = module.rope.inv_freq.double() / (2 * math.pi)
         slot_axis = module.rope.slot_axis.to(torch.int32)
-        options = (positions, turns, slot_axis, 2, 32, False, 1.0, 1e-6, 0.0, True)
+        options = (positions, turns, slot_axis, 2, 32, False, 1.0, 1e-6, 0.0, True, variant == "olmo2")
         with Watch() as bodies:
             q_out, k_out = qk_norm_triton._forward_body(q, k, module.q_weight, module.k_weight, *options)
             grads = qk_norm_triton._backward_body(q_out, k_out, q, k, module.q_weight, module.k_weight, *options)
     assert not public.cpu and not public.syncs, (public.cpu, public.syncs)
     assert not bodies.cpu and not bodies.syncs, (bodies.cpu, bodies.syncs)
     assert bodies.kernels == ["triton_kernel_wrapper_mutation"] * 2
-    assert [g.shape for g in grads] == [q.shape, k.shape, (32,), (32,)]
+    assert launched == [variant == "olmo2"]  # the public call took the kernel, OLMo 2 in its whole-token mode
+    sizes = [(128,), (64,)] if variant == "olmo2" else [(32,), (32,)]
+    assert [g.shape for g in grads] == [q.shape, k.shape, *sizes]
 
 
-@pytest.mark.parametrize("direction,interleaved,rest", [("forward", False, 0), ("backward", True, 16)])
-def test_kernels_compile_for_sm90_without_a_gpu(direction, interleaved, rest):
+@pytest.mark.parametrize("direction,interleaved,rest,whole", [
+    ("forward", False, 0, False), ("backward", True, 16, False),  # per head
+    ("forward", True, 16, True), ("backward", False, 0, True),  # OLMo 2: the norm over all heads of a token
+])
+def test_kernels_compile_for_sm90_without_a_gpu(direction, interleaved, rest, whole):
     """The kernels go through Triton's whole CUDA pipeline (to a cubin for sm_90) on a machine without a GPU: what
     the interpreter cannot see (types, layouts, the constexpr branches as compiled) fails here, not on the device."""
     triton = pytest.importorskip("triton")
@@ -547,7 +805,7 @@ def test_kernels_compile_for_sm90_without_a_gpu(direction, interleaved, rest):
     kernel = {"forward": qk_norm_triton._qk_norm_rope_fwd_kernel,
               "backward": qk_norm_triton._qk_norm_rope_bwd_kernel}[direction]
     constexprs = {"D": 64 + rest, "HALF": 32, "REST": rest, "ROT": 64, "BLOCK_S": 16, "BLOCK_HALF": 32,
-                  "BLOCK_REST": max(rest, 1), "INTERLEAVED": interleaved}
+                  "BLOCK_REST": max(rest, 1), "INTERLEAVED": interleaved, "WHOLE": whole}
     pointers = {"qw_ptr": "fp32", "kw_ptr": "fp32", "qpos_ptr": "i64", "kpos_ptr": "i64", "inv_ptr": "fp64",
                 "axis_ptr": "i32", "part_ptr": "fp32"}
     signature = {}

@@ -5,6 +5,12 @@ Forward, per (token, head) of q and of k: ``n = x * rsqrt(mean(x^2) + eps)`` ove
 channels (the others pass through normalised), rounded once to the input dtype. The phases are those of
 :mod:`omnipos.core.rope_triton` (float64 turns, whole turns removed, ``sin``/``cos`` in float32).
 
+OLMo 2 / OLMo 3 (``WHOLE``): the norm runs over all heads of a token (their q_norm over ``num_heads * head_dim``,
+before the split into heads). A program already holds every head of its tokens (heads before the sequence are
+viewed as ``[rows, S, H, D]`` by strides), so it first sums ``x^2`` over all heads, then normalises and rotates
+each head with its ``[D]`` slice of the ``[H * D]`` weight; the backward likewise first sums ``x^2`` and
+``(R^T g) w x`` over the heads, and writes each head's weight partial sums to its own slice.
+
 Backward, the same tiling: ``gy = R^T g`` (the kernel turning the other way), then the RMSNorm backward
 ``gx = rstd * (gy w' - n mean(gy w' n))`` (rstd recomputed, nothing saved but the inputs) and per-program partial
 sums of ``gy * n`` for the weights, summed by one reduction. Twice differentiable: the backward's own backward
@@ -64,11 +70,21 @@ if HAS_TRITON:
         return tl.cos(phase) * attention_factor, tl.sin(phase) * (attention_factor * sign)
 
     @triton.jit
-    def _rstd(squares, eps, D: tl.constexpr, BLOCK_S: tl.constexpr):
+    def _rstd(squares, eps, D, BLOCK_S: tl.constexpr):
         """``1 / sqrt(sum / D + eps)`` per row, ``[BLOCK_S, 1]``: IEEE-rounded square root and division (as torch's
         CPU ``rsqrt``; the approximate ``rsqrt`` instruction is off by up to 2 ulp)."""
         ones = tl.full([BLOCK_S], 1.0, tl.float32)
         return tl.div_rn(ones, tl.sqrt_rn(squares / D + eps))[:, None]
+
+    @triton.jit
+    def _squares(x_row, s_ok, HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
+                 BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr):
+        """``sum(x^2)`` over one head's channels, per token of the tile (x_row: the head's row pointers)."""
+        d = tl.arange(0, 2 * BLOCK_HALF)
+        r = tl.arange(0, BLOCK_REST)
+        x = tl.load(x_row + d[None, :], mask=s_ok[:, None] & (d < ROT)[None, :], other=0.0).to(tl.float32)
+        xr = tl.load(x_row + ROT + r[None, :], mask=s_ok[:, None] & (r < REST)[None, :], other=0.0).to(tl.float32)
+        return tl.sum(x * x, 1) + tl.sum(xr * xr, 1)
 
     @triton.jit
     def _forward_tile(x_ptr, o_ptr, w_ptr, pos_ptr, row, s0, h0, h1,
@@ -76,25 +92,32 @@ if HAS_TRITON:
                       inv_ptr, axis_ptr, attention_factor, eps, offset,
                       D: tl.constexpr, HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                       BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
-                      INTERLEAVED: tl.constexpr):
+                      INTERLEAVED: tl.constexpr, WHOLE: tl.constexpr):
         row = row.to(tl.int64)
         s = s0 + tl.arange(0, BLOCK_S)
         s_ok = s < S
         c, sn = _cos_sin(pos_ptr, row, s, s_ok, p_sb, p_ss, p_sa, inv_ptr, axis_ptr, attention_factor, 1.0,
                          HALF, BLOCK_HALF)
+        if WHOLE:  # OLMo 2: one rstd per token over all its heads, then each head as below with its weight slice
+            squares_all = tl.zeros([BLOCK_S], dtype=tl.float32)
+            for h in range(h0, h1):
+                squares_all += _squares(x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss, s_ok,
+                                        HALF, REST, ROT, BLOCK_HALF, BLOCK_REST)
+            rstd_all = _rstd(squares_all, eps, (h1 - h0) * D, BLOCK_S)
         j = tl.arange(0, BLOCK_HALF)
         ok = s_ok[:, None] & (j < HALF)[None, :]
         d = tl.arange(0, 2 * BLOCK_HALF)
         d_ok = s_ok[:, None] & (d < ROT)[None, :]
         r = tl.arange(0, BLOCK_REST)
         r_ok = s_ok[:, None] & (r < REST)[None, :]
-        if INTERLEAVED:
-            wd = tl.load(w_ptr + d, mask=d < ROT, other=0.0).to(tl.float32) + offset
-        else:
-            w1 = tl.load(w_ptr + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-            w2 = tl.load(w_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-        wr = tl.load(w_ptr + ROT + r, mask=r < REST, other=0.0).to(tl.float32) + offset
         for h in range(h0, h1):
+            wh = w_ptr + h * D if WHOLE else w_ptr  # OLMo 2's weight is [heads * D], head-major
+            if INTERLEAVED:
+                wd = tl.load(wh + d, mask=d < ROT, other=0.0).to(tl.float32) + offset
+            else:
+                w1 = tl.load(wh + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
+                w2 = tl.load(wh + HALF + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
+            wr = tl.load(wh + ROT + r, mask=r < REST, other=0.0).to(tl.float32) + offset
             x_row = x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss
             o_row = o_ptr + row * o_sb + h * o_sh + s[:, None] * o_ss
             xr = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
@@ -105,7 +128,10 @@ if HAS_TRITON:
                 x1 = tl.load(x_row + j[None, :], mask=ok, other=0.0).to(tl.float32)
                 x2 = tl.load(x_row + HALF + j[None, :], mask=ok, other=0.0).to(tl.float32)
                 squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1) + tl.sum(xr * xr, 1)
-            rstd = _rstd(squares, eps, D, BLOCK_S)
+            if WHOLE:
+                rstd = rstd_all
+            else:
+                rstd = _rstd(squares, eps, D, BLOCK_S)
             if INTERLEAVED:
                 y = x * rstd * wd[None, :]
                 y1, y2 = tl.split(tl.reshape(y, [BLOCK_S, BLOCK_HALF, 2]))
@@ -121,12 +147,45 @@ if HAS_TRITON:
                          mask=r_ok)
 
     @triton.jit
+    def _squares_and_dot(g_row, x_row, wh, s_ok, c, sn, offset, HALF: tl.constexpr, REST: tl.constexpr,
+                         ROT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                         BLOCK_REST: tl.constexpr, INTERLEAVED: tl.constexpr):
+        """One head's ``sum(x^2)`` and ``sum((R^T g) (w + offset) x)`` per token of the tile (c, sn: R^T)."""
+        j = tl.arange(0, BLOCK_HALF)
+        ok = s_ok[:, None] & (j < HALF)[None, :]
+        d = tl.arange(0, 2 * BLOCK_HALF)
+        d_ok = s_ok[:, None] & (d < ROT)[None, :]
+        r = tl.arange(0, BLOCK_REST)
+        r_ok = s_ok[:, None] & (r < REST)[None, :]
+        xr = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
+        gr = tl.load(g_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
+        wr = tl.load(wh + ROT + r, mask=r < REST, other=0.0).to(tl.float32) + offset
+        if INTERLEAVED:
+            x = tl.load(x_row + d[None, :], mask=d_ok, other=0.0).to(tl.float32)
+            g = tl.load(g_row + d[None, :], mask=d_ok, other=0.0).to(tl.float32)
+            g1, g2 = tl.split(tl.reshape(g, [BLOCK_S, BLOCK_HALF, 2]))
+            gy = tl.reshape(tl.join(g1 * c - g2 * sn, g2 * c + g1 * sn), [BLOCK_S, 2 * BLOCK_HALF])
+            wd = tl.load(wh + d, mask=d < ROT, other=0.0).to(tl.float32) + offset
+            squares = tl.sum(x * x, 1)
+            dot = tl.sum(gy * wd[None, :] * x, 1)
+        else:
+            x1 = tl.load(x_row + j[None, :], mask=ok, other=0.0).to(tl.float32)
+            x2 = tl.load(x_row + HALF + j[None, :], mask=ok, other=0.0).to(tl.float32)
+            g1 = tl.load(g_row + j[None, :], mask=ok, other=0.0).to(tl.float32)
+            g2 = tl.load(g_row + HALF + j[None, :], mask=ok, other=0.0).to(tl.float32)
+            w1 = tl.load(wh + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
+            w2 = tl.load(wh + HALF + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
+            squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)
+            dot = tl.sum((g1 * c - g2 * sn) * w1[None, :] * x1, 1) + tl.sum((g2 * c + g1 * sn) * w2[None, :] * x2, 1)
+        return squares + tl.sum(xr * xr, 1), dot + tl.sum(gr * wr[None, :] * xr, 1)
+
+    @triton.jit
     def _backward_tile(g_ptr, x_ptr, gx_ptr, w_ptr, part_ptr, pid, pos_ptr, row, s0, h0, h1,
                        S, g_sb, g_ss, g_sh, x_sb, x_ss, x_sh, o_sb, o_ss, o_sh, p_sb, p_ss, p_sa,
                        inv_ptr, axis_ptr, attention_factor, eps, offset,
                        D: tl.constexpr, HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                        BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
-                       INTERLEAVED: tl.constexpr):
+                       INTERLEAVED: tl.constexpr, WHOLE: tl.constexpr, PART_W):
         row = row.to(tl.int64)
         s = s0 + tl.arange(0, BLOCK_S)
         s_ok = s < S
@@ -139,17 +198,31 @@ if HAS_TRITON:
         d_ok = s_ok[:, None] & (d < ROT)[None, :]
         r = tl.arange(0, BLOCK_REST)
         r_ok = s_ok[:, None] & (r < REST)[None, :]
-        if INTERLEAVED:
-            wd = tl.load(w_ptr + d, mask=d < ROT, other=0.0).to(tl.float32) + offset
-            acc_d = tl.zeros([2 * BLOCK_HALF], dtype=tl.float32)
-        else:
-            w1 = tl.load(w_ptr + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-            w2 = tl.load(w_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-            acc_1 = tl.zeros([BLOCK_HALF], dtype=tl.float32)
-            acc_2 = tl.zeros([BLOCK_HALF], dtype=tl.float32)
-        wr = tl.load(w_ptr + ROT + r, mask=r < REST, other=0.0).to(tl.float32) + offset
+        part = part_ptr + pid.to(tl.int64) * PART_W
+        if WHOLE:  # OLMo 2: rstd and mean(g' w n) per token over all its heads first
+            squares_all = tl.zeros([BLOCK_S], dtype=tl.float32)
+            dot_all = tl.zeros([BLOCK_S], dtype=tl.float32)
+            for h in range(h0, h1):
+                sq, dot = _squares_and_dot(g_ptr + row * g_sb + h * g_sh + s[:, None] * g_ss,
+                                           x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss, w_ptr + h * D,
+                                           s_ok, c, sn, offset, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST,
+                                           INTERLEAVED)
+                squares_all += sq
+                dot_all += dot
+            rstd_all = _rstd(squares_all, eps, (h1 - h0) * D, BLOCK_S)
+            mean_all = rstd_all * (dot_all / ((h1 - h0) * D))[:, None]
+        acc_d = tl.zeros([2 * BLOCK_HALF], dtype=tl.float32)
+        acc_1 = tl.zeros([BLOCK_HALF], dtype=tl.float32)
+        acc_2 = tl.zeros([BLOCK_HALF], dtype=tl.float32)
         acc_r = tl.zeros([BLOCK_REST], dtype=tl.float32)
         for h in range(h0, h1):
+            wh = w_ptr + h * D if WHOLE else w_ptr  # OLMo 2's weight is [heads * D], head-major
+            if INTERLEAVED:
+                wd = tl.load(wh + d, mask=d < ROT, other=0.0).to(tl.float32) + offset
+            else:
+                w1 = tl.load(wh + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
+                w2 = tl.load(wh + HALF + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
+            wr = tl.load(wh + ROT + r, mask=r < REST, other=0.0).to(tl.float32) + offset
             g_row = g_ptr + row * g_sb + h * g_sh + s[:, None] * g_ss
             x_row = x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss
             o_row = gx_ptr + row * o_sb + h * o_sh + s[:, None] * o_ss
@@ -160,14 +233,24 @@ if HAS_TRITON:
                 g = tl.load(g_row + d[None, :], mask=d_ok, other=0.0).to(tl.float32)
                 g1, g2 = tl.split(tl.reshape(g, [BLOCK_S, BLOCK_HALF, 2]))
                 gy = tl.reshape(tl.join(g1 * c - g2 * sn, g2 * c + g1 * sn), [BLOCK_S, 2 * BLOCK_HALF])
-                rstd = _rstd(tl.sum(x * x, 1) + tl.sum(xr * xr, 1), eps, D, BLOCK_S)
+                if WHOLE:
+                    rstd = rstd_all
+                else:
+                    rstd = _rstd(tl.sum(x * x, 1) + tl.sum(xr * xr, 1), eps, D, BLOCK_S)
                 n = x * rstd
                 nr = xr * rstd
-                acc_d += tl.sum(gy * n, 0)
-                acc_r += tl.sum(gr * nr, 0)
+                if WHOLE:
+                    tl.store(part + h * D + d, tl.sum(gy * n, 0), mask=d < ROT)
+                    tl.store(part + h * D + ROT + r, tl.sum(gr * nr, 0), mask=r < REST)
+                else:
+                    acc_d += tl.sum(gy * n, 0)
+                    acc_r += tl.sum(gr * nr, 0)
                 gw = gy * wd[None, :]
                 gwr = gr * wr[None, :]
-                mean = ((tl.sum(gw * n, 1) + tl.sum(gwr * nr, 1)) / D)[:, None]
+                if WHOLE:
+                    mean = mean_all
+                else:
+                    mean = ((tl.sum(gw * n, 1) + tl.sum(gwr * nr, 1)) / D)[:, None]
                 tl.store(o_row + d[None, :], (rstd * (gw - n * mean)).to(gx_ptr.dtype.element_ty), mask=d_ok)
             else:
                 x1 = tl.load(x_row + j[None, :], mask=ok, other=0.0).to(tl.float32)
@@ -176,31 +259,41 @@ if HAS_TRITON:
                 g2 = tl.load(g_row + HALF + j[None, :], mask=ok, other=0.0).to(tl.float32)
                 gy1 = g1 * c - g2 * sn
                 gy2 = g2 * c + g1 * sn
-                squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1) + tl.sum(xr * xr, 1)
-                rstd = _rstd(squares, eps, D, BLOCK_S)
+                if WHOLE:
+                    rstd = rstd_all
+                else:
+                    rstd = _rstd(tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1) + tl.sum(xr * xr, 1), eps, D, BLOCK_S)
                 n1 = x1 * rstd
                 n2 = x2 * rstd
                 nr = xr * rstd
-                acc_1 += tl.sum(gy1 * n1, 0)
-                acc_2 += tl.sum(gy2 * n2, 0)
-                acc_r += tl.sum(gr * nr, 0)
+                if WHOLE:
+                    tl.store(part + h * D + j, tl.sum(gy1 * n1, 0), mask=j < HALF)
+                    tl.store(part + h * D + HALF + j, tl.sum(gy2 * n2, 0), mask=j < HALF)
+                    tl.store(part + h * D + ROT + r, tl.sum(gr * nr, 0), mask=r < REST)
+                else:
+                    acc_1 += tl.sum(gy1 * n1, 0)
+                    acc_2 += tl.sum(gy2 * n2, 0)
+                    acc_r += tl.sum(gr * nr, 0)
                 gw1 = gy1 * w1[None, :]
                 gw2 = gy2 * w2[None, :]
                 gwr = gr * wr[None, :]
-                mean = ((tl.sum(gw1 * n1, 1) + tl.sum(gw2 * n2, 1) + tl.sum(gwr * nr, 1)) / D)[:, None]
+                if WHOLE:
+                    mean = mean_all
+                else:
+                    mean = ((tl.sum(gw1 * n1, 1) + tl.sum(gw2 * n2, 1) + tl.sum(gwr * nr, 1)) / D)[:, None]
                 tl.store(o_row + j[None, :], (rstd * (gw1 - n1 * mean)).to(gx_ptr.dtype.element_ty), mask=ok)
                 tl.store(o_row + HALF + j[None, :], (rstd * (gw2 - n2 * mean)).to(gx_ptr.dtype.element_ty),
                          mask=ok)
             if REST > 0:
                 tl.store(o_row + ROT + r[None, :], (rstd * (gwr - nr * mean)).to(gx_ptr.dtype.element_ty),
                          mask=r_ok)
-        part = part_ptr + pid.to(tl.int64) * D
-        if INTERLEAVED:
-            tl.store(part + d, acc_d, mask=d < ROT)
-        else:
-            tl.store(part + j, acc_1, mask=j < HALF)
-            tl.store(part + HALF + j, acc_2, mask=j < HALF)
-        tl.store(part + ROT + r, acc_r, mask=r < REST)
+        if not WHOLE:
+            if INTERLEAVED:
+                tl.store(part + d, acc_d, mask=d < ROT)
+            else:
+                tl.store(part + j, acc_1, mask=j < HALF)
+                tl.store(part + HALF + j, acc_2, mask=j < HALF)
+            tl.store(part + ROT + r, acc_r, mask=r < REST)
 
     @triton.jit
     def _tile_of(pid, S_BLOCKS, GROUPS, BLOCK_S: tl.constexpr, HEADS):
@@ -216,20 +309,20 @@ if HAS_TRITON:
                                  attention_factor, eps, offset,
                                  D: tl.constexpr, HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                                  BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
-                                 INTERLEAVED: tl.constexpr):
+                                 INTERLEAVED: tl.constexpr, WHOLE: tl.constexpr):
         pid = tl.program_id(0)
         if pid < N_Q_PROGRAMS:
             row, s0, h0 = _tile_of(pid, S_BLOCKS, GROUPS_Q, BLOCK_S, HEADS)
             _forward_tile(q_ptr, qo_ptr, qw_ptr, qpos_ptr, row, s0, h0, tl.minimum(h0 + HEADS, HQ),
                           S, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss, qp_sa,
                           inv_ptr, axis_ptr, attention_factor, eps, offset,
-                          D, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
+                          D, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED, WHOLE)
         else:
             row, s0, h0 = _tile_of(pid - N_Q_PROGRAMS, S_BLOCKS, GROUPS_K, BLOCK_S, HEADS)
             _forward_tile(k_ptr, ko_ptr, kw_ptr, kpos_ptr, row, s0, h0, tl.minimum(h0 + HEADS, HK),
                           S, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, kp_sb, kp_ss, kp_sa,
                           inv_ptr, axis_ptr, attention_factor, eps, offset,
-                          D, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
+                          D, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED, WHOLE)
 
     @triton.jit
     def _qk_norm_rope_bwd_kernel(gq_ptr, q_ptr, gqx_ptr, qw_ptr, qpos_ptr, gk_ptr, k_ptr, gkx_ptr, kw_ptr, kpos_ptr,
@@ -237,37 +330,61 @@ if HAS_TRITON:
                                  S, HQ, HK, N_Q_PROGRAMS, S_BLOCKS, HEADS, GROUPS_Q, GROUPS_K,
                                  gq_sb, gq_ss, gq_sh, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh, qp_sb, qp_ss, qp_sa,
                                  gk_sb, gk_ss, gk_sh, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, kp_sb, kp_ss, kp_sa,
-                                 attention_factor, eps, offset,
+                                 attention_factor, eps, offset, PART_W,
                                  D: tl.constexpr, HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                                  BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
-                                 INTERLEAVED: tl.constexpr):
+                                 INTERLEAVED: tl.constexpr, WHOLE: tl.constexpr):
         pid = tl.program_id(0)
         if pid < N_Q_PROGRAMS:
             row, s0, h0 = _tile_of(pid, S_BLOCKS, GROUPS_Q, BLOCK_S, HEADS)
             _backward_tile(gq_ptr, q_ptr, gqx_ptr, qw_ptr, part_ptr, pid, qpos_ptr, row, s0, h0,
                            tl.minimum(h0 + HEADS, HQ), S, gq_sb, gq_ss, gq_sh, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
                            qp_sb, qp_ss, qp_sa, inv_ptr, axis_ptr, attention_factor, eps, offset,
-                           D, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
+                           D, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED, WHOLE, PART_W)
         else:
             row, s0, h0 = _tile_of(pid - N_Q_PROGRAMS, S_BLOCKS, GROUPS_K, BLOCK_S, HEADS)
             _backward_tile(gk_ptr, k_ptr, gkx_ptr, kw_ptr, part_ptr, pid, kpos_ptr, row, s0, h0,
                            tl.minimum(h0 + HEADS, HK), S, gk_sb, gk_ss, gk_sh, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh,
                            kp_sb, kp_ss, kp_sa, inv_ptr, axis_ptr, attention_factor, eps, offset,
-                           D, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED)
+                           D, HALF, REST, ROT, BLOCK_S, BLOCK_HALF, BLOCK_REST, INTERLEAVED, WHOLE, PART_W)
 
 
-def _as_rows(x: Tensor, seq_axis: int) -> Tensor:
-    """x as ``[rows, S, H2, D]`` (rows: axes before the sequence; H2: axes between it and the channels)."""
+def _as_rows(x: Tensor, seq_axis: int, whole: bool = False) -> Tensor:
+    """x as ``[rows, S, H2, D]`` (rows: axes before the sequence; H2: axes between it and the channels). With
+    ``whole`` (the norm over all heads of a token) and the heads before the sequence (``[..., H, S, D]``), the heads
+    become H2 (a strided view ``[rows, S, H, D]``), so that one program sees every head of its tokens."""
+    if whole and _heads_before(x, seq_axis):
+        view = x.reshape(math.prod(x.shape[:seq_axis - 1]), x.shape[seq_axis - 1], x.shape[seq_axis], x.shape[-1])
+        if view.stride(-1) != 1:
+            view = view.contiguous()
+        return view.transpose(1, 2)
     rows = math.prod(x.shape[:seq_axis])
     h2 = math.prod(x.shape[seq_axis + 1:-1])
     view = x.reshape(rows, x.shape[seq_axis], h2, x.shape[-1])
     return view if view.stride(-1) == 1 else view.contiguous()
 
 
-def _row_positions(positions: Tensor, x: Tensor, seq_axis: int, multi_axis: bool) -> Tensor:
-    """Positions broadcast against x's leading axes -> ``[rows, S, n]`` (stride 0 where broadcast)."""
+def _heads_before(x: Tensor, seq_axis: int) -> bool:
+    """``[..., heads, seq, head_dim]``: nothing between the sequence and the channels (as omnipos.core.qk_norm)."""
+    return seq_axis == x.ndim - 2 and seq_axis >= 1
+
+
+def _lead_shape(x: Tensor, seq_axis: int, whole: bool) -> tuple[int, ...]:
+    """The axes the rows of :func:`_as_rows` stand for."""
+    return tuple(x.shape[:seq_axis - 1] if whole and _heads_before(x, seq_axis) else x.shape[:seq_axis])
+
+
+def _row_positions(positions: Tensor, x: Tensor, seq_axis: int, multi_axis: bool, whole: bool = False) -> Tensor:
+    """Positions broadcast against x's leading axes -> ``[rows, S, n]`` (stride 0 where broadcast). With ``whole``
+    and the heads before the sequence, the positions' heads axis (if they have one) has size 1 (the caller's
+    check): it is dropped."""
     pos = positions if multi_axis else positions.unsqueeze(-1)
     lead = pos.shape[:-2]
+    if whole and _heads_before(x, seq_axis):
+        if len(lead) >= seq_axis:
+            pos = pos.squeeze(seq_axis - 1)
+            lead = pos.shape[:-2]
+        seq_axis -= 1
     pos = pos.reshape(*lead, *([1] * (seq_axis - len(lead))), *pos.shape[-2:])
     pos = pos.expand(*x.shape[:seq_axis], *pos.shape[-2:])
     return pos.reshape(-1, *pos.shape[-2:])
@@ -275,14 +392,15 @@ def _row_positions(positions: Tensor, x: Tensor, seq_axis: int, multi_axis: bool
 
 def _launch(forward: bool, tensors: list[Tensor], weights: tuple[Tensor, Tensor], positions: Tensor,
             turns: Tensor, slot_axis: Tensor, seq_axis: int, rotary_dim: int, interleaved: bool,
-            attention_factor: float, eps: float, offset: float, multi_axis: bool) -> list[Tensor]:
-    """tensors: forward [q, k]; backward [gq, q, gk, k]. Returns the outputs (and the weight partial sums)."""
+            attention_factor: float, eps: float, offset: float, multi_axis: bool, whole: bool) -> list[Tensor]:
+    """tensors: forward [q, k]; backward [gq, q, gk, k]. Returns the outputs (and the weight partial sums).
+    ``whole``: the norm over all heads of a token (OLMo 2; weights ``[H * D]``)."""
     per = 1 if forward else 2
     q, k = tensors[per - 1], tensors[2 * per - 1]
-    views = [_as_rows(t, seq_axis) for t in tensors]
+    views = [_as_rows(t, seq_axis, whole) for t in tensors]
     outs = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k)]
-    out_views = [o.view(v.shape) for o, v in zip(outs, views[per - 1::per])]
-    pos = [_row_positions(positions, t, seq_axis, multi_axis) for t in (q, k)]
+    out_views = [_as_rows(o, seq_axis, whole) for o in outs]
+    pos = [_row_positions(positions, t, seq_axis, multi_axis, whole) for t in (q, k)]
     seq = q.shape[seq_axis]
     hq, hk = views[per - 1].shape[2], views[2 * per - 1].shape[2]
     s_blocks = _cdiv(seq, BLOCK_S)
@@ -303,7 +421,7 @@ def _launch(forward: bool, tensors: list[Tensor], weights: tuple[Tensor, Tensor]
     strides += [pos[1].stride(0), pos[1].stride(1), pos[1].stride(2)]
     meta = {"D": dim, "HALF": half, "REST": rest, "ROT": rotary_dim, "BLOCK_S": BLOCK_S,
             "BLOCK_HALF": _next_power_of_2(half), "BLOCK_REST": _next_power_of_2(max(rest, 1)),
-            "INTERLEAVED": interleaved}
+            "INTERLEAVED": interleaved, "WHOLE": whole}
     grid = (n_q + n_k,)
     # Triton's interpreter (TRITON_INTERPRET=1) makes wrap_triton return the kernel itself, which would run on the
     # fake tensors of a trace: there only the output shapes count. (Compiled, wrap_triton's wrapper traces it.)
@@ -317,47 +435,54 @@ def _launch(forward: bool, tensors: list[Tensor], weights: tuple[Tensor, Tensor]
             views[0], out_views[0], weights[0], pos[0], views[1], out_views[1], weights[1], pos[1], turns, slot_axis,
             *sizes, *strides, *scalars, **meta)
         return outs
-    partial = torch.empty(n_q + n_k, dim, dtype=torch.float32, device=q.device)
+    # one row of weight partial sums per program: [D] per head (summed over the heads), or [H * D] with whole
+    part_w = heads * dim if whole else dim
+    partial = torch.empty(n_q + n_k, part_w, dtype=torch.float32, device=q.device)
     if skip:
         partial = partial.zero_()
     else:
         wrap_triton(_qk_norm_rope_bwd_kernel)[grid](
             views[0], views[1], out_views[0], weights[0], pos[0], views[2], views[3], out_views[1], weights[1],
-            pos[1], partial, turns, slot_axis, *sizes, *strides, *scalars, **meta)
-    return [*outs, partial[:n_q].sum(0).to(weights[0].dtype), partial[n_q:].sum(0).to(weights[1].dtype)]
+            pos[1], partial, turns, slot_axis, *sizes, *strides, *scalars, part_w, **meta)
+    q_w, k_w = (hq * dim, hk * dim) if whole else (dim, dim)
+    return [*outs, partial[:n_q, :q_w].sum(0).to(weights[0].dtype), partial[n_q:, :k_w].sum(0).to(weights[1].dtype)]
 
 
 def _forward_body(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, positions: Tensor, turns: Tensor,
                   slot_axis: Tensor, seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float,
-                  eps: float, offset: float, multi_axis: bool) -> tuple[Tensor, Tensor]:
+                  eps: float, offset: float, multi_axis: bool, whole: bool) -> tuple[Tensor, Tensor]:
     q_out, k_out = _launch(True, [q, k], (q_weight, k_weight), positions, turns, slot_axis, seq_axis, rotary_dim,
-                           interleaved, attention_factor, eps, offset, multi_axis)
+                           interleaved, attention_factor, eps, offset, multi_axis, whole)
     return q_out, k_out
 
 
 def _backward_body(grad_q: Tensor, grad_k: Tensor, q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor,
                    positions: Tensor, turns: Tensor, slot_axis: Tensor, seq_axis: int, rotary_dim: int,
                    interleaved: bool, attention_factor: float, eps: float, offset: float,
-                   multi_axis: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                   multi_axis: bool, whole: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     gq, gk, gqw, gkw = _launch(False, [grad_q, q, grad_k, k], (q_weight, k_weight), positions, turns, slot_axis,
-                               seq_axis, rotary_dim, interleaved, attention_factor, eps, offset, multi_axis)
+                               seq_axis, rotary_dim, interleaved, attention_factor, eps, offset, multi_axis, whole)
     return gq, gk, gqw, gkw
 
 
 def _eager_forward(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, positions: Tensor, turns: Tensor,
                    slot_axis: Tensor, seq_axis: int, rotary_dim: int, interleaved: bool, attention_factor: float,
-                   eps: float, offset: float, multi_axis: bool) -> tuple[Tensor, Tensor]:
+                   eps: float, offset: float, multi_axis: bool, whole: bool) -> tuple[Tensor, Tensor]:
     """The op's forward out of torch ops, on the op's own arguments (the same phases as the kernel): what the
     backward's backward differentiates (double backward)."""
     outs = []
     for x, w in ((q, q_weight), (k, k_weight)):
-        view = x.reshape(math.prod(x.shape[:seq_axis]), x.shape[seq_axis], -1, x.shape[-1]).float()
-        pos = _row_positions(positions, x, seq_axis, multi_axis).to(torch.float64)
+        view = _as_rows(x, seq_axis, whole).float()  # [rows, S, H2, D]
+        pos = _row_positions(positions, x, seq_axis, multi_axis, whole).to(torch.float64)
         cycles = pos.index_select(-1, slot_axis.long()) if multi_axis else pos
         cycles = cycles * turns
         phase = ((cycles - torch.floor(cycles)) * (2 * math.pi)).float().unsqueeze(2)  # [rows, S, 1, half]
         c, s = torch.cos(phase) * attention_factor, torch.sin(phase) * attention_factor
-        n = view * torch.rsqrt(view.pow(2).mean(-1, keepdim=True) + eps) * (w.float() + offset)
+        if whole:  # over all heads of a token; the weight [H2 * D] head-major
+            rstd = torch.rsqrt(view.pow(2).mean((-2, -1), keepdim=True) + eps)
+            n = view * rstd * (w.float().reshape(view.shape[-2:]) + offset)
+        else:
+            n = view * torch.rsqrt(view.pow(2).mean(-1, keepdim=True) + eps) * (w.float() + offset)
         if interleaved:
             x1, x2 = n[..., 0:rotary_dim:2], n[..., 1:rotary_dim:2]
             rotated = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), -1).flatten(-2)
@@ -365,7 +490,10 @@ def _eager_forward(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, pos
             half = rotary_dim // 2
             x1, x2 = n[..., :half], n[..., half:rotary_dim]
             rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), -1)
-        outs.append(torch.cat((rotated, n[..., rotary_dim:]), -1).reshape(x.shape).to(x.dtype))
+        out = torch.cat((rotated, n[..., rotary_dim:]), -1)
+        if whole and _heads_before(x, seq_axis):
+            out = out.transpose(1, 2)
+        outs.append(out.reshape(x.shape).to(x.dtype))
     return outs[0], outs[1]
 
 
@@ -394,7 +522,7 @@ if HAS_TRITON:
         q, k, q_weight, k_weight, positions, turns, slot_axis = ctx.saved_tensors
         gq, gk, gqw, gkw = _qk_norm_rope_backward_op(grad_q, grad_k, q, k, q_weight, k_weight, positions, turns,
                                                      slot_axis, *ctx.options)
-        return gq, gk, gqw, gkw, None, None, None, None, None, None, None, None, None, None
+        return gq, gk, gqw, gkw, None, None, None, None, None, None, None, None, None, None, None
 
     _qk_norm_rope_op.register_autograd(_backward, setup_context=_setup_context)
 
@@ -414,20 +542,22 @@ if HAS_TRITON:
             pairs = [(f, c) for f, c in zip(first, cotangents) if c is not None]
             second = torch.autograd.grad([f for f, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True)
         second = [torch.zeros_like(t) if g is None else g for g, t in zip(second, leaves)]
-        return (*second, None, None, None, None, None, None, None, None, None, None)
+        return (*second, None, None, None, None, None, None, None, None, None, None, None)
 
     _qk_norm_rope_backward_op.register_autograd(_backward_backward, setup_context=_setup_backward_context)
 
 
 def fused_qk_norm_rope(q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, positions: Tensor,
                        turns: Tensor, slot_axis: Tensor | None, *, seq_axis: int, rotary_dim: int,
-                       interleaved: bool, attention_factor: float, eps: float, offset: float) -> tuple[Tensor, Tensor]:
+                       interleaved: bool, attention_factor: float, eps: float, offset: float,
+                       whole: bool = False) -> tuple[Tensor, Tensor]:
     """The op on validated inputs: ``turns`` the float64 turns per position unit of each slot (``inv_freq / 2
-    pi``), ``slot_axis`` the coordinate of each slot for multi-axis positions (None: 1-D positions)."""
+    pi``), ``slot_axis`` the coordinate of each slot for multi-axis positions (None: 1-D positions); ``whole``:
+    the norm over all heads of a token (OLMo 2), whose positions must not differ between a token's heads."""
     multi_axis = slot_axis is not None
     if slot_axis is None:
         slot_axis = torch.zeros(rotary_dim // 2, dtype=torch.int32, device=q.device)
     if positions.dtype not in _POSITION_DTYPES:
         positions = positions.to(torch.float64)
     return _qk_norm_rope_op(q, k, q_weight, k_weight, positions, turns, slot_axis, seq_axis, rotary_dim,
-                            interleaved, float(attention_factor), float(eps), float(offset), multi_axis)
+                            interleaved, float(attention_factor), float(eps), float(offset), multi_axis, bool(whole))
