@@ -59,9 +59,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .small_eigh import (
-    JACOBI_MAX_NODES,  # (64: a program's registers hold two [64, 64] float64 matrices)
-)
+#: The largest matrix the kernel takes (64: a program's registers hold two [64, 64] float64 matrices).
+JACOBI_MAX_NODES = 64
 
 try:  # pragma: no cover - depends on the installation
     import triton

@@ -12,7 +12,7 @@ setting and the thread's own OpenMP ``nthreads`` value, both restored afterwards
 changes), and callers split big batches over worker threads themselves. Where torch has no MKL (other BLAS)
 or no OpenMP, that part is skipped.
 
-On CUDA, real matrices of at most ``JACOBI_MAX_NODES`` rows go to the batched Jacobi kernel of
+On CUDA, real matrices of at most 64 rows go to the batched Jacobi kernel of
 :mod:`omnipos.graph.jacobi_triton` (one Triton launch for the whole stack, float64 inside) where Triton is installed,
 instead of cuSOLVER's ``syevd`` matrix by matrix (~27 launches a matrix).
 
@@ -49,7 +49,6 @@ from ..core import compiled_kernels_enabled
 
 __all__ = [
     "JACOBI_DEVICE_TYPES",
-    "JACOBI_MAX_NODES",
     "LANE_MAX_NODES",
     "SMALL_MAX_NODES",
     "compiled_kernels_enabled",
@@ -63,11 +62,9 @@ __all__ = [
 #: (Above it a single matrix has enough work for MKL's threads to pay off in wall time.)
 SMALL_MAX_NODES = 128
 
-#: Device types whose real matrices of at most ``JACOBI_MAX_NODES`` rows go to the batched Jacobi kernel
+#: Device types whose real matrices of at most 64 rows go to the batched Jacobi kernel
 #: (:mod:`omnipos.graph.jacobi_triton`; an internal switch: the tests add ``"cpu"`` under Triton's interpreter).
 JACOBI_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
-#: The largest matrix the Jacobi kernel takes (``omnipos.graph.jacobi_triton.JACOBI_MAX_NODES``).
-JACOBI_MAX_NODES = 64
 
 #: Matrices of at most this many rows go to the lane kernel (:mod:`omnipos.graph.lane_eigh`) where numba is
 #: installed. (Measured against MKL's one-thread ``syevd``, CPU time per matrix: 3-4x at 2-8 rows, 2.3x at 24-32,
@@ -142,20 +139,22 @@ def lane_kernel() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.nda
 
 def jacobi_kernel(matrices: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]] | None:
     """:func:`omnipos.graph.jacobi_triton.jacobi_eigh` where it takes ``matrices`` (real ``[G, n, n]`` on a device
-    of ``JACOBI_DEVICE_TYPES``, ``n <= JACOBI_MAX_NODES``, no gradient; Triton installed), else None."""
-    n = matrices.shape[-1]
-    if (matrices.device.type not in JACOBI_DEVICE_TYPES or matrices.ndim != 3 or not 0 < n <= JACOBI_MAX_NODES
+    of ``JACOBI_DEVICE_TYPES``, ``n <= jacobi_triton.JACOBI_MAX_NODES``, no gradient; Triton installed), else
+    None."""
+    if (matrices.device.type not in JACOBI_DEVICE_TYPES or matrices.ndim != 3
             or matrices.dtype not in (torch.float32, torch.float64) or matrices.requires_grad
             or not matrices.shape[0]):
         return None
-    from . import jacobi_triton
+    from . import jacobi_triton  # (here: Triton is imported only for a device stack)
 
-    return jacobi_triton.jacobi_eigh if jacobi_triton.HAS_TRITON else None
+    if not (jacobi_triton.HAS_TRITON and 0 < matrices.shape[-1] <= jacobi_triton.JACOBI_MAX_NODES):
+        return None
+    return jacobi_triton.jacobi_eigh
 
 
 def small_eigh(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenpairs of symmetric ``matrices [G, n, n]``: ``(values [G, n] ascending, vectors [G, n, n])``, as
-    ``torch.linalg.eigh``. On CUDA, real matrices of at most ``JACOBI_MAX_NODES`` rows go to the batched Jacobi
+    ``torch.linalg.eigh``. On CUDA, real matrices of at most 64 rows go to the batched Jacobi
     kernel of :mod:`omnipos.graph.jacobi_triton` where Triton is installed (one launch; the matrices it flags,
     none in practice, to ``torch.linalg.eigh``: one host sync to find them). On the CPU, float64 matrices of at
     most ``LANE_MAX_NODES`` rows go to the lane kernel where numba is installed (matrices it flags, and every
