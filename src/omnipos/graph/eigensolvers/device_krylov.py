@@ -103,7 +103,10 @@ def device_laplacian(row: torch.Tensor, col: torch.Tensor, weight: torch.Tensor,
     order = torch.argsort(rows * n + cols)
     crow = torch.zeros(n + 1, dtype=torch.long, device=device)
     crow[1:] = torch.bincount(rows, minlength=n).cumsum(0)
-    matrix = torch.sparse_csr_tensor(crow, cols[order], torch.cat([entries, diagonal])[order], (n, n))
+    with warnings.catch_warnings():  # (torch's notice that sparse CSR is in beta)
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        matrix = torch.sparse_csr_tensor(crow, cols[order], torch.cat([entries, diagonal])[order], (n, n),
+                                         check_invariants=False)  # (built sorted, in range: nothing to check)
     return matrix, degree, null_weight, bound
 
 
