@@ -49,7 +49,11 @@ their canonical basis by the same tensor program as everywhere. Larger graphs go
 one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with
 chords) or Lanczos on ``2I - L`` (hubs, expanders), chosen by measurement of the graph (``solver="auto"``: its
 spectral gap, its factor's size and whether it has a symmetry that can repeat an eigenvalue, in which case a block
-solver keeps every copy) or by name. See that module for the rules and their accuracy.
+solver keeps every copy) or by name. See that module for the rules and their accuracy. A large graph whose tensors
+are on CUDA is solved on the device instead (``solver="auto"`` or ``"lanczos"``; a connected graph:
+:mod:`omnipos.graph.eigensolvers.device_krylov`, thick-restart block Lanczos on ``bound * I - L`` in float64 with
+sparse products on the device, residuals ``<= 1e-10 * bound``, the same canonical basis); a graph of several
+components, or one too small for a Krylov basis, takes the CPU path and its result is copied back.
 
 Bad input is refused with a ValueError / TypeError naming the argument (and the edge or node): node ids outside
 ``0..num_nodes-1``, NaN / infinite / negative weights, ``k < 1``, an unsorted or mis-sized ``batch``, edges
