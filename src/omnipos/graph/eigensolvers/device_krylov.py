@@ -226,17 +226,20 @@ def _block_lanczos(shifted: torch.Tensor, null: torch.Tensor, wanted: int, width
             theta, small = torch.linalg.eigh((h + h.T) / 2)
             theta, small = theta.flip(0), small.flip(1)  # largest of M first: lowest of L
             residual = (r @ small[size - block:, :width]).norm(dim=0)
-            theta, small = theta.to(device), small.to(device)
-            residual[wanted:] *= TOL / EXTRA_TOL  # (the extra pairs' own tolerance)
+            # the pairs past the cut's eigenspace (as the current Ritz values cluster) only show where it ends:
+            # their own tolerance
+            clusters = _clusters(bound - theta[:width].numpy(), bound)
+            need = int(np.searchsorted(clusters, clusters[wanted - 1], side="right"))
+            residual[need:] *= TOL / EXTRA_TOL
             if float(residual.max()) <= TOL * bound or restarts >= _MAX_RESTARTS:
                 if report is not None:
                     report.update(1)
-                return done @ small[:, :width]
+                return done @ small[:, :width].to(device)
             if full:
                 keep = min(size - block, max(width + block, size // 2))
-                basis[:, :keep] = done @ small[:, :keep]
+                basis[:, :keep] = done @ small[:, :keep].to(device)
                 projected.zero_()
-                projected[:keep, :keep] = torch.diag(theta[:keep])
+                projected[:keep, :keep] = torch.diag(theta[:keep]).to(device)
                 size = keep
                 restarts += 1
                 if report is not None:
