@@ -11,7 +11,9 @@ single-precision ARPACK takes about a minute).
    component returns ``None`` and the caller takes the CPU path (:func:`graph_eigenpairs`, which solves the
    components apart and merges their canonical bases): the device solver handles one connected graph only.
 3. Thick-restart block Lanczos (Krylov-Schur form, full re-orthogonalisation: classical Gram-Schmidt twice
-   against the whole basis, two matrix products a step) on ``M = bound * I - L`` restricted to the complement of
+   against the whole basis, four thin matrix products a step, with a QR between the passes so that a Krylov
+   space that breaks down - an invariant subspace, on graphs with an eigenvalue of many copies - continues in
+   fresh directions) on ``M = bound * I - L`` restricted to the complement of
    the known null vector (``sqrt(degree)`` or ones, deflated from every product, never computed): the lowest
    eigenvalues of ``L`` are the largest of ``M``, at its top end, where Lanczos converges first (the same
    transform as the CPU ``"lanczos"`` solver, :mod:`.lanczos`, here in float64). Each step is one sparse
@@ -27,6 +29,10 @@ single-precision ARPACK takes about a minute).
    where a cluster (:func:`omnipos.graph.eigenvalue_clusters`' rule, ``EIGENVALUE_TOL * bound``) up to the cut
    has as many copies as the block, or the cut's cluster may continue past the pairs found, the solve runs again
    from the vectors found with a wider block / more pairs (as :func:`.block_krylov.block_shift_invert` does).
+   Where that would take a basis of a fifth of the graph (a star's or a complete bipartite graph's eigenvalue of
+   hundreds of copies), or Lanczos does not converge within :data:`MAX_RESTARTS` restarts (lowest eigenvalues
+   crowded very close: long paths, large grids), :func:`device_eigenpairs` returns ``None`` and the caller takes
+   the CPU path.
 5. A float64 Rayleigh-Ritz step on ``L`` (eigenvalues as Rayleigh quotients, residuals measured on ``L``: a
    RuntimeWarning above ``1e-4 * bound``, as the CPU solvers), the null vector prepended with eigenvalue 0, and
    the canonical basis of :func:`omnipos.graph.canonical_basis` (the tensor program: it runs on any device) with
@@ -47,7 +53,7 @@ from ...core import ProgressReporter
 from ..canonical_spec import EIGENVALUE_TOL, starts_cluster
 from ..sign import canonical_basis
 
-__all__ = ["BASIS_ELEMENTS", "BLOCK", "CHECK_EVERY", "TOL", "device_eigenpairs", "device_laplacian"]
+__all__ = ["BASIS_ELEMENTS", "BLOCK", "CHECK_EVERY", "MAX_RESTARTS", "TOL", "device_eigenpairs", "device_laplacian"]
 
 #: Extra eigenpairs beyond those asked for (the CPU solvers' EXTRA: complete eigenspaces at the cut).
 EXTRA = 2
@@ -65,8 +71,9 @@ TOL = 1e-10
 #: Residual the :data:`EXTRA` pairs beyond those wanted must reach (relative to the bound): they only show
 #: where the eigenspace at the cut ends.
 EXTRA_TOL = 1e-6
-# Restarts before giving up (the RuntimeWarning then reports the residual reached).
-_MAX_RESTARTS = 2_000
+#: Restarts before the device solver gives up and the caller takes the CPU path (graphs whose lowest eigenvalues
+#: crowd so close that plain Lanczos barely moves: long paths, large grids; the CPU path factorises there).
+MAX_RESTARTS = 500
 
 
 def device_laplacian(row: torch.Tensor, col: torch.Tensor, weight: torch.Tensor, n: int,
@@ -140,7 +147,10 @@ def device_eigenpairs(row: torch.Tensor, col: torch.Tensor, weight: torch.Tensor
     wanted = count - 1
     if wanted <= 0:
         return torch.zeros(1, dtype=torch.float64, device=null.device), null[:, None].clone(), degree
-    values, vectors = _lowest(shifted, null, wanted, bound, report)
+    found = _lowest(shifted, null, wanted, bound, report)
+    if found is None:
+        return None
+    values, vectors = found
     values = torch.cat([values.new_zeros(1), values])
     vectors = torch.cat([null[:, None], vectors], dim=1)
     basis = canonical_basis(vectors[None], values[None], count, scale=bound, check=False)[0]
@@ -155,27 +165,30 @@ def _clusters(values: np.ndarray, bound: float) -> np.ndarray:
 
 
 def _lowest(shifted: torch.Tensor, null: torch.Tensor, wanted: int, bound: float,
-            report: ProgressReporter | None) -> tuple[torch.Tensor, torch.Tensor]:
+            report: ProgressReporter | None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``wanted`` (or more: every copy of the eigenvalue at the cut) lowest eigenpairs of ``L`` on the complement
     of ``null``, from ``shifted = bound * I - L``; the block grows until no cluster up to the cut has as many
-    copies as the block, and the pairs until the cut's cluster ends among them."""
+    copies as the block, and the pairs until the cut's cluster ends among them. ``None`` where that needs a
+    basis of a fifth of the graph or more (an eigenvalue of huge multiplicity: a star's), or where Lanczos does
+    not converge within :data:`MAX_RESTARTS`: the CPU path's turn."""
     n = shifted.shape[0]
     width = wanted + EXTRA
     block = BLOCK
     start = None
     while True:
+        if 5 * (width + block) >= n:
+            return None
         vectors = _block_lanczos(shifted, null, wanted, width, block, bound, start, report)
+        if vectors is None:
+            return None
         values, vectors, residual = _rayleigh_ritz(shifted, vectors, bound)
-        host = values.cpu().numpy()
-        clusters = _clusters(host, bound)
+        clusters = _clusters(values.cpu().numpy(), bound)
         cut = clusters[wanted - 1]
         copies = np.bincount(clusters)[:cut + 1].max()
-        if (copies < block and clusters[-1] > cut) or 5 * (width + block) >= n:
+        if copies < block and clusters[-1] > cut:
             break
         block = max(block, int(copies) + 2)
         width = max(width, int(np.searchsorted(clusters, cut, side="right")) + EXTRA)
-        if 5 * (width + block) >= n:  # (cannot grow further: what was found, with the warning below if poor)
-            break
         start = vectors
     worst = float(residual.max())
     if worst > 1e-4 * bound:
@@ -189,9 +202,9 @@ def _deflate(null: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _block_lanczos(shifted: torch.Tensor, null: torch.Tensor, wanted: int, width: int, block: int, bound: float,
-                   start: torch.Tensor | None, report: ProgressReporter | None) -> torch.Tensor:
+                   start: torch.Tensor | None, report: ProgressReporter | None) -> torch.Tensor | None:
     """``width`` Ritz vectors ``[n, width]`` of the largest eigenvalues of ``shifted`` on the complement of
-    ``null``, by thick-restart block Lanczos (module docstring, step 3)."""
+    ``null``, by thick-restart block Lanczos (module docstring, step 3); ``None`` after :data:`MAX_RESTARTS`."""
     n, device, dtype = shifted.shape[0], null.device, torch.float64
     most = min(BASIS_ELEMENTS // n, 2 * width + BASIS_BLOCKS * block)
     most = max(most, width + 3 * block)
@@ -210,14 +223,18 @@ def _block_lanczos(shifted: torch.Tensor, null: torch.Tensor, wanted: int, width
         size += block
         steps += 1
         done = basis[:, :size]
-        column = done.T @ image  # classical Gram-Schmidt twice (twice is enough)
-        image = image - done @ column
-        again = done.T @ image
-        image = image - done @ again
-        column += again
+        # classical Gram-Schmidt twice (twice is enough), normalised between the passes: where the image has
+        # (almost) nothing outside the basis (an invariant subspace: stars, complete bipartite graphs, symmetric
+        # ones), the first pass leaves rounding noise, which the second makes fresh directions orthogonal to the
+        # basis, with a coupling R ~ 0; image = Q (column + again R1) + following (R2 R1)
+        column = done.T @ image
+        first_q, first_r = torch.linalg.qr(_deflate(null, image - done @ column))
+        again = done.T @ first_q
+        following, second_r = torch.linalg.qr(_deflate(null, first_q - done @ again))
+        column += again @ first_r
+        tail = second_r @ first_r
         projected[:size, size - block:size] = column
         projected[size - block:size, :size - block] = column[:size - block].T
-        following, tail = torch.linalg.qr(_deflate(null, image))
         full = size + block > most
         if full or steps % CHECK_EVERY == 0:
             # the loop's host sync: H ([size, size], size <= most) and the last block's R go to the host, where
@@ -231,7 +248,9 @@ def _block_lanczos(shifted: torch.Tensor, null: torch.Tensor, wanted: int, width
             clusters = _clusters(bound - theta[:width].numpy(), bound)
             need = int(np.searchsorted(clusters, clusters[wanted - 1], side="right"))
             residual[need:] *= TOL / EXTRA_TOL
-            if float(residual.max()) <= TOL * bound or restarts >= _MAX_RESTARTS:
+            if restarts >= MAX_RESTARTS:
+                return None
+            if float(residual.max()) <= TOL * bound:
                 if report is not None:
                     report.update(1)
                 return done @ small[:, :width].to(device)
