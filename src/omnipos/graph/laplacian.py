@@ -53,7 +53,8 @@ solver keeps every copy) or by name. See that module for the rules and their acc
 are on CUDA is solved on the device instead (``solver="auto"`` or ``"lanczos"``; a connected graph:
 :mod:`omnipos.graph.eigensolvers.device_krylov`, thick-restart block Lanczos on ``bound * I - L`` in float64 with
 sparse products on the device, residuals ``<= 1e-10 * bound``, the same canonical basis); a graph of several
-components, or one too small for a Krylov basis, takes the CPU path and its result is copied back.
+components, one too small for a Krylov basis, one whose eigenspace at the cut has hundreds of copies (a star) or
+one on which Lanczos does not converge within its restart budget takes the CPU path, and its result is copied back.
 
 Bad input is refused with a ValueError / TypeError naming the argument (and the edge or node): node ids outside
 ``0..num_nodes-1``, NaN / infinite / negative weights, ``k < 1``, an unsorted or mis-sized ``batch``, edges
@@ -369,8 +370,8 @@ def _large_graph(group: SizeGroup, wanted: int, normalization: str | None, dense
 
     On CUDA (:data:`_DEVICE_SOLVER_TYPES`), with ``solver`` ``"auto"`` or ``"lanczos"``, a connected graph is
     solved on the device (:func:`~omnipos.graph.eigensolvers.device_eigenpairs`: block Lanczos in float64, sparse
-    products on the device); a graph of several components, or one too small for a Krylov basis, takes the CPU
-    path (:func:`~omnipos.graph.eigensolvers.graph_eigenpairs`) as every graph on the CPU does."""
+    products on the device); a graph it declines (several components, too small, see that function) takes the
+    CPU path (:func:`~omnipos.graph.eigensolvers.graph_eigenpairs`) as every graph on the CPU does."""
     if group.graphs.device.type in _DEVICE_SOLVER_TYPES and solver in ("auto", "lanczos"):
         found = device_eigenpairs(group.row, group.col, group.weight, group.n, wanted, normalization, report)
         if found is not None:

@@ -70,9 +70,9 @@ Layout (one module per solver kind; this package's ``__init__`` re-exports the n
   :mod:`.lanczos`: ``"lanczos"`` and the spectral-gap probe.
 - :mod:`.lobpcg`: block LOBPCG with a growing block; :mod:`.block_krylov`: block shift-invert;
   :mod:`.multigrid`: the block solvers' preconditioners (LU, pyamg's AMG: the only module importing pyamg).
-- :mod:`.device_krylov`: :func:`device_eigenpairs`, one large connected graph on its own device (CUDA): thick-restart
-  block Lanczos on ``bound * I - L`` in float64 with torch sparse products (laplacian_pe's path for a large graph
-  on CUDA; graphs of several components stay on the CPU path).
+- :mod:`.device_krylov`: :func:`device_eigenpairs`, one large connected graph on its own device (CUDA):
+  thick-restart block Lanczos on ``bound * I - L`` in float64 with torch sparse products (laplacian_pe's path for
+  a large graph on CUDA; graphs of several components, and those it declines, stay on the CPU path).
 - :mod:`.probe`: :func:`symmetry_probe`; :mod:`.components`: :func:`graph_eigenpairs`, a whole graph's
   components solved and merged in the canonical basis.
 """
@@ -85,4 +85,5 @@ from .probe import SYMMETRY_ROUNDS, Symmetry, symmetry_probe
 from .shift_invert import rcm_envelope
 
 __all__ = ["FILL_BUDGET", "GAP_PROBE", "SOLVERS", "SYMMETRY_ROUNDS", "Symmetry", "batched_eigh", "check_solver",
-           "device_eigenpairs", "graph_eigenpairs", "rcm_envelope", "solve_dense_groups", "sparse_eigenpairs", "symmetry_probe"]
+           "device_eigenpairs", "graph_eigenpairs", "rcm_envelope", "solve_dense_groups", "sparse_eigenpairs",
+           "symmetry_probe"]

@@ -82,8 +82,8 @@ def device_laplacian(row: torch.Tensor, col: torch.Tensor, weight: torch.Tensor,
     """One graph's Laplacian on the edges' device: ``(matrix, degree [n], null_weight [n], bound)``.
 
     ``matrix`` is the sparse CSR float64 ``L``, or with ``shifted=True`` ``bound * I - L``; ``bound`` the
-    spectrum's upper bound (2, or ``2 max(degree)`` (>= 1) for ``D - A``, as the CPU path's). Same matrix as :func:`omnipos.graph.laplacian.sparse_laplacian` (``"rw"`` gives
-    the symmetric one)."""
+    spectrum's upper bound (2, or ``2 max(degree)`` (>= 1) for ``D - A``, as the CPU path's). Same matrix as
+    :func:`omnipos.graph.laplacian.sparse_laplacian` (``"rw"`` gives the symmetric one)."""
     device = row.device
     keep = row != col
     row, col, weight = row[keep].long(), col[keep].long(), weight[keep].to(torch.float64)
@@ -136,8 +136,9 @@ def device_eigenpairs(row: torch.Tensor, col: torch.Tensor, weight: torch.Tensor
     """The ``count`` lowest eigenpairs of one connected graph's Laplacian in the canonical basis, on the edges'
     device (module docstring): ``(values [count], vectors [n, count], degree [n])`` float64, the vectors those
     of the symmetric Laplacian for ``"rw"`` (the caller maps them). ``None`` where the device solver does not
-    apply: more than one connected component, or a graph too small for a Krylov basis (``5 * (count + EXTRA +
-    BLOCK) >= n``); the caller then takes the CPU path."""
+    apply: more than one connected component, a graph too small for a Krylov basis (``5 * (count + EXTRA +
+    BLOCK) >= n``), an eigenspace at the cut of too many copies, no convergence within :data:`MAX_RESTARTS`
+    (module docstring, step 4); the caller then takes the CPU path."""
     if n < 2 or 5 * (count + EXTRA + BLOCK) >= n:
         return None
     shifted, degree, null_weight, bound = device_laplacian(row, col, weight, n, normalization, shifted=True)
