@@ -208,6 +208,17 @@ def test_several_components_take_the_cpu_path(path):
         assert torch.equal(a, b)
 
 
+def test_named_factorising_solvers_stay_on_the_cpu_path(path):
+    # solver="shift-invert" / "lobpcg" name a CPU solver (a factorisation, AMG): not the device one
+    edges = ring_chords(1_000)
+    want = laplacian_pe(edges, 1_000, 4, solver="shift-invert")
+    with path.on():
+        got = laplacian_pe(edges, 1_000, 4, solver="shift-invert")
+        laplacian_pe(edges, 1_000, 4, solver="lanczos")
+    assert path.calls == [True]  # the "lanczos" call only
+    assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("shape", ["star", "complete bipartite"])
 def test_huge_multiplicity_takes_the_cpu_path(path, shape):
     # an eigenvalue with hundreds of copies at the cut (its whole eigenspace is needed for the canonical basis):
