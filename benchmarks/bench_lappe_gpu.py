@@ -15,26 +15,40 @@ Rows:
 CUDA times: CUDA events around each call, medians after a warm-up call (the first call compiles each bucket's
 kernel); the CPU rows are wall medians.
 
+``--large``: instead, LapPE k=8 of one Barabasi-Albert graph (m=3, ``--large-nodes``, default 1e6; target < 10 s on
+CUDA) by the device eigensolver (``omnipos.graph.eigensolvers.device_krylov``: block Lanczos in float64 with sparse
+products on the device): the first call and the median of the next ones (wall, synchronised), the restarts
+(progress ticks), and the output checked against SciPy's float64 Laplacian of the same graph (residual
+``||L v - lambda v||`` of the float32 columns, orthonormality). ``--large-cpu-path`` adds the CPU path (SciPy /
+ARPACK, what the graph takes on the CPU) on the same graph, once, and its eigenvalues' difference. With
+``--cpu-only`` the device solver runs on CPU tensors (a dry run at a small size; it is not meant to be fast there).
+
     python benchmarks/bench_lappe_gpu.py [--count 10000] [--out results/lappe_gpu.json]
     python benchmarks/bench_lappe_gpu.py --count 50 --cpu-only     # the CPU part alone (no GPU needed)
+    python benchmarks/bench_lappe_gpu.py --large [--large-nodes 1000000] [--large-cpu-path]
+    python benchmarks/bench_lappe_gpu.py --large --cpu-only --large-nodes 20000 --large-cpu-path   # dry run
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
+import numpy as np
 import torch
 from _harness import Bench, common_arguments
 from bench_graph import (
     collate,
     dense_laplacians,
+    large_graph,
     molecule_like,
     per_graph,
     simple_columns_agree,
 )
 from torch_geometric.transforms import AddLaplacianEigenvectorPE
 
+import omnipos.graph.laplacian as laplacian_module
 from omnipos.graph import jacobi_triton, laplacian_pe, small_eigh
 
 K = 8
@@ -150,14 +164,79 @@ def solver_part(bench: Bench, edge_index, num_nodes, batch, repeats: int) -> Non
                       ms=seconds * 1e3)
 
 
+def large_part(bench: Bench, nodes: int, cuda: bool, repeats: int, cpu_path: bool) -> None:
+    """LapPE k=8 of one Barabasi-Albert graph by the device eigensolver (on CUDA, or forced onto CPU tensors)."""
+    edges, n = large_graph("Barabasi-Albert m=3", nodes)
+    device = torch.device("cuda" if cuda else "cpu")
+    on_device = edges.to(device)
+    ticks = []
+
+    @contextlib.contextmanager
+    def device_solver():
+        saved = laplacian_module._DEVICE_SOLVER_TYPES
+        laplacian_module._DEVICE_SOLVER_TYPES = (device.type,)  # (on the CPU: the dry run's switch)
+        try:
+            yield
+        finally:
+            laplacian_module._DEVICE_SOLVER_TYPES = saved
+
+    def run(progress=None):
+        out = laplacian_pe(on_device, n, K, return_eigenvalues=True, progress=progress)
+        if cuda:
+            torch.cuda.synchronize()
+        return out
+
+    calls = []
+    real = laplacian_module.device_eigenpairs
+    laplacian_module.device_eigenpairs = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        with device_solver():
+            start = time.perf_counter()
+            pe, values, _ = run(progress=lambda done, total: ticks.append(done))
+            first = time.perf_counter() - start
+            seconds = wall_median(run, repeats=repeats)
+    finally:
+        laplacian_module.device_eigenpairs = real
+    assert calls, "the device solver was not used"
+    from omnipos.graph.laplacian import sparse_laplacian
+
+    lap, _, _ = sparse_laplacian(edges[0].numpy(), edges[1].numpy(), np.ones(edges.shape[1]), n, "sym")
+    vectors, lam = pe.double().cpu().numpy(), values[0].double().cpu().numpy()
+    residual = float(np.linalg.norm(lap @ vectors - vectors * lam, axis=0).max())
+    orthonormal = float(np.abs(vectors.T @ vectors - np.eye(K)).max())
+    assert residual < 1e-5 and orthonormal < 1e-5, (residual, orthonormal)
+    where = "CUDA" if cuda else "CPU tensors"
+    bench.row(case=f"LapPE k={K}, Barabasi-Albert m=3, {n:,} nodes", path=f"device block Lanczos ({where})",
+              ms=seconds * 1e3, first_call_ms=first * 1e3, restarts=len(ticks), residual=f"{residual:.1e}",
+              orthonormality=f"{orthonormal:.1e}", target="< 10 s on CUDA")
+    if cpu_path:
+        start = time.perf_counter()
+        _, cpu_values, _ = laplacian_pe(edges, n, K, return_eigenvalues=True)
+        cpu_seconds = time.perf_counter() - start
+        diff = float(((cpu_values.double() - values.double().cpu()).abs() / cpu_values.double().abs()).max())
+        bench.row(case="", path="CPU path (SciPy: ARPACK single precision on 2I - L), one call", ms=cpu_seconds * 1e3,
+                  eigenvalues_rel_diff=f"{diff:.1e}")
+
+
 def main() -> None:
     parser = common_arguments(__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--cpu-only", action="store_true", help="the CPU rows only (no GPU needed)")
+    parser.add_argument("--large", action="store_true", help="one large Barabasi-Albert graph instead (docstring)")
+    parser.add_argument("--large-nodes", type=int, default=1_000_000)
+    parser.add_argument("--large-cpu-path", action="store_true", help="also time the CPU path on that graph")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu_only
     if not cuda and not args.cpu_only:
         raise SystemExit("bench_lappe_gpu needs a CUDA device (or --cpu-only)")
+    if args.large:
+        bench = Bench("lappe_gpu_large", device=torch.device("cuda" if cuda else "cpu"), notes=(
+            f"LapPE k={K} of one Barabasi-Albert graph (m=3, {args.large_nodes:,} nodes) by the device eigensolver; "
+            "wall times (synchronised), median after a first call; residual of the float32 columns on SciPy's "
+            "float64 Laplacian"))
+        large_part(bench, args.large_nodes, cuda, 1 if args.quick else 3, args.large_cpu_path)
+        bench.finish(args.out)
+        return
     graphs = molecule_like(args.count)
     edge_index, num_nodes, batch = collate(graphs)
     bench = Bench("lappe_gpu", device=torch.device("cuda" if cuda else "cpu"), notes=(

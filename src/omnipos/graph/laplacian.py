@@ -49,7 +49,12 @@ their canonical basis by the same tensor program as everywhere. Larger graphs go
 one by shift-invert Lanczos (meshes, geometric graphs), LOBPCG with an AMG preconditioner (large meshes, rings with
 chords) or Lanczos on ``2I - L`` (hubs, expanders), chosen by measurement of the graph (``solver="auto"``: its
 spectral gap, its factor's size and whether it has a symmetry that can repeat an eigenvalue, in which case a block
-solver keeps every copy) or by name. See that module for the rules and their accuracy.
+solver keeps every copy) or by name. See that module for the rules and their accuracy. A large graph whose tensors
+are on CUDA is solved on the device instead (``solver="auto"`` or ``"lanczos"``; a connected graph:
+:mod:`omnipos.graph.eigensolvers.device_krylov`, thick-restart block Lanczos on ``bound * I - L`` in float64 with
+sparse products on the device, residuals ``<= 1e-10 * bound``, the same canonical basis); a graph of several
+components, one too small for a Krylov basis, one whose eigenspace at the cut has hundreds of copies (a star) or
+one on which Lanczos does not converge within its restart budget takes the CPU path, and its result is copied back.
 
 Bad input is refused with a ValueError / TypeError naming the argument (and the edge or node): node ids outside
 ``0..num_nodes-1``, NaN / infinite / negative weights, ``k < 1``, an unsorted or mis-sized ``batch``, edges
@@ -78,7 +83,12 @@ from ._input import (
     size_groups,
 )
 from ._workers import cpu_parallelism, run_cpu_work
-from .eigensolvers import check_solver, graph_eigenpairs, solve_dense_groups
+from .eigensolvers import (
+    check_solver,
+    device_eigenpairs,
+    graph_eigenpairs,
+    solve_dense_groups,
+)
 from .sign import SIGNS, random_sign, round_noise
 from .small_eigh import SMALL_MAX_NODES, one_thread
 
@@ -88,6 +98,9 @@ __all__ = ["NORMALIZATIONS", "DENSE_MAX_NODES", "DENSE_MAX_ELEMENTS", "laplacian
 NORMALIZATIONS = ("sym", "rw", None)
 #: Graphs with more nodes than this take the sparse path by default.
 DENSE_MAX_NODES = 512
+# Device types whose large graphs are solved where they are (eigensolvers.device_krylov) instead of on the CPU;
+# the tests add "cpu" to run that solver here.
+_DEVICE_SOLVER_TYPES: tuple[str, ...] = ("cuda",)
 # Elements of the dense [G, n, n] Laplacians solved at once (float64 Laplacians + eigenvectors: ~0.5 GB).
 _CHUNK_ELEMENTS = 32_000_000
 
@@ -353,7 +366,20 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
 
 def _large_graph(group: SizeGroup, wanted: int, normalization: str | None, dense_max_nodes: int, solver: str,
                  workers: int, report: ProgressReporter | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``wanted`` lowest eigenpairs of one big graph in the canonical basis: ``([wanted], [n, wanted])``."""
+    """``wanted`` lowest eigenpairs of one big graph in the canonical basis: ``([wanted], [n, wanted])``.
+
+    On CUDA (:data:`_DEVICE_SOLVER_TYPES`), with ``solver`` ``"auto"`` or ``"lanczos"``, a connected graph is
+    solved on the device (:func:`~omnipos.graph.eigensolvers.device_eigenpairs`: block Lanczos in float64, sparse
+    products on the device); a graph it declines (several components, too small, see that function) takes the
+    CPU path (:func:`~omnipos.graph.eigensolvers.graph_eigenpairs`) as every graph on the CPU does."""
+    if group.graphs.device.type in _DEVICE_SOLVER_TYPES and solver in ("auto", "lanczos"):
+        found = device_eigenpairs(group.row, group.col, group.weight, group.n, wanted, normalization, report)
+        if found is not None:
+            values, vectors, degree = found
+            if normalization == "rw":
+                vectors = _rw_vectors(vectors, torch.where(degree > 0, degree.clamp_min(
+                    torch.finfo(degree.dtype).tiny).rsqrt(), 1.0))
+            return values, vectors
     laplacian, degree, null_weight = sparse_laplacian(group.row.cpu().numpy(), group.col.cpu().numpy(),
                                                       group.weight.cpu().numpy(), group.n, normalization)
     bound = _spectrum_bound(normalization, float(degree.max()) if degree.size else 0.0)

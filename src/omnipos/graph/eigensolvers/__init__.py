@@ -70,6 +70,9 @@ Layout (one module per solver kind; this package's ``__init__`` re-exports the n
   :mod:`.lanczos`: ``"lanczos"`` and the spectral-gap probe.
 - :mod:`.lobpcg`: block LOBPCG with a growing block; :mod:`.block_krylov`: block shift-invert;
   :mod:`.multigrid`: the block solvers' preconditioners (LU, pyamg's AMG: the only module importing pyamg).
+- :mod:`.device_krylov`: :func:`device_eigenpairs`, one large connected graph on its own device (CUDA):
+  thick-restart block Lanczos on ``bound * I - L`` in float64 with torch sparse products (laplacian_pe's path for
+  a large graph on CUDA; graphs of several components, and those it declines, stay on the CPU path).
 - :mod:`.probe`: :func:`symmetry_probe`; :mod:`.components`: :func:`graph_eigenpairs`, a whole graph's
   components solved and merged in the canonical basis.
 """
@@ -77,8 +80,10 @@ Layout (one module per solver kind; this package's ``__init__`` re-exports the n
 from .choice import FILL_BUDGET, GAP_PROBE, SOLVERS, check_solver, sparse_eigenpairs
 from .components import graph_eigenpairs
 from .dense import batched_eigh, solve_dense_groups
+from .device_krylov import device_eigenpairs
 from .probe import SYMMETRY_ROUNDS, Symmetry, symmetry_probe
 from .shift_invert import rcm_envelope
 
 __all__ = ["FILL_BUDGET", "GAP_PROBE", "SOLVERS", "SYMMETRY_ROUNDS", "Symmetry", "batched_eigh", "check_solver",
-           "graph_eigenpairs", "rcm_envelope", "solve_dense_groups", "sparse_eigenpairs", "symmetry_probe"]
+           "device_eigenpairs", "graph_eigenpairs", "rcm_envelope", "solve_dense_groups", "sparse_eigenpairs",
+           "symmetry_probe"]
