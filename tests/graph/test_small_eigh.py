@@ -73,3 +73,50 @@ def test_one_thread_is_local_and_restored():
     assert seen["after"] == seen["after_error"] == expected_before
     assert seen["other"] == (0 if mkl_local is not None else None, torch.get_num_threads())  # a fresh thread
     assert read() == main_before
+
+
+def test_batched_eigh_cuts_stacks_at_whole_lane_blocks_into_one_part_per_worker():
+    """batched_eigh hands each worker thread one part of about equal cost, a stack cut only at multiples of
+    LANE_BLOCK matrices (a cut elsewhere leaves the lane kernel a partly empty block on each side); every matrix
+    is solved once, in order, and the result is the same bits as one call per stack."""
+    from omnipos.graph.eigensolvers import dense as dense_module
+    from omnipos.graph.small_eigh import LANE_BLOCK
+
+    stacks = [random_symmetric(g, n, seed=g + n) for g, n in ((70, 12), (5, 30), (130, 25), (1, 9), (40, 20))]
+    work = [s.shape[0] * s.shape[-1] ** 3 for s in stacks]
+    for workers in (2, 3, 4):
+        parts = dense_module._balanced_parts(stacks, work, workers)
+        assert 1 < len(parts) <= workers
+        flat = [piece for part in parts for piece in part]
+        covered = [(i, row) for i, lo, hi in flat for row in range(lo, hi)]
+        assert covered == [(i, row) for i, s in enumerate(stacks) for row in range(s.shape[0])]
+        for i, lo, hi in flat:
+            assert lo % LANE_BLOCK == 0 and (hi % LANE_BLOCK == 0 or hi == stacks[i].shape[0])
+        costs = [sum((hi - lo) * work[i] / stacks[i].shape[0] for i, lo, hi in part) for part in parts]
+        block = LANE_BLOCK * max(w / s.shape[0] for w, s in zip(work, stacks))  # the cost of the largest block
+        assert max(costs) <= sum(work) / workers + block
+    # (the old cut, one piece per stack and worker, gave 10 tasks here: a block half empty on each side)
+    calls = []
+    original = dense_module.small_eigh
+
+    def counted(matrices):
+        calls.append(matrices.shape[0])
+        return original(matrices)
+
+    dense_module.small_eigh = counted
+    try:
+        solved = dense_module.batched_eigh(stacks, 2)
+    finally:
+        dense_module.small_eigh = original
+    assert sum(calls) == sum(s.shape[0] for s in stacks) and len(calls) <= len(stacks) + 1  # (at most one cut)
+    for stack, (values, vectors) in zip(stacks, solved):
+        alone_values, alone_vectors = small_eigh(stack)
+        assert torch.equal(values, alone_values) and torch.equal(vectors, alone_vectors)
+
+
+def test_lane_block_is_the_lane_kernels_width():
+    pytest.importorskip("numba")
+    from omnipos.graph.lane_eigh import LANES
+    from omnipos.graph.small_eigh import LANE_BLOCK
+
+    assert LANE_BLOCK == LANES

@@ -43,7 +43,7 @@ import torch
 
 from ..core import compiled_kernels_enabled
 
-__all__ = ["SMALL_MAX_NODES", "LANE_MAX_NODES", "compiled_kernels_enabled", "lane_kernel", "small_eigh",
+__all__ = ["SMALL_MAX_NODES", "LANE_MAX_NODES", "LANE_BLOCK", "compiled_kernels_enabled", "lane_kernel", "small_eigh",
            "one_thread"]
 
 #: Matrices of at most this many rows are "small": :func:`small_eigh` solves them inside :func:`one_thread`.
@@ -54,6 +54,10 @@ SMALL_MAX_NODES = 128
 #: installed. (Measured against MKL's one-thread ``syevd``, CPU time per matrix: 3-4x at 2-8 rows, 2.3x at 24-32,
 #: 1.5x at 64, 1.1x at 96, 0.8x at 128.)
 LANE_MAX_NODES = 64
+
+#: Matrices the lane kernel solves side by side (:data:`omnipos.graph.lane_eigh.LANES`, without importing numba
+#: here): callers that cut a batch into pieces cut it at multiples of this.
+LANE_BLOCK = 32
 
 _SETTERS: list = []
 _SETTERS_LOCK = threading.Lock()
