@@ -320,3 +320,40 @@ def test_an_unreadable_cache_file_is_a_miss_and_is_rewritten(tmp_path):
         f.write_bytes(b"\x80\x04not a pickle" + bytes(range(256)))
     assert run().split() == ["ok", "0"]  # garbage read back: compiled again, not an unpickling error
     assert run().split() == ["ok", "1"]  # the rewritten cache is loaded
+
+
+FIRST_CALL = """
+import sys
+import numpy as np
+from omnipos.graph.canonical_kernel import _canonical_columns, canonical_columns
+from omnipos.graph.lane_eigh import _lane_eigh, lane_eigh
+a = np.random.default_rng(0).random((40, 12, 12))
+values, vectors, failed = lane_eigh(a + a.transpose(0, 2, 1))
+columns = canonical_columns(vectors, np.arange(12)[None].repeat(40, 0), 3, 1e-8)[0]
+hits = sum(_lane_eigh.stats.cache_hits.values()) + sum(_canonical_columns.stats.cache_hits.values())
+print(hits, "numba.np.arrayobj" in sys.modules, (values.tobytes() + columns.tobytes()).hex()[:64])
+"""
+
+
+def test_a_process_loading_the_cached_graph_kernels_does_not_import_numbas_array_constructors():
+    """The lane kernel and the canonical basis kernel get their work arrays from their Python wrappers: a process
+    that loads them from numba's disk cache does not rebuild the environments of numba's array constructors,
+    which imported numba.np.arrayobj (~25 ms of a process's first LapPE call; failed before: np.empty / np.zeros
+    inside the kernels). Runs in the user's kernel cache, filled by the first run where it is empty."""
+    import os
+    import subprocess
+
+    from omnipos.core.compiled_kernels import kernel_cache_folder
+
+    if kernel_cache_folder() is None:
+        pytest.skip("no private kernel cache folder here: every process compiles the kernels")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(done.stdout.split())
+    hits, arrayobj, bits = runs[1]
+    assert hits == "2" and arrayobj == "False"
+    assert bits == runs[0][2]  # (the first run may have compiled them: the same bits)
