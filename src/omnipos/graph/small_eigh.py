@@ -43,8 +43,8 @@ import torch
 
 from ..core import compiled_kernels_enabled
 
-__all__ = ["SMALL_MAX_NODES", "LANE_MAX_NODES", "LANE_BLOCK", "compiled_kernels_enabled", "lane_kernel", "small_eigh",
-           "one_thread"]
+__all__ = ["LANE_BLOCK", "LANE_MAX_NODES", "SMALL_MAX_NODES", "compiled_kernels_enabled", "lane_kernel",
+           "load_kernels", "one_thread", "small_eigh"]
 
 #: Matrices of at most this many rows are "small": :func:`small_eigh` solves them inside :func:`one_thread`.
 #: (Above it a single matrix has enough work for MKL's threads to pay off in wall time.)
@@ -123,6 +123,22 @@ def lane_kernel() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.nda
     except ImportError:
         return None
     return lane_eigh
+
+
+def load_kernels() -> bool:
+    """Load the graph encodings' numba kernels (the lane eigensolver and the canonical basis kernel) into this
+    process now, from numba's disk cache (compiled where they are not cached), instead of at their first call;
+    False where numba is missing or switched off. For a process that forks workers (the local engine's fork
+    server): each worker then starts with them loaded (~0.1 s of its first call otherwise: numba's runtime,
+    target context and the kernels' machine code). The same machine code either way."""
+    kernel = lane_kernel()
+    if kernel is None:
+        return False
+    from .canonical_kernel import canonical_columns
+
+    _, vectors, _ = kernel(np.eye(2)[None])  # (a call of each: numba loads a kernel for the types it is called with)
+    canonical_columns(vectors, np.zeros((1, 2), dtype=np.int64), 1, 0.0)
+    return True
 
 
 def small_eigh(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
