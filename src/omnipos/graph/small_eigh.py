@@ -22,8 +22,12 @@ difference times the gap <= 7e-16; MKL and OpenBLAS differ from each other by up
 matrix flagged. Where the time goes (per block of 32): ``tred2`` ~25%, the QL sweeps ~65% (the rotations of the
 eigenvectors about a quarter of that; the sweeps run 76% of their lane-steps on lanes that still need them), loading
 and sorting the rest. The kernel is used whatever the batch size, so that a graph gets the same bits alone or in any
-batch; its cost is compiling it once per installation (10-11 s, then cached next to the module; later processes load
-it in ~0.8 s, most of it numba's own start-up) and the import of numba (0.15-0.3 s) on the first call.
+batch (a LAPACK path chosen for small batches or for a process's first call would change a few float32 bits of
+the encodings: so there is none); its cost is compiling it once per installation (10-11 s, then cached in the
+kernel cache folder of :mod:`omnipos.core.compiled_kernels`) and, on a process's first call, loading numba: ~0.2 s
+of CPU on the shared 2-core machine, of which ``import numba`` ~0.12 s, numba's CPU target context ~0.02 s (made
+with the first dispatcher), its runtime ~0.02 s (compiled from LLVM IR in each process), the cached machine code of
+both graph kernels ~0.045 s (:func:`load_kernels` does this ahead, e.g. in the fork server).
 An earlier compiled solver that took one matrix at a time (Householder, root-free QL for the eigenvalues,
 inverse iteration for the lowest ``k + 1`` vectors) was exact too but only ~1.4x faster than MKL: its QL sweeps
 were bound by the latency of their divisions, which the lanes now overlap.
