@@ -23,8 +23,11 @@ __all__ = ["canonical_columns"]
 
 
 @compiled
-def _canonical_columns(w, cluster, count, tol, out, pivot_node, pivot_size, work, norms, unit):
+def _canonical_columns(w, cluster, count, tol, out, pivot_node, pivot_size):
     graphs, n, width = w.shape
+    work = np.empty((n, width))
+    norms = np.empty(n)
+    unit = np.empty(width)
     for g in range(graphs):
         s = 0
         while s < count:
@@ -108,7 +111,5 @@ def canonical_columns(w: np.ndarray, cluster: np.ndarray, count: int, tol: float
     pivot_node = np.zeros((graphs, count), dtype=np.int64)
     pivot_size = np.zeros((graphs, count))
     if graphs and n and count:
-        # (work arrays allocated here: see omnipos.graph.lane_eigh.lane_eigh)
-        _canonical_columns(w, cluster, count, float(tol), out, pivot_node, pivot_size, np.empty((n, width)),
-                           np.empty(n), np.empty(width))
+        _canonical_columns(w, cluster, count, float(tol), out, pivot_node, pivot_size)
     return out, pivot_node, pivot_size

@@ -393,8 +393,14 @@ def _store(start, lanes, n, V, d, st, expo, values, vectors, failed, order):
 
 
 @compiled
-def _lane_eigh(a, values, vectors, failed, nl, V, d, e, st, expo, order):
+def _lane_eigh(a, values, vectors, failed, nl):
     count, n = a.shape[0], a.shape[1]
+    V = np.empty(n * n * LANES)
+    d = np.empty(n * LANES)
+    e = np.empty(n * LANES)
+    st = np.zeros(_ROWS * LANES)
+    expo = np.zeros(LANES, np.int64)
+    order = np.empty(n, np.int64)
     for start in range(0, count, LANES):
         lanes = min(LANES, count - start)
         _load(a, start, lanes, n, V, st, expo)
@@ -416,9 +422,6 @@ def lane_eigh(matrices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     failed = np.zeros(count, dtype=np.bool_)
     if count and n:
         # (the lane count as a run-time value: a constant trip count gets the lane loops fully unrolled, and
-        # LLVM's loop vectoriser then never sees them. The work arrays are allocated here, not in the kernel:
-        # numba's array constructors would make a process that loads the cached kernel import their module,
-        # numba.np.arrayobj, ~25 ms of its first call)
-        _lane_eigh(a, values, vectors, failed, np.uint64(LANES), np.empty(n * n * LANES), np.empty(n * LANES),
-                   np.empty(n * LANES), np.zeros(_ROWS * LANES), np.zeros(LANES, np.int64), np.empty(n, np.int64))
+        # LLVM's loop vectoriser then never sees them)
+        _lane_eigh(a, values, vectors, failed, np.uint64(LANES))
     return values, vectors, failed
