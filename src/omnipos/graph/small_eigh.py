@@ -51,7 +51,7 @@ import torch
 from ..core import compiled_kernels_enabled
 
 __all__ = ["LANE_BLOCK", "LANE_MAX_NODES", "SMALL_MAX_NODES", "compiled_kernels_enabled", "lane_kernel",
-           "load_kernels", "one_thread", "small_eigh"]
+           "load_kernels", "one_thread", "small_eigh", "uses_lane_kernel"]
 
 #: Matrices of at most this many rows are "small": :func:`small_eigh` solves them inside :func:`one_thread`.
 #: (Above it a single matrix has enough work for MKL's threads to pay off in wall time.)
@@ -148,6 +148,15 @@ def load_kernels() -> bool:
     return True
 
 
+def uses_lane_kernel(matrices: torch.Tensor) -> bool:
+    """Whether :func:`small_eigh` hands ``matrices`` to the lane kernel (CPU, float64 ``[G, n, n]`` with
+    ``0 < n <= LANE_MAX_NODES``, no gradient, numba installed and not switched off)."""
+    n = matrices.shape[-1]
+    return (matrices.device.type == "cpu" and matrices.dtype == torch.float64 and matrices.ndim == 3
+            and 0 < n <= LANE_MAX_NODES and not matrices.requires_grad and bool(matrices.shape[0])
+            and lane_kernel() is not None)
+
+
 def small_eigh(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenpairs of symmetric ``matrices [G, n, n]``: ``(values [G, n] ascending, vectors [G, n, n])``, as
     ``torch.linalg.eigh``. On the CPU, float64 matrices of at most ``LANE_MAX_NODES`` rows go to the lane kernel
@@ -156,8 +165,7 @@ def small_eigh(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n = matrices.shape[-1]
     if matrices.device.type != "cpu" or n > SMALL_MAX_NODES:
         return torch.linalg.eigh(matrices)
-    if (matrices.dtype == torch.float64 and matrices.ndim == 3 and 0 < n <= LANE_MAX_NODES
-            and not matrices.requires_grad and matrices.shape[0]):
+    if uses_lane_kernel(matrices):
         kernel = lane_kernel()
         if kernel is not None:
             values, vectors, failed = kernel(matrices.resolve_neg().numpy())
