@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ import numpy as np
 import torch
 
 from ..core import compiled_kernels_enabled
+from ..core.compiled_kernels import collector_paused
 
 __all__ = ["LANE_BLOCK", "LANE_MAX_NODES", "SMALL_MAX_NODES", "compiled_kernels_enabled", "lane_kernel",
            "load_kernels", "one_thread", "small_eigh", "uses_lane_kernel"]
@@ -126,7 +128,11 @@ def lane_kernel() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.nda
     if not compiled_kernels_enabled():
         return None
     try:
-        from .lane_eigh import lane_eigh
+        if __package__ + ".lane_eigh" in sys.modules:
+            from .lane_eigh import lane_eigh
+        else:
+            with collector_paused():  # (importing numba: see collector_paused)
+                from .lane_eigh import lane_eigh
     except ImportError:
         return None
     return lane_eigh
