@@ -29,8 +29,9 @@ of CPU on the shared 2-core machine, of which ``import numba`` ~0.12 s, numba's 
 with the first dispatcher), its runtime ~0.02 s (compiled from LLVM IR in each process), the cached machine code of
 both graph kernels ~0.045 s, and the module of numba's array constructors, whose environments the cached kernels
 refer to (their work arrays are allocated inside: passed in as arguments, they cost the lane kernel ~20% per call,
-LLVM no longer knowing they do not alias), ~0.025 s. :func:`load_kernels` does all this ahead, e.g. in the fork
-server.
+LLVM no longer knowing they do not alias), ~0.025 s. Both run with Python's cyclic collector paused
+(:func:`omnipos.core.compiled_kernels.collector_paused`: otherwise each of the ~100 collections they trigger walks
+the caller's objects). :func:`load_kernels` does all this ahead, e.g. in the fork server.
 An earlier compiled solver that took one matrix at a time (Householder, root-free QL for the eigenvalues,
 inverse iteration for the lowest ``k + 1`` vectors) was exact too but only ~1.4x faster than MKL: its QL sweeps
 were bound by the latency of their divisions, which the lanes now overlap.
