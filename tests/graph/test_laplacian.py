@@ -535,3 +535,34 @@ def test_edges_by_graph_size_is_the_stable_sort(counts, edges, seed, collated):
     graph_order = torch.argsort(counts, stable=True)
     expected = torch.from_numpy(np.argsort(counts.numpy()[edge_graph.numpy()], kind="stable"))
     assert torch.equal(_edges_by_graph_size(edge_graph, graph_order, counts), expected)
+
+
+def test_laplacian_pe_checks_a_cpu_batch_on_one_thread(monkeypatch):
+    """The input checks and the output allocation of a CPU call are a few element-wise passes: they run with torch
+    limited to one thread in the calling thread (with torch's team their CPU time was 5x, its threads spinning
+    between the ops), and the caller's thread count is left as it was."""
+    from omnipos.graph import laplacian as module
+
+    seen = []
+    check = module.check_graph
+    zeros = torch.zeros
+
+    def spy_check(*args, **kwargs):
+        seen.append(("check", torch.get_num_threads()))
+        return check(*args, **kwargs)
+
+    def spy_zeros(*args, **kwargs):
+        seen.append(("zeros", torch.get_num_threads()))
+        return zeros(*args, **kwargs)
+
+    monkeypatch.setattr(module, "check_graph", spy_check)
+    monkeypatch.setattr(module.torch, "zeros", spy_zeros)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        edge_index = torch.tensor([[0, 1, 1, 2, 3, 4], [1, 0, 2, 1, 4, 3]])
+        module.laplacian_pe(edge_index, 5, 2, batch=torch.tensor([0, 0, 0, 1, 1]))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert ("check", 1) in seen and all(threads == 1 for kind, threads in seen if kind in ("check", "zeros"))

@@ -134,3 +134,47 @@ def test_a_unit_function_the_workers_cannot_load_is_a_clear_error(monkeypatch):
     with pytest.raises(ValueError, match=r"the worker processes cannot load the unit function \(ModuleNotFound"
                                          r"Error: No module named 'omnipos_driver_only'\); a transform defined in"):
         run_on_workers([0, 1], Work(), None, [].append, workers=2, retries=0)
+
+
+KERNEL_PROBE = """
+def probe(unit, payload):
+    import sys
+    lane = sys.modules.get("omnipos.graph.lane_eigh")
+    return {"unit": unit, "loaded": 0 if lane is None else len(lane._lane_eigh.overloads)}
+"""
+
+KERNEL_DRIVER = """
+import sys
+import torch
+from omnipos.graph import laplacian_pe
+from omnipos.scale.workers import run_on_workers
+from kernel_probe import probe
+edge_index = torch.tensor([[0, 1, 1, 2, 3, 4], [1, 0, 2, 1, 4, 3]])
+laplacian_pe(edge_index, 5, 2, batch=torch.tensor([0, 0, 0, 1, 1]))  # loads the graph kernels here
+loaded_here = "omnipos.graph.lane_eigh" in sys.modules
+got = []
+run_on_workers([0, 1], probe, None, got.append, workers=2, retries=0)
+print(loaded_here, sorted(r["loaded"] for r in got))
+"""
+
+
+def test_workers_start_with_the_graph_kernels_the_driver_loaded(tmp_path):
+    """When the driver has loaded the graph encodings' compiled kernels, the fork server loads them too (from the
+    disk cache the driver's call filled), and each worker starts with them loaded instead of paying ~0.1 s at its
+    first call. (Failed before: the fork server imported numba and omnipos.graph but not the kernels.)"""
+    pytest.importorskip("numba")
+    import multiprocessing
+    import subprocess
+
+    from omnipos.graph.small_eigh import compiled_kernels_enabled
+
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not compiled_kernels_enabled():
+        pytest.skip("no fork server here (spawn workers import what they need themselves), or numba switched off")
+    (tmp_path / "kernel_probe.py").write_text(KERNEL_PROBE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", KERNEL_DRIVER], env=env, capture_output=True, text=True,
+                          timeout=600, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded_here, counts = done.stdout.strip().split(" ", 1)
+    assert loaded_here == "True"
+    assert counts == "[1, 1]"

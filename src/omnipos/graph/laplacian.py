@@ -287,16 +287,19 @@ def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weig
                   normalization: str | None, drop_trivial: bool, sign: str, per_component: bool,
                   dense_max_nodes: int, solver: str, generator: torch.Generator | None,
                   report: ProgressReporter | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    g = check_graph(edge_index, num_nodes, batch, edge_weight)
-    order = position = None
-    if per_component:
-        _, labels = connected_components(g.edge_index, g.num_nodes, g.edge_weight)
-        order = torch.argsort(labels, stable=True)
-        position = torch.empty_like(order)
-        position[order] = torch.arange(order.numel(), device=order.device)
-        g = check_graph(position[g.edge_index], g.num_nodes, labels[order], g.edge_weight)
-    check_output_size(g, "k", k, k, k)
-    g, weight_scale = scaled_weights(g)
+    # (the checks are a few element-wise passes: on the CPU one thread each, in this thread only, as the grouping
+    # in _encode; with torch's threads they took 5x the CPU time on 4,000 molecules, the team spinning between ops)
+    with one_thread() if _on_cpu(edge_index) else contextlib.nullcontext():
+        g = check_graph(edge_index, num_nodes, batch, edge_weight)
+        order = position = None
+        if per_component:
+            _, labels = connected_components(g.edge_index, g.num_nodes, g.edge_weight)
+            order = torch.argsort(labels, stable=True)
+            position = torch.empty_like(order)
+            position[order] = torch.arange(order.numel(), device=order.device)
+            g = check_graph(position[g.edge_index], g.num_nodes, labels[order], g.edge_weight)
+        check_output_size(g, "k", k, k, k)
+        g, weight_scale = scaled_weights(g)
     pe, values, mask = _encode(g, k, normalization, drop_trivial, sign, dense_max_nodes, solver, generator, report)
     if normalization is None and weight_scale != 1.0:
         values = values.double() * weight_scale
@@ -309,15 +312,16 @@ def _laplacian_pe(edge_index: Any, num_nodes: Any, k: int, batch: Any, edge_weig
     return pe, g.rows_per_id(values), g.rows_per_id(mask, False)
 
 
+def _on_cpu(like: Any) -> bool:
+    """Whether the input ``like`` (a tensor, or anything else: an array or a list, read on the CPU) is on the CPU."""
+    return not isinstance(like, torch.Tensor) or like.device.type == "cpu"
+
+
 def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool, sign: str,
             dense_max_nodes: int, solver: str, generator: torch.Generator | None,
             report: ProgressReporter | None = None) -> tuple[torch.Tensor, ...]:
     start = int(drop_trivial)
     device = g.device
-    pe = torch.zeros(g.num_nodes, k, dtype=torch.float32, device=device)
-    eigenvalues = torch.zeros(g.num_graphs, k, dtype=torch.float32, device=device)
-    available = (g.counts - start).clamp_min(0)
-    mask = torch.arange(k, device=device) < available.unsqueeze(-1)
     workers = cpu_parallelism()  # (read before one_thread(), inside which it reads 1)
     # a batch of small graphs is many small ops: one thread each, in this thread only (omnipos.graph.small_eigh);
     # a large matrix keeps torch's threads
@@ -327,6 +331,10 @@ def _encode(g: GraphBatch, k: int, normalization: str | None, drop_trivial: bool
     small = device.type == "cpu" and g.num_nodes and int(g.counts.max()) <= SMALL_MAX_NODES
     small_work = one_thread if small else contextlib.nullcontext
     with cpu():
+        pe = torch.zeros(g.num_nodes, k, dtype=torch.float32, device=device)
+        eigenvalues = torch.zeros(g.num_graphs, k, dtype=torch.float32, device=device)
+        available = (g.counts - start).clamp_min(0)
+        mask = torch.arange(k, device=device) < available.unsqueeze(-1)
         groups = size_groups(g, keep=g.edge_index[0] != g.edge_index[1])  # self-loops dropped
     dense: list[SizeGroup] = []
     for group in groups:

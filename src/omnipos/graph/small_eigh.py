@@ -26,8 +26,16 @@ difference times the gap <= 7e-16; MKL and OpenBLAS differ from each other by up
 matrix flagged. Where the time goes (per block of 32): ``tred2`` ~25%, the QL sweeps ~65% (the rotations of the
 eigenvectors about a quarter of that; the sweeps run 76% of their lane-steps on lanes that still need them), loading
 and sorting the rest. The kernel is used whatever the batch size, so that a graph gets the same bits alone or in any
-batch; its cost is compiling it once per installation (10-11 s, then cached next to the module; later processes load
-it in ~0.8 s, most of it numba's own start-up) and the import of numba (0.15-0.3 s) on the first call.
+batch (a LAPACK path chosen for small batches or for a process's first call would change a few float32 bits of
+the encodings: so there is none); its cost is compiling it once per installation (10-11 s, then cached in the
+kernel cache folder of :mod:`omnipos.core.compiled_kernels`) and, on a process's first call, loading numba: ~0.2 s
+of CPU on the shared 2-core machine, of which ``import numba`` ~0.12 s, numba's CPU target context ~0.02 s (made
+with the first dispatcher), its runtime ~0.02 s (compiled from LLVM IR in each process), the cached machine code of
+both graph kernels ~0.045 s, and the module of numba's array constructors, whose environments the cached kernels
+refer to (their work arrays are allocated inside: passed in as arguments, they cost the lane kernel ~20% per call,
+LLVM no longer knowing they do not alias), ~0.025 s. Both run with Python's cyclic collector paused
+(:func:`omnipos.core.compiled_kernels.collector_paused`: otherwise each of the ~100 collections they trigger walks
+the caller's objects). :func:`load_kernels` does all this ahead, e.g. in the fork server.
 An earlier compiled solver that took one matrix at a time (Householder, root-free QL for the eigenvalues,
 inverse iteration for the lowest ``k + 1`` vectors) was exact too but only ~1.4x faster than MKL: its QL sweeps
 were bound by the latency of their divisions, which the lanes now overlap.
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,16 +55,20 @@ import numpy as np
 import torch
 
 from ..core import compiled_kernels_enabled
+from ..core.compiled_kernels import collector_paused
 
 __all__ = [
     "JACOBI_DEVICE_TYPES",
+    "LANE_BLOCK",
     "LANE_MAX_NODES",
     "SMALL_MAX_NODES",
     "compiled_kernels_enabled",
     "jacobi_kernel",
     "lane_kernel",
+    "load_kernels",
     "one_thread",
     "small_eigh",
+    "uses_lane_kernel",
 ]
 
 #: Matrices of at most this many rows are "small": :func:`small_eigh` solves them inside :func:`one_thread`.
@@ -70,6 +83,10 @@ JACOBI_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
 #: installed. (Measured against MKL's one-thread ``syevd``, CPU time per matrix: 3-4x at 2-8 rows, 2.3x at 24-32,
 #: 1.5x at 64, 1.1x at 96, 0.8x at 128.)
 LANE_MAX_NODES = 64
+
+#: Matrices the lane kernel solves side by side (:data:`omnipos.graph.lane_eigh.LANES`, without importing numba
+#: here): callers that cut a batch into pieces cut it at multiples of this.
+LANE_BLOCK = 32
 
 _SETTERS: list = []
 _SETTERS_LOCK = threading.Lock()
@@ -131,7 +148,11 @@ def lane_kernel() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.nda
     if not compiled_kernels_enabled():
         return None
     try:
-        from .lane_eigh import lane_eigh
+        if __package__ + ".lane_eigh" in sys.modules:
+            from .lane_eigh import lane_eigh
+        else:
+            with collector_paused():  # (importing numba: see collector_paused)
+                from .lane_eigh import lane_eigh
     except ImportError:
         return None
     return lane_eigh
@@ -152,6 +173,31 @@ def jacobi_kernel(matrices: torch.Tensor) -> Callable[[torch.Tensor], tuple[torc
     return jacobi_triton.jacobi_eigh
 
 
+def load_kernels() -> bool:
+    """Load the graph encodings' numba kernels (the lane eigensolver and the canonical basis kernel) into this
+    process now, from numba's disk cache (compiled where they are not cached), instead of at their first call;
+    False where numba is missing or switched off. For a process that forks workers (the local engine's fork
+    server): each worker then starts with them loaded (~0.1 s of its first call otherwise: numba's runtime,
+    target context and the kernels' machine code). The same machine code either way."""
+    kernel = lane_kernel()
+    if kernel is None:
+        return False
+    from .canonical_kernel import canonical_columns
+
+    _, vectors, _ = kernel(np.eye(2)[None])  # (a call of each: numba loads a kernel for the types it is called with)
+    canonical_columns(vectors, np.zeros((1, 2), dtype=np.int64), 1, 0.0)
+    return True
+
+
+def uses_lane_kernel(matrices: torch.Tensor) -> bool:
+    """Whether :func:`small_eigh` hands ``matrices`` to the lane kernel (CPU, float64 ``[G, n, n]`` with
+    ``0 < n <= LANE_MAX_NODES``, no gradient, numba installed and not switched off)."""
+    n = matrices.shape[-1]
+    return (matrices.device.type == "cpu" and matrices.dtype == torch.float64 and matrices.ndim == 3
+            and 0 < n <= LANE_MAX_NODES and not matrices.requires_grad and bool(matrices.shape[0])
+            and lane_kernel() is not None)
+
+
 def small_eigh(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenpairs of symmetric ``matrices [G, n, n]``: ``(values [G, n] ascending, vectors [G, n, n])``, as
     ``torch.linalg.eigh``. On CUDA, real matrices of at most 64 rows go to the batched Jacobi
@@ -170,8 +216,7 @@ def small_eigh(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return values, vectors
     if matrices.device.type != "cpu" or n > SMALL_MAX_NODES:
         return torch.linalg.eigh(matrices)
-    if (matrices.dtype == torch.float64 and matrices.ndim == 3 and 0 < n <= LANE_MAX_NODES
-            and not matrices.requires_grad and matrices.shape[0]):
+    if uses_lane_kernel(matrices):
         kernel = lane_kernel()
         if kernel is not None:
             values, vectors, failed = kernel(matrices.resolve_neg().numpy())

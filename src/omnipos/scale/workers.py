@@ -55,6 +55,9 @@ PRELOAD = ("omnipos.scale", "pyarrow.parquet", "pandas", "dnaio")
 #: ... and these too when the driver has imported them (a graph job's transform needs torch_geometric; omnipos's
 #: compiled kernels need numba, ~0.1-0.3 s to import in each worker otherwise).
 PRELOAD_IF_IMPORTED = ("torch_geometric", "omnipos.graph", "numba")
+#: ... and, when the driver has loaded compiled kernels (the first module named here is imported once they are),
+#: the module that loads them in the fork server too: from numba's disk cache, which the driver's run filled.
+KERNEL_PRELOAD = {"omnipos.graph.lane_eigh": "omnipos.scale._forkserver_kernels"}
 JOIN_TIMEOUT_S = 10.0
 #: The exit status of a worker that saw its driver's pipe close.
 DRIVER_GONE_EXIT = 75
@@ -83,7 +86,8 @@ def _context(cuda: bool = False) -> Any:
     context = multiprocessing.get_context("forkserver")
     # no effect once the fork server runs (it is started once per driver process)
     context.set_forkserver_preload(["omnipos.scale._forkserver", *PRELOAD,
-                                    *(m for m in PRELOAD_IF_IMPORTED if m in sys.modules)])
+                                    *(m for m in PRELOAD_IF_IMPORTED if m in sys.modules),
+                                    *(KERNEL_PRELOAD.values() if KERNEL_PRELOAD.keys() & sys.modules.keys() else ())])
     return context
 
 
