@@ -124,3 +124,20 @@ def test_random_sign_flip_bad_pe_and_huge_ids():
                                   generator=torch.Generator().manual_seed(5))
     dense_ids = random_sign_flip(pe, torch.tensor([0, 0, 1, 1]), generator=torch.Generator().manual_seed(5))
     assert torch.equal(sparse_ids, dense_ids)
+
+
+def test_compiled_switch_chooses_the_tensor_program_and_is_checked():
+    """``compiled=False`` takes the tensor program: the same pivots and columns (to 1e-12) as the default backend,
+    here with repeated eigenvalues, where the backends differ only in the order of sums; a non-bool is refused."""
+    rng = np.random.default_rng(7)
+    q, _ = np.linalg.qr(rng.standard_normal((3, 12, 12)))
+    vectors = torch.from_numpy(q)
+    values = torch.tensor([0.0, 1.0, 1.0, 1.0, 2.0, 3.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], dtype=torch.float64)
+    values = values.expand(3, 12)
+    default, node, size = canonical_basis(vectors, values, 8, return_pivots=True)
+    program, node_p, size_p = canonical_basis(vectors, values, 8, return_pivots=True, compiled=False)
+    assert torch.equal(node, node_p)
+    torch.testing.assert_close(program, default, atol=1e-12, rtol=0)
+    torch.testing.assert_close(size_p, size, atol=1e-12, rtol=0)
+    with pytest.raises(TypeError, match="compiled must be a bool"):
+        canonical_basis(vectors, values, 8, compiled="no")

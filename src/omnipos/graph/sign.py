@@ -110,7 +110,7 @@ def eigenvalue_clusters(values: torch.Tensor, value_tol: float = EIGENVALUE_TOL,
 def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | None = None, *,
                     tol: float = CANONICAL_TOL, value_tol: float = EIGENVALUE_TOL,
                     scale: float | torch.Tensor | None = None, clusters: torch.Tensor | None = None,
-                    return_pivots: bool = False, check: bool = True,
+                    return_pivots: bool = False, check: bool = True, compiled: bool = True,
                     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The canonical basis (module docstring) of the eigenspaces of orthonormal eigenvectors.
 
@@ -127,6 +127,10 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
         check: refuse non-finite vectors (a host sync; the encodings pass False for their own solver output).
         return_pivots: also return each column's pivot node ``[..., count]`` (int64) and pivot magnitude
             ``sqrt(P_ii)`` at its selection ``[..., count]`` (what a merge of block-diagonal pieces orders by).
+        compiled: let the compiled kernel serve the call where it can (CPU float64 / complex128, no gradient,
+            numba installed and on); False: the tensor program always (the same pivots; real columns of simple
+            eigenvalues bit for bit). One graph's basis in a process that has not loaded numba yet is cheaper
+            without it (~0.2 s to load numba against ~1 ms of the tensor program on a 1,024-node graph).
 
     Returns:
         ``[..., n, count]``, same dtype and device (and the pivots when asked).
@@ -156,7 +160,10 @@ def canonical_basis(vectors: torch.Tensor, values: torch.Tensor, count: int | No
     else:
         cluster = clusters.reshape(graphs, width).to(device=w.device, dtype=torch.long)
         cluster = cluster - cluster[:, :1]
-    kernel = _compiled() if (w.device.type == "cpu" and w.dtype in _KERNEL_DTYPES and not w.requires_grad) else None
+    if not isinstance(compiled, bool):
+        raise TypeError(f"compiled must be a bool, got {type(compiled).__name__}")
+    kernel = (_compiled() if compiled and w.device.type == "cpu" and w.dtype in _KERNEL_DTYPES
+              and not w.requires_grad else None)
     if kernel is not None and count and n and graphs:  # the backend choice (canonical_spec): the compiled kernel
         columns, nodes, sizes = kernel(w.resolve_neg().numpy(), cluster.numpy(), count, tol)
         out, pivot_node, pivot_size = torch.from_numpy(columns), torch.from_numpy(nodes), torch.from_numpy(sizes)

@@ -167,7 +167,9 @@ def _merge(pieces: list[_Piece], n: int, count: int, bound: float,
         available = int(piece.available[0])
         vectors = torch.from_numpy(np.ascontiguousarray(piece.vectors[:, :, :available]))
         values = torch.from_numpy(np.ascontiguousarray(piece.values[:, :available]))
-        out[piece.nodes[0]] = canonical_basis(vectors, values, count, scale=bound, check=False)[0].numpy()
+        # (the tensor program: a large graph's one basis does not repay loading numba in a fresh process)
+        out[piece.nodes[0]] = canonical_basis(vectors, values, count, scale=bound, check=False,
+                                              compiled=False)[0].numpy()
         return piece.values[0, :count].copy(), out
     # every candidate eigenpair: (value, piece, component within piece, column)
     cand_value, cand_piece, cand_comp, cand_col = [], [], [], []
