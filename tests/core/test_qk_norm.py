@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 import torch
+from support.host_work import KernelWatch
 from support.triton_interpreter import interpreter_or_skip, run_interpreted
 
 from omnipos.core import QK_NORM_VARIANTS, QKNormRope, RotaryEmbedding, qk_norm_rope
@@ -735,30 +736,11 @@ def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch, variant):
     call and the op's forward and backward bodies create no CPU tensor, read nothing back to the host, and launch
     exactly one kernel each way (per head and OLMo 2's norm over all heads, its weights [H * D])."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from omnipos.core import qk_norm_triton
 
     if not qk_norm_triton.HAS_TRITON or qk_norm_triton.INTERPRETED:
         pytest.skip("needs triton, outside its interpreter (the ops are then triton_ops)")
-
-    class Watch(TorchDispatchMode):
-        supports_higher_order_operators = True
-
-        def __init__(self):
-            super().__init__()
-            self.cpu, self.syncs, self.kernels = [], [], []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if isinstance(func, torch._ops.HigherOrderOperator):
-                self.kernels.append(func.name())
-            if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
-                self.syncs.append(func)
-            for t in out if isinstance(out, (tuple, list)) else [out]:
-                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    self.cpu.append(func)
-            return out
 
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     launched = []
@@ -772,13 +754,13 @@ def test_cuda_path_creates_no_cpu_tensor_and_never_syncs(monkeypatch, variant):
         q = torch.randn(2, 4, 10, 32, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(2, 2, 10, 32, device="cuda", dtype=torch.bfloat16)
         positions = torch.zeros(2, 10, 3, dtype=torch.float64, device="cuda")  # real-valued: checked when eager
-        with Watch() as public:
+        with KernelWatch() as public:
             out = module(q, k, positions)
         assert [t.shape for t in out] == [q.shape, k.shape] and out[0].device.type == "cuda"
         turns = module.rope.inv_freq.double() / (2 * math.pi)
         slot_axis = module.rope.slot_axis.to(torch.int32)
         options = (positions, turns, slot_axis, 2, 32, False, 1.0, 1e-6, 0.0, True, variant == "olmo2")
-        with Watch() as bodies:
+        with KernelWatch() as bodies:
             q_out, k_out = qk_norm_triton._forward_body(q, k, module.q_weight, module.k_weight, *options)
             grads = qk_norm_triton._backward_body(q_out, k_out, q, k, module.q_weight, module.k_weight, *options)
     assert not public.cpu and not public.syncs, (public.cpu, public.syncs)

@@ -9,40 +9,13 @@ absent here (a CPU tensor copied to the device, ``.item()``, ``nonzero``).
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from support.host_work import NoHostWork
 
 from omnipos.core import RotaryEmbedding, rope_kernels
 
 rope_triton = pytest.importorskip("omnipos.core.rope_triton")
 if not rope_triton.HAS_TRITON:
     pytest.skip("triton not importable", allow_module_level=True)
-
-aten = torch.ops.aten
-SYNC_OPS = {aten._local_scalar_dense.default, aten.nonzero.default, aten.is_nonzero.default, aten.equal.default,
-            aten.item.default, aten._assert_async.default, aten._unique2.default,
-            aten.masked_select.default, aten.repeat_interleave.Tensor}
-
-
-class NoHostWork(TorchDispatchMode):
-    """Records every aten op; a CPU tensor among its inputs or outputs, or a syncing op, is a violation."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops, self.violations = [], []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in SYNC_OPS or "_local_scalar_dense" in str(func):
-            self.violations.append(f"sync: {func}")
-        out = func(*args, **kwargs)
-        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        devices = {t.device.type for t in inputs + outputs}
-        if "cpu" in devices:
-            self.violations.append(f"host tensor: {func} on {sorted(devices)}")
-        self.ops.append(str(func))
-        return out
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from support.host_work import KernelWatch
 from support.molecules import drug_bonds
 from support.triton_interpreter import interpreter_or_skip, run_interpreted
 
@@ -300,37 +301,17 @@ def test_cuda_path_creates_no_cpu_tensor_and_never_syncs():
     """batched_jacobi_eigh on fake CUDA tensors (no GPU needed): the checks, the allocations and the launch create
     no CPU tensor and read nothing back to the host, and launch exactly one kernel (the triton_op's)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     if not jt.HAS_TRITON or jt.INTERPRETED:
         pytest.skip("needs triton, outside its interpreter (the op is then a triton_op)")
-
-    class Watch(TorchDispatchMode):
-        supports_higher_order_operators = True
-
-        def __init__(self):
-            super().__init__()
-            self.cpu, self.syncs, self.kernels = [], [], []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if isinstance(func, torch._ops.HigherOrderOperator) or func.namespace == "omnipos":
-                self.kernels.append(func.name())
-            if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
-                        torch.ops.aten.nonzero.default, torch.ops.aten.is_nonzero.default):
-                self.syncs.append(func)
-            for t in out if isinstance(out, (tuple, list)) else [out]:
-                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    self.cpu.append(func)
-            return out
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         matrices = torch.randn(100, 37, 37, device="cuda", dtype=torch.float64)
         sizes = torch.full((100,), 33, device="cuda")
         for args in ((matrices, sizes), (matrices, None), (matrices[:, :8, :8].float(), None)):
-            with Watch() as public:
+            with KernelWatch() as public:
                 values, vectors, info = jt.batched_jacobi_eigh(*args, return_info=True)
-            with Watch() as body:  # the op's body, as torch.compile and a capture run it
+            with KernelWatch() as body:  # the op's body, as torch.compile and a capture run it
                 jt._jacobi_body(*args, jt.MAX_SWEEPS, jt.TOLERANCE)
             for watch in (public, body):
                 assert not watch.cpu and not watch.syncs, (watch.cpu, watch.syncs)

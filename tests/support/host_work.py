@@ -31,3 +31,25 @@ class NoHostWork(TorchDispatchMode):
             self.violations.append(f"host tensor: {func} on {sorted(devices)}")
         self.ops.append(str(func))
         return out
+
+
+class KernelWatch(TorchDispatchMode):
+    """For fake CUDA tensors (``FakeTensorMode``): records the CPU tensors an op returns, the syncing ops, and the
+    kernels launched (higher-order ops, such as a ``triton_op``'s launch, and ops of the ``omnipos`` namespace)."""
+
+    supports_higher_order_operators = True
+
+    def __init__(self):
+        super().__init__()
+        self.cpu, self.syncs, self.kernels = [], [], []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(func, torch._ops.HigherOrderOperator) or getattr(func, "namespace", None) == "omnipos":
+            self.kernels.append(func.name())
+        if func in SYNC_OPS:
+            self.syncs.append(func)
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                self.cpu.append(func)
+        return out
