@@ -87,6 +87,37 @@ def wall_and_cpu_medians(fn: Callable[[], Any], *, repeats: int, warmup: int = 0
     return statistics.median(wall), statistics.median(cpu)
 
 
+
+def cuda_median(fn: Callable[[], Any], *, warmup: int = 3, repeats: int = 20) -> float:
+    """Median seconds of ``fn()`` between CUDA events, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(samples)
+
+
+def graph_of(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` captured in a CUDA graph after two warm-up calls on a side stream (static inputs): the replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def common_arguments(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -26,23 +26,7 @@ import statistics
 import time
 
 import torch
-from _harness import Bench, common_arguments
-
-
-def cuda_median(fn, *, warmup: int = 3, repeats: int = 20) -> float:
-    """Median seconds of ``fn()`` between CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(samples)
+from _harness import Bench, common_arguments, cuda_median
 
 
 def copy_bandwidth(gib: float = 2.0) -> float:

@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 import torch
-from _harness import Bench, common_arguments
+from _harness import Bench, common_arguments, cuda_median
 from bench_graph import (
     collate,
     dense_laplacians,
@@ -52,21 +52,6 @@ import omnipos.graph.laplacian as laplacian_module
 from omnipos.graph import jacobi_triton, laplacian_pe, small_eigh
 
 K = 8
-
-
-def cuda_median(fn, *, repeats: int) -> float:
-    """Median seconds of ``fn()`` between CUDA events (after one untimed call)."""
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(samples)
 
 
 def wall_median(fn, *, repeats: int) -> float:
@@ -111,10 +96,10 @@ def cuda_part(bench: Bench, edge_index, num_nodes, batch, cpu: torch.Tensor, pee
     diff = float((gpu.cpu() - cpu).abs().max())
     assert diff < 1e-4, f"CUDA (Jacobi) differs from the CPU by {diff}"
     deterministic = bool(torch.equal(run(), gpu))
-    seconds = cuda_median(run, repeats=repeats)
+    seconds = cuda_median(run, warmup=1, repeats=repeats)
     bench.row(case="", path="omnipos laplacian_pe, CUDA, Jacobi kernel", ms=seconds * 1e3, vs_pyg=peer / seconds,
               max_diff=diff, deterministic=deterministic, launches=len(calls))
-    unsigned = cuda_median(lambda: run(sign="none"), repeats=repeats)
+    unsigned = cuda_median(lambda: run(sign="none"), warmup=1, repeats=repeats)
     bench.row(case="", path="  the same, sign='none' (no canonical basis)", ms=unsigned * 1e3,
               vs_pyg=peer / unsigned)
     devices = small_eigh.JACOBI_DEVICE_TYPES
@@ -122,7 +107,7 @@ def cuda_part(bench: Bench, edge_index, num_nodes, batch, cpu: torch.Tensor, pee
     try:
         syevd = run()
         diff_syevd = float((syevd.cpu() - cpu).abs().max())
-        slow = cuda_median(run, repeats=max(1, repeats // 3))
+        slow = cuda_median(run, warmup=1, repeats=max(1, repeats // 3))
     finally:
         small_eigh.JACOBI_DEVICE_TYPES = devices
     bench.row(case="", path="omnipos laplacian_pe, CUDA, cuSOLVER syevd (before)", ms=slow * 1e3,
@@ -141,8 +126,8 @@ def solver_part(bench: Bench, edge_index, num_nodes, batch, repeats: int) -> Non
         residual = s @ vectors - vectors * values.unsqueeze(-2)
         worst = max(worst, float(residual.abs().max()))
     sweeps = torch.cat([jacobi_triton.batched_jacobi_eigh(s, return_info=True)[2] for s in stacks]).float()
-    kernel = cuda_median(lambda: [jacobi_triton.batched_jacobi_eigh(s) for s in stacks], repeats=repeats)
-    syevd = cuda_median(lambda: [torch.linalg.eigh(s) for s in stacks], repeats=max(1, repeats // 3))
+    kernel = cuda_median(lambda: [jacobi_triton.batched_jacobi_eigh(s) for s in stacks], warmup=1, repeats=repeats)
+    syevd = cuda_median(lambda: [torch.linalg.eigh(s) for s in stacks], warmup=1, repeats=max(1, repeats // 3))
     bench.row(case=f"eigh alone, {len(stacks)} stacks [G, n, n]", path="Jacobi kernel (CUDA)", ms=kernel * 1e3,
               max_diff=f"{worst:.1e} (eigenvalues, residual)",
               sweeps=f"{sweeps.mean().item():.1f} mean, {sweeps.max().item():.0f} max")
@@ -156,7 +141,7 @@ def solver_part(bench: Bench, edge_index, num_nodes, batch, repeats: int) -> Non
             jacobi_triton._warps = lambda block, warps=warps: warps
             try:
                 seconds = cuda_median(lambda chosen=chosen: [jacobi_triton.batched_jacobi_eigh(s) for s in chosen],
-                                      repeats=repeats)
+                                      warmup=1, repeats=repeats)
             finally:
                 jacobi_triton._warps = default
             bench.row(case=f"  bucket {bucket} ({sum(s.shape[0] for s in chosen)} matrices)",

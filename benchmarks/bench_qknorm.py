@@ -17,10 +17,9 @@ omnipos captured in a CUDA graph and forward+backward (q, k and the norm weights
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import torch
-from _harness import RESULTS, Bench, common_arguments, paired_times
+from _harness import RESULTS, Bench, common_arguments, graph_of, paired_times
 
 from omnipos.core import QKNormRope, RotaryEmbedding
 
@@ -106,20 +105,6 @@ def reference(q, k, qw, kw, positions, whole=False):
 
 def max_err(outs, refs) -> float:
     return max(((o.double() - r).abs() / (1 + r.abs())).max().item() for o, r in zip(outs, refs))
-
-
-def graph_of(fn: Callable[[], object]) -> Callable[[], object]:
-    """fn captured in a CUDA graph (static inputs): the replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 def measure(batch: int, hq: int, hk: int, seq: int, *, device: torch.device, dtype: torch.dtype, repeats: int,

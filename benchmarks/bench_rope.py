@@ -34,6 +34,7 @@ from _harness import (
     Bench,
     common_arguments,
     device_name,
+    graph_of,
     paired_times,
     synchronize,
 )
@@ -117,20 +118,6 @@ def event_medians(fns: dict[str, Callable[[], object]], *, device: torch.device,
                     fn()
                 per[name].append((time.perf_counter() - t0) / calls)
     return {name: statistics.median(v) for name, v in per.items()}
-
-
-def graph_of(fn: Callable[[], object]) -> Callable[[], object]:
-    """fn captured in a CUDA graph after warm-up on a side stream (static inputs): the replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 def rotation_f64(x: torch.Tensor, position_ids: torch.Tensor, inv_freq: torch.Tensor, sign: float = 1.0):
