@@ -479,6 +479,8 @@ class _Separable:
         inner = self._first((side, h if side == "h" else w))
         if side == "h":  # then each row's columns: a batched product [w, w0] @ [w0, D] per row
             last, shape = self._weights(w0, w), (h, w, dim)
+            if last is not None:
+                last = last.expand(h, w, w0)
         else:  # then all rows at once: one product [h, h0] @ [h0, w * D]
             last, shape, inner = self._weights(h0, h), (h, w * dim), inner.reshape(h0, w * dim)
         if last is None:
@@ -486,7 +488,7 @@ class _Separable:
         elif side == "w":
             result = self._product(last, inner, None if out is None else out.view(shape))
         else:
-            result = torch.matmul(last, inner, out=None if out is None else out.view(shape))
+            result = torch.bmm(last, inner, out=None if out is None else out.view(shape))
         return result.view(h, w, dim)
 
 
@@ -539,11 +541,11 @@ def _write_per_image(separable: _Separable, prefix: torch.Tensor, distinct: list
         members[g].append(image)
     # zeros: calloc'd memory, so padding rows that are never written cost nothing
     out = new_buffer((len(inverse), max_length, dim), table.dtype, fill=0 if padding == "zeros" else None)
-    rows = out.numpy()
+    rows, flat = out.numpy(), out.view(-1, dim)
     head = prefix.detach().numpy() if p else None
     for (h, w), images in zip(distinct, members):
         first, end = images[0], p + h * w
-        separable((h, w), out=out[first, p:end])
+        separable((h, w), out=flat[first * max_length + p:first * max_length + end])
         if p:
             rows[first, :p] = head
         if padding == "first":
