@@ -433,3 +433,35 @@ def test_per_image_numpy_path_equals_the_autograd_path_bit_for_bit(dtype, exact)
         assert fast.dtype == dtype and fast.is_contiguous() and torch.equal(mask, slow_mask)
         assert torch.equal(fast, slow.detach())
         fast += 1  # an ordinary tensor the caller may write to
+
+
+def test_per_image_banded_products_follow_the_formula_and_the_autograd_path_bit_for_bit():
+    """On the CPU the single-matrix products are split into bands of output rows that skip the zero weights
+    (issue 38): wide channels and tall / wide grids make several bands. Every nonzero weight is inside its band
+    (the bands partition the rows), the float64 result is the formula's, and float32 eager equals autograd."""
+    from omnipos.vision.resample import _axis_weights, _bands
+
+    for n_in, n_out in ((16, 40), (16, 6), (16, 21), (7, 30), (30, 7)):
+        weights = _axis_weights(n_in, n_out, "bilinear", True, torch.float64, torch.device("cpu"))
+        bands = _bands(weights, 9216)
+        assert [a for a, *_ in bands] == [0, *[b for _, b, *_ in bands[:-1]]] and bands[-1][1] == n_out
+        mask = torch.zeros_like(weights, dtype=torch.bool)
+        for a, b, k0, k1 in bands:
+            mask[a:b, k0:k1] = True
+        assert not weights[~mask].any()
+        if n_out >= 21:
+            assert len(bands) > 1 and sum((b - a) * (k1 - k0) for a, b, k0, k1 in bands) < n_out * n_in
+    torch.manual_seed(5)
+    table = torch.randn(16, 16, 768, dtype=torch.float64)
+    grids = [(40, 6), (6, 40), (21, 12), (12, 21), (16, 9)]
+    out, _ = resample_pos_embed_per_image(table, grids, max_length=256)
+    for i, (h, w) in enumerate(grids):
+        expected = torch.einsum("ia,jb,abd->ijd", _aa_weights(16, h, "bilinear"), _aa_weights(16, w, "bilinear"),
+                                table)
+        torch.testing.assert_close(out[i, : h * w], expected.reshape(h * w, 768), rtol=0, atol=1e-12)
+    table32 = table.float()
+    with torch.no_grad():
+        fast, _ = resample_pos_embed_per_image(table32, grids, max_length=256, padding="first")
+    slow, _ = resample_pos_embed_per_image(table32.clone().requires_grad_(), grids, max_length=256, padding="first")
+    assert torch.equal(fast, slow.detach())
+    slow.sum().backward()  # the banded products are differentiable

@@ -56,15 +56,20 @@ _MADVISED = 1 << 22
 
 
 def _numpy_array(shape: tuple[int, ...], numpy_dtype: Any, zero: bool) -> np.ndarray:
-    """``np.zeros`` / ``np.empty``; from 4 MiB on, carved out of a 2 MiB larger block at a 2 MiB boundary.
+    """``np.zeros`` / ``np.empty``; from 4 MiB on, carved out of a block at a 2 MiB boundary, the block reaching
+    past the buffer's last 2 MiB boundary.
 
     ``malloc`` maps a large block at an ordinary page boundary, so the first and last 2 MiB of it are not whole
     huge pages: writing a fresh 50 MB buffer took ~536 page faults (25 huge pages, ~511 small ones, ~15% of the
-    write's time); starting on a boundary it takes ~25. The gap before the buffer is never written (no memory is
-    used for it). Sizes beyond 256 TiB go to NumPy as they are, which refuses them."""
+    write's time); starting on a boundary it takes ~25. A buffer whose size is no multiple of 2 MiB ends inside a
+    huge page only if the block covers that page whole: issue 38's 34.6 MB output took 16 huge and 256 small
+    faults (3.8 ms to write), with the block rounded up 17 huge ones (3.3 ms). The gap before the buffer and the
+    rest of its last huge page are never written by the caller (the kernel zeroes that page whole). Sizes beyond
+    256 TiB go to NumPy as they are, which refuses them."""
     nbytes = math.prod(shape) * np.dtype(numpy_dtype).itemsize
     if not _MADVISED <= nbytes <= 1 << 48:
         return np.zeros(shape, dtype=numpy_dtype) if zero else np.empty(shape, dtype=numpy_dtype)
-    block = np.zeros(nbytes + _HUGE, dtype=np.uint8) if zero else np.empty(nbytes + _HUGE, dtype=np.uint8)
+    size = -(-nbytes // _HUGE) * _HUGE + _HUGE  # whole huge pages from the boundary, whatever malloc's offset
+    block = np.zeros(size, dtype=np.uint8) if zero else np.empty(size, dtype=np.uint8)
     start = -block.ctypes.data % _HUGE
     return block[start:start + nbytes].view(numpy_dtype).reshape(shape)
