@@ -31,7 +31,7 @@ from .checks import (
     renamed_argument,
     to_device,
 )
-from .compiled_kernels import compiled, compiled_kernels_enabled
+from .compiled_kernels import collector_paused, compiled, compiled_kernels_enabled
 from .constants import ConstantBuffers
 from .frequencies import frequency_bands, geometric_frequencies
 from .learned import LearnedPositionalEmbedding
@@ -139,6 +139,7 @@ __all__ = [
     "check_float_dtype",
     "check_integer_tensor",
     "narrow_to",
+    "collector_paused",
     "compiled",
     "compiled_kernels_enabled",
     "check_positive_int",

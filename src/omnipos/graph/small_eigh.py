@@ -54,8 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import compiled_kernels_enabled
-from ..core.compiled_kernels import collector_paused
+from ..core import collector_paused, compiled_kernels_enabled
 
 __all__ = [
     "JACOBI_DEVICE_TYPES",
