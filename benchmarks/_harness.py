@@ -56,9 +56,10 @@ def time_call(fn: Callable[[], Any], *, device: torch.device | str | None = None
 
 
 def paired_times(fns: dict[str, Callable[[], Any]], *, device: torch.device | str | None,
-                 repeats: int) -> dict[str, float]:
-    """Median seconds of each function, the calls interleaved (a, b, c, a, b, c, ...) so that all of them see the
-    same load on a shared machine; each is called twice untimed first."""
+                 repeats: int, calls: int = 1) -> dict[str, float]:
+    """Median seconds per call of each function, the functions interleaved (a, b, c, a, b, c, ...) so that all of
+    them see the same load on a shared machine; each sample times ``calls`` calls together (for calls of a few
+    microseconds); each function is called twice untimed first."""
     for fn in fns.values():
         fn()
         fn()
@@ -67,9 +68,10 @@ def paired_times(fns: dict[str, Callable[[], Any]], *, device: torch.device | st
         for name, fn in fns.items():
             synchronize(device)
             start = time.perf_counter()
-            fn()
+            for _ in range(calls):
+                fn()
             synchronize(device)
-            samples[name].append(time.perf_counter() - start)
+            samples[name].append((time.perf_counter() - start) / calls)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

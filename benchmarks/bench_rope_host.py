@@ -22,32 +22,16 @@ Same process, calls interleaved, medians. One thread by default (``--threads``).
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
 import torch
-from _harness import Bench, common_arguments
+from _harness import Bench, common_arguments, paired_times
 
 from omnipos.core import RotaryEmbedding, rope_kernels
 
 THETA = 500000.0
 
-
-def per_call(fns: dict[str, Callable[[], object]], *, calls: int, repeats: int) -> dict[str, float]:
-    """Median seconds per call of each function: ``calls`` calls timed together, ``repeats`` times, the
-    functions interleaved so that all see the same load."""
-    for fn in fns.values():
-        fn()
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter() - start) / calls)
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def hf_rotary(head_dim: int, heads: int, kv_heads: int):
@@ -121,7 +105,7 @@ def host_rows(bench: Bench, quick: bool, repeats: int) -> None:
             start = time.perf_counter()
             call()
             first = time.perf_counter() - start
-            times = per_call({"call": call, "alloc": alloc}, calls=500, repeats=repeats)
+            times = paired_times({"call": call, "alloc": alloc}, device=None, repeats=repeats, calls=500)
             t, alloc = times["call"], times["alloc"]
             # the two output allocations are the CPU allocator's (mmap above ~128 KiB); CUDA's caching allocator
             # serves them in ~1-2 us: the rest is the Python of checks, plan and launch
@@ -141,7 +125,7 @@ def peer_rows(bench: Bench, quick: bool, repeats: int) -> None:
             k = torch.randn(b, 8, 1, 128, generator=g).to(dtype)
             pos = torch.full((b, 1), 4096)
             rope, hf = RotaryEmbedding(128, base=THETA), hf_rotary(128, 32, 8)
-            t = per_call(both(rope, hf, q, k, pos), calls=200, repeats=repeats)
+            t = paired_times(both(rope, hf, q, k, pos), device=None, repeats=repeats, calls=200)
             bench.row(part="(b) decode step, CPU", case=f"{b}x32x1x128 / {b}x8 {str(dtype)[6:]} at 4096",
                       omnipos_us=t["omnipos"] * 1e6, hf_us=t["hf"] * 1e6, ratio=t["omnipos"] / t["hf"],
                       target=1.5, met=t["omnipos"] / t["hf"] <= 1.5)
@@ -151,7 +135,7 @@ def peer_rows(bench: Bench, quick: bool, repeats: int) -> None:
         k = torch.randn(1, 8, s, 128, generator=g).bfloat16()
         pos = torch.arange(s)[None] + 100
         rope, hf = RotaryEmbedding(128, base=THETA), hf_rotary(128, 32, 8)
-        t = per_call(both(rope, hf, q, k, pos), calls=3, repeats=repeats)
+        t = paired_times(both(rope, hf, q, k, pos), device=None, repeats=repeats, calls=3)
         reference = RotaryEmbedding(128, base=THETA)(q.double(), k.double(), pos)  # float64 phases and products
         errors = {}
         for name, out in (("omnipos", rope(q, k, pos)), ("hf", hf(q, k, pos))):
