@@ -70,6 +70,11 @@ if HAS_TRITON:
         return tl.cos(phase) * attention_factor, tl.sin(phase) * (attention_factor * sign)
 
     @triton.jit
+    def _weight(ptr, index, size, offset):
+        """Norm weights ``ptr[index] + offset`` in float32, 0 where ``index >= size`` (Gemma 3's offset is 1)."""
+        return tl.load(ptr + index, mask=index < size, other=0.0).to(tl.float32) + offset
+
+    @triton.jit
     def _rstd(squares, eps, D, BLOCK_S: tl.constexpr):
         """``1 / sqrt(sum / D + eps)`` per row, ``[BLOCK_S, 1]``: IEEE-rounded square root and division (as torch's
         CPU ``rsqrt``; the approximate ``rsqrt`` instruction is off by up to 2 ulp)."""
@@ -113,11 +118,11 @@ if HAS_TRITON:
         for h in range(h0, h1):
             wh = w_ptr + h * D if WHOLE else w_ptr  # OLMo 2's weight is [heads * D], head-major
             if INTERLEAVED:
-                wd = tl.load(wh + d, mask=d < ROT, other=0.0).to(tl.float32) + offset
+                wd = _weight(wh, d, ROT, offset)
             else:
-                w1 = tl.load(wh + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-                w2 = tl.load(wh + HALF + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-            wr = tl.load(wh + ROT + r, mask=r < REST, other=0.0).to(tl.float32) + offset
+                w1 = _weight(wh, j, HALF, offset)
+                w2 = _weight(wh + HALF, j, HALF, offset)
+            wr = _weight(wh + ROT, r, REST, offset)
             x_row = x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss
             o_row = o_ptr + row * o_sb + h * o_sh + s[:, None] * o_ss
             xr = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
@@ -159,13 +164,13 @@ if HAS_TRITON:
         r_ok = s_ok[:, None] & (r < REST)[None, :]
         xr = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
         gr = tl.load(g_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
-        wr = tl.load(wh + ROT + r, mask=r < REST, other=0.0).to(tl.float32) + offset
+        wr = _weight(wh + ROT, r, REST, offset)
         if INTERLEAVED:
             x = tl.load(x_row + d[None, :], mask=d_ok, other=0.0).to(tl.float32)
             g = tl.load(g_row + d[None, :], mask=d_ok, other=0.0).to(tl.float32)
             g1, g2 = tl.split(tl.reshape(g, [BLOCK_S, BLOCK_HALF, 2]))
             gy = tl.reshape(tl.join(g1 * c - g2 * sn, g2 * c + g1 * sn), [BLOCK_S, 2 * BLOCK_HALF])
-            wd = tl.load(wh + d, mask=d < ROT, other=0.0).to(tl.float32) + offset
+            wd = _weight(wh, d, ROT, offset)
             squares = tl.sum(x * x, 1)
             dot = tl.sum(gy * wd[None, :] * x, 1)
         else:
@@ -173,8 +178,8 @@ if HAS_TRITON:
             x2 = tl.load(x_row + HALF + j[None, :], mask=ok, other=0.0).to(tl.float32)
             g1 = tl.load(g_row + j[None, :], mask=ok, other=0.0).to(tl.float32)
             g2 = tl.load(g_row + HALF + j[None, :], mask=ok, other=0.0).to(tl.float32)
-            w1 = tl.load(wh + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-            w2 = tl.load(wh + HALF + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
+            w1 = _weight(wh, j, HALF, offset)
+            w2 = _weight(wh + HALF, j, HALF, offset)
             squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)
             dot = tl.sum((g1 * c - g2 * sn) * w1[None, :] * x1, 1) + tl.sum((g2 * c + g1 * sn) * w2[None, :] * x2, 1)
         return squares + tl.sum(xr * xr, 1), dot + tl.sum(gr * wr[None, :] * xr, 1)
@@ -218,11 +223,11 @@ if HAS_TRITON:
         for h in range(h0, h1):
             wh = w_ptr + h * D if WHOLE else w_ptr  # OLMo 2's weight is [heads * D], head-major
             if INTERLEAVED:
-                wd = tl.load(wh + d, mask=d < ROT, other=0.0).to(tl.float32) + offset
+                wd = _weight(wh, d, ROT, offset)
             else:
-                w1 = tl.load(wh + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-                w2 = tl.load(wh + HALF + j, mask=j < HALF, other=0.0).to(tl.float32) + offset
-            wr = tl.load(wh + ROT + r, mask=r < REST, other=0.0).to(tl.float32) + offset
+                w1 = _weight(wh, j, HALF, offset)
+                w2 = _weight(wh + HALF, j, HALF, offset)
+            wr = _weight(wh + ROT, r, REST, offset)
             g_row = g_ptr + row * g_sb + h * g_sh + s[:, None] * g_ss
             x_row = x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss
             o_row = gx_ptr + row * o_sb + h * o_sh + s[:, None] * o_ss
