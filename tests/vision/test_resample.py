@@ -435,22 +435,35 @@ def test_per_image_numpy_path_equals_the_autograd_path_bit_for_bit(dtype, exact)
         fast += 1  # an ordinary tensor the caller may write to
 
 
-def test_per_image_banded_products_follow_the_formula_and_the_autograd_path_bit_for_bit():
-    """On the CPU the single-matrix products are split into bands of output rows that skip the zero weights
-    (issue 38): wide channels and tall / wide grids make several bands. Every nonzero weight is inside its band
-    (the bands partition the rows), the float64 result is the formula's, and float32 eager equals autograd."""
-    from omnipos.vision.resample import _axis_weights, _bands
+def test_per_image_bagged_passes_follow_the_formula_and_the_autograd_path_bit_for_bit():
+    """On the CPU each 1-D pass sums only the input rows with non-zero weights (one embedding_bag, issue 38). Read
+    off as a matrix (the pass applied to an identity), a pass is exactly ``I_outer (x) W (x) I_inner`` with ``W``
+    read off ``F.interpolate``, and its backward pass exactly the transpose; it reads fewer rows than the dense
+    product; the float64 result is the formula's, float32 eager equals autograd, and the path is differentiable
+    twice."""
+    from omnipos.vision.resample import (
+        _axis_weights,
+        _cached_pass_bags,
+        _embedding_bag_pass,
+    )
 
-    for n_in, n_out in ((16, 40), (16, 6), (16, 21), (7, 30), (30, 7)):
-        weights = _axis_weights(n_in, n_out, "bilinear", True, torch.float64, torch.device("cpu"))
-        bands = _bands(weights, 9216)
-        assert [a for a, *_ in bands] == [0, *[b for _, b, *_ in bands[:-1]]] and bands[-1][1] == n_out
-        mask = torch.zeros_like(weights, dtype=torch.bool)
-        for a, b, k0, k1 in bands:
-            mask[a:b, k0:k1] = True
-        assert not weights[~mask].any()
-        if n_out >= 21:
-            assert len(bands) > 1 and sum((b - a) * (k1 - k0) for a, b, k0, k1 in bands) < n_out * n_in
+    cpu = torch.device("cpu")
+    for n_in, n_out, outer, inner, mode, antialias in ((16, 40, 3, 1, "bilinear", True),
+                                                       (16, 6, 1, 5, "bilinear", True),
+                                                       (7, 30, 2, 3, "bicubic", True), (30, 7, 1, 1, "bicubic", False),
+                                                       (9, 4, 2, 2, "nearest", False), (5, 11, 1, 2, "area", False)):
+        weights = _axis_weights(n_in, n_out, mode, antialias, torch.float64, cpu)
+        expected = torch.kron(torch.kron(torch.eye(outer, dtype=torch.float64), weights),
+                              torch.eye(inner, dtype=torch.float64))
+        rows = outer * n_in * inner
+        operator = _embedding_bag_pass(torch.eye(rows, dtype=torch.float64), n_in, n_out, outer, inner, mode,
+                                       antialias, False)  # column r: what input row r contributes to each output
+        torch.testing.assert_close(operator, expected, rtol=0, atol=0)
+        backward = _embedding_bag_pass(torch.eye(outer * n_out * inner, dtype=torch.float64), n_out, n_in, outer,
+                                       inner, mode, antialias, True)
+        torch.testing.assert_close(backward, expected.T, rtol=0, atol=0)
+        taps = _cached_pass_bags(n_in, n_out, 1, 1, mode, antialias, torch.float64)[0].numel()
+        assert taps == int((weights != 0).sum()) and (taps < n_in * n_out or n_out <= 7)
     torch.manual_seed(5)
     table = torch.randn(16, 16, 768, dtype=torch.float64)
     grids = [(40, 6), (6, 40), (21, 12), (12, 21), (16, 9)]
@@ -464,4 +477,8 @@ def test_per_image_banded_products_follow_the_formula_and_the_autograd_path_bit_
         fast, _ = resample_pos_embed_per_image(table32, grids, max_length=256, padding="first")
     slow, _ = resample_pos_embed_per_image(table32.clone().requires_grad_(), grids, max_length=256, padding="first")
     assert torch.equal(fast, slow.detach())
-    slow.sum().backward()  # the banded products are differentiable
+    slow.sum().backward()
+    small = torch.randn(5, 7, 3, dtype=torch.float64, requires_grad=True)
+    grids = [(9, 4), (2, 11), (5, 3)]
+    assert torch.autograd.gradcheck(lambda t: resample_pos_embed_per_image(t, grids, max_length=36)[0], (small,))
+    assert torch.autograd.gradgradcheck(lambda t: resample_pos_embed_per_image(t, grids, max_length=36)[0], (small,))

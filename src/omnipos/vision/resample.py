@@ -11,7 +11,6 @@ HF ViT's ``interpolate_pos_encoding`` is ``antialias=False``; timm (and DINOv2 `
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from typing import Any
 
@@ -274,15 +273,17 @@ def resample_pos_embed_per_image(
     ``align_corners=False``, antialias, float32 on CPU; ``padding="first"`` fills the padded rows with the image's
     first row as it does) and of timm NaFlexViT's per-sample learned path (padding rows get nothing: ``"zeros"``).
     Images sharing a grid are resampled once (the only Python loop is over the distinct grids). On the CPU outside
-    autograd each grid's rows are written straight into its first image's slice of the output and copied to that
-    grid's other images; elsewhere every image's rows are gathered from the resampled grids in one indexing
+    autograd each grid's rows are copied into its first image's slice of the output and from there to that grid's
+    other images; elsewhere every image's rows are gathered from the resampled grids in one indexing
     operation.
 
     How a grid is resampled: every ``F.interpolate`` mode is separable, so by default the table is multiplied by the
     two 1-D resampling matrices (``W_h @ table @ W_w^T``, each matrix read off ``F.interpolate`` along one axis in
     float64): the separable operator up to float32 summation order (about 1e-6 of the table's scale; nearest modes
-    exactly), several times faster than one ``F.interpolate`` per grid. A grid's first product runs along its
-    shorter side and is shared by the grids of that height (or width).
+    exactly), several times faster than one ``F.interpolate`` per grid. On the CPU each 1-D product reads only the
+    rows its weights are non-zero on (one ``embedding_bag`` per pass), elsewhere it is a dense matrix product. A
+    grid's first pass is the one that leaves less work (usually along its shorter side) and is shared by the grids
+    of that height (or width).
     ``exact=True`` calls ``F.interpolate`` per distinct grid, as timm NaFlexViT and SigLIP2 of transformers 4.x do,
     bit for bit.
 
@@ -370,15 +371,15 @@ def resample_pos_embed_per_image(
         raise TypeError(f"exact must be a bool, got {exact!r}")
     work = _work_dtype(table.dtype)
     grid_table = patches.to(work).reshape(*source, dim)
-    # eager CPU outside autograd: each image's rows are written straight into the output (below)
+    # eager CPU outside autograd: each grid's rows are copied into the output once (below)
     direct = not exact and work == table.dtype and _numpy_ok(grid_table)
     if exact:
         image = grid_table.permute(2, 0, 1).unsqueeze(0)
         resized = [_resize_differentiable(image, grid, mode, antialias).flatten(2)[0].transpose(0, 1)
                    for grid in distinct]
     else:
-        weights = _cached_axis_weights if direct else functools.partial(_axis_weights, device=device)
-        separable = _Separable(grid_table, distinct, weights, mode, antialias)
+        separable = _Separable(grid_table, distinct, functools.partial(_axis_weights, device=device), mode,
+                               antialias)
     sizes_of = torch.tensor(sizes, dtype=torch.int64, device=device)
     inverse = torch.as_tensor(inverse, dtype=torch.int64, device=device)
     slot = torch.arange(max_length, device=device).unsqueeze(0)
@@ -400,57 +401,58 @@ def resample_pos_embed_per_image(
 
 
 class _Separable:
-    """``W_h @ table @ W_w^T`` of one ``[h0, w0, D]`` table at each of ``grids``, as two matrix products.
+    """``W_h @ table @ W_w^T`` of one ``[h0, w0, D]`` table at each of ``grids``, one 1-D pass per axis.
 
-    Each grid's first pass is the one that leaves the cheaper pair of products (for a square table: along its
-    shorter target side, height first when ``h <= w``), so the intermediate is the smaller one. An intermediate is
-    shared by the grids of one height (or width) and dropped after its last grid, while it is still in cache for
-    the allocator's next one; a pass to the table's own size is the identity and is skipped (``F.interpolate``
-    returns its input there). Which passes a grid gets depends on that grid alone: an image's rows do not depend on
-    the rest of the batch. The eager CPU path and the autograd path both resample through this, so they agree bit
-    for bit."""
+    On the CPU outside ``torch.compile`` a pass is one ``torch.embedding_bag`` (:class:`_BaggedPass`): each output
+    row sums only the input rows its 1-D weights are non-zero on (2 of 16 upsampling bilinearly, 3-6 downsampling
+    with antialias), each scaled by its weight, in one loop over the channels; a skipped weight is an exact zero.
+    A dense product there multiplies all 16 weights of a row, at about the same speed per multiply-add. Elsewhere
+    (CUDA, meta, ``torch.compile``) a pass is a dense matrix product.
+
+    Each grid's first pass is the one that leaves the cheaper pair of passes (counted in non-zero weights on the
+    CPU, in multiply-adds of the dense products elsewhere). An intermediate is shared by the grids of one height
+    (or width) and dropped after its last grid; a pass to the table's own size is the identity and is skipped
+    (``F.interpolate`` returns its input there). Which passes a grid gets depends on that grid alone: an image's
+    rows do not depend on the rest of the batch. The eager CPU path and the autograd path both resample through
+    this, so they agree bit for bit."""
 
     def __init__(self, table: torch.Tensor, grids: list[tuple[int, int]], weights: Any, mode: str,
                  antialias: bool) -> None:
         self.table, self.weights, self.mode, self.antialias = table, weights, mode, antialias
+        self.bagged = table.device.type == "cpu" and not torch.compiler.is_compiling()
         h0, w0, _ = table.shape
         self.first_side: dict[tuple[int, int], str] = {}
         self.uses: dict[tuple[str, int], int] = {}
         for h, w in grids:
-            rows_first = ((h != h0) * h * h0 * w0 + (w != w0) * h * w * w0
-                          <= (w != w0) * h0 * w * w0 + (h != h0) * h * w * h0)  # multiply-adds per channel
+            if self.bagged:  # input rows read per channel
+                taps_h, taps_w = self._taps(h0, h), self._taps(w0, w)
+                rows_first = w0 * taps_h + h * taps_w <= h0 * taps_w + w * taps_h
+            else:  # multiply-adds per channel
+                rows_first = ((h != h0) * h * h0 * w0 + (w != w0) * h * w * w0
+                              <= (w != w0) * h0 * w * w0 + (h != h0) * h * w * h0)
             key = ("h", h) if rows_first else ("w", w)
             self.first_side[(h, w)] = key[0]
             self.uses[key] = self.uses.get(key, 0) + 1
         self.firsts: dict[tuple[str, int], torch.Tensor] = {}
-        self.banded = table.device.type == "cpu" and not torch.compiler.is_compiling()
 
-    def _weights(self, n_in: int, n_out: int) -> torch.Tensor | None:
-        """``[n_out, n_in]``, or None for the identity."""
-        return None if n_in == n_out else self.weights(n_in, n_out, self.mode, self.antialias, self.table.dtype)
+    def _taps(self, n_in: int, n_out: int) -> int:
+        """Non-zero weights of the ``n_in -> n_out`` matrix (0 for the identity)."""
+        if n_in == n_out:
+            return 0
+        return _cached_pass_bags(n_in, n_out, 1, 1, self.mode, self.antialias, self.table.dtype)[0].numel()
 
-    def _product(self, weights: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """``weights [m, k] @ x [k, n]`` (into ``out`` when given). On the CPU outside ``torch.compile`` the
-        product is split into bands of output rows, each multiplying only the inputs its rows have weights on
-        (:func:`_bands`): a 1-D resampling matrix is banded (2 taps of 16 per row when upsampling bilinearly), so a
-        band does a fraction of the dense product's work; a skipped weight is an exact zero. The eager and autograd
-        paths take the same bands, so they agree bit for bit."""
-        if not self.banded:
-            return torch.matmul(weights, x, out=out)
-        if self.weights is _cached_axis_weights:
-            bands = _cached_bands(weights.shape[1], weights.shape[0], self.mode, self.antialias, weights.dtype,
-                                  x.shape[1])
-        else:
-            bands = _bands(weights, x.shape[1])
-        if len(bands) == 1:
-            return torch.matmul(weights, x, out=out)
-        if out is None and torch.is_grad_enabled() and (weights.requires_grad or x.requires_grad):
-            return torch.cat([torch.matmul(weights[a:b, k0:k1], x[k0:k1]) for a, b, k0, k1 in bands])
-        if out is None:
-            out = x.new_empty(weights.shape[0], x.shape[1])
-        for a, b, k0, k1 in bands:
-            torch.matmul(weights[a:b, k0:k1], x[k0:k1], out=out[a:b])
-        return out
+    def _pass(self, x: torch.Tensor, n_in: int, n_out: int, outer: int, inner: int) -> torch.Tensor:
+        """The rows of ``x`` read as ``[outer, n_in, inner, D]``, resampled along ``n_in``: ``[outer * n_out *
+        inner, D]`` (``x``'s rows themselves for the identity)."""
+        dim = self.table.shape[-1]
+        if n_in == n_out:
+            return x.reshape(-1, dim)
+        if self.bagged:
+            return _bagged_pass(x.reshape(-1, dim), n_in, n_out, outer, inner, self.mode, self.antialias)
+        weights = self.weights(n_in, n_out, self.mode, self.antialias, self.table.dtype)
+        if inner == 1:  # along the last spatial axis: one [n_out, n_in] @ [n_in, D] product per outer row
+            return torch.bmm(weights.expand(outer, n_out, n_in), x.reshape(outer, n_in, dim)).reshape(-1, dim)
+        return torch.matmul(weights, x.reshape(n_in, inner * dim)).reshape(-1, dim)  # outer == 1
 
     def _first(self, key: tuple[str, int]) -> torch.Tensor:
         """``[n, w0, D]`` (side "h") or ``[h0, n, D]`` (side "w"); forgotten after the last grid that uses it."""
@@ -458,13 +460,10 @@ class _Separable:
         inner = self.firsts.get(key)
         if inner is None:
             table, (h0, w0, dim) = self.table, self.table.shape
-            weights = self._weights(h0 if side == "h" else w0, n)
-            if weights is None:
-                inner = table
-            elif side == "h":
-                inner = self._product(weights, table.reshape(h0, w0 * dim)).reshape(n, w0, dim)
+            if side == "h":
+                inner = self._pass(table, h0, n, 1, w0).view(n, w0, dim)
             else:
-                inner = torch.matmul(weights, table)
+                inner = self._pass(table, w0, n, h0, 1).view(h0, n, dim)
             self.firsts[key] = inner
         self.uses[key] -= 1
         if not self.uses[key]:
@@ -472,68 +471,89 @@ class _Separable:
         return inner
 
     def __call__(self, grid: tuple[int, int], out: torch.Tensor | None = None) -> torch.Tensor:
-        """``[h, w, D]``, written into ``out`` (a contiguous ``[h * w, D]`` tensor) when given. Each grid of
-        ``grids`` once."""
+        """``[h, w, D]``, copied into ``out`` (a ``[h * w, D]`` tensor) when given. Each grid of ``grids`` once."""
         (h, w), (h0, w0, dim) = grid, self.table.shape
         side = self.first_side[grid]
         inner = self._first((side, h if side == "h" else w))
-        if side == "h":  # then each row's columns: a batched product [w, w0] @ [w0, D] per row
-            last, shape = self._weights(w0, w), (h, w, dim)
-            if last is not None:
-                last = last.expand(h, w, w0)
-        else:  # then all rows at once: one product [h, h0] @ [h0, w * D]
-            last, shape, inner = self._weights(h0, h), (h, w * dim), inner.reshape(h0, w * dim)
-        if last is None:
-            result = inner if out is None else out.view(shape).copy_(inner)
-        elif side == "w":
-            result = self._product(last, inner, None if out is None else out.view(shape))
-        else:
-            result = torch.bmm(last, inner, out=None if out is None else out.view(shape))
+        if side == "h":  # then along the columns of each of the h rows
+            result = self._pass(inner, w0, w, h, 1)
+        else:  # then along the rows, for all w columns at once
+            result = self._pass(inner, h0, h, 1, w)
+        if out is not None:
+            result = out.copy_(result)
         return result.view(h, w, dim)
 
 
-#: the cost of one more matrix product, in multiply-adds of one output row by one input row of 4,608 columns
-#: (measured on one CPU thread: about 5 us per call, 0.18 us per such row)
-_CALL_COST = 30
+def _bagged_pass(rows: torch.Tensor, n_in: int, n_out: int, outer: int, inner: int, mode: str,
+                 antialias: bool) -> torch.Tensor:
+    """One pass of :class:`_Separable` on the CPU: ``rows [outer * n_in * inner, D]`` -> ``[outer * n_out * inner,
+    D]``, through :class:`_BaggedPass` when autograd records it."""
+    if torch.is_grad_enabled() and rows.requires_grad:
+        return _BaggedPass.apply(rows, n_in, n_out, outer, inner, mode, antialias, False)
+    return _embedding_bag_pass(rows, n_in, n_out, outer, inner, mode, antialias, False)
 
 
-def _bands(weights: torch.Tensor, cols: int) -> tuple[tuple[int, int, int, int], ...]:
-    """How :meth:`_Separable._product` splits ``weights [m, k] @ x [k, cols]``: ``(a, b, k0, k1)`` per band, rows
-    ``a:b`` of the output from inputs ``k0:k1`` (every nonzero weight of those rows), the split into 1 to 8 bands of
-    near-equal rows that minimises the multiply-adds plus a cost per product. Read off the values of ``weights``
-    (a CPU tensor)."""
-    nonzero = (weights.detach() != 0).numpy()
-    m, k = nonzero.shape
-    rows = nonzero.any(1)
-    first = np.where(rows, nonzero.argmax(1), k)
-    last = np.where(rows, k - nonzero[:, ::-1].argmax(1), 0)
-    best, best_cost = ((0, m, 0, k),), float("inf")
-    for count in range(1, min(8, m) + 1):
-        bands = []
-        for a, b in itertools.pairwise([i * m // count for i in range(count + 1)]):
-            k0, k1 = int(first[a:b].min()), int(last[a:b].max())
-            bands.append((a, b, min(k0, k1), max(k0, k1)))
-        cost = sum((b - a) * (k1 - k0) for a, b, k0, k1 in bands) * cols / 4608 + _CALL_COST * count
-        if cost < best_cost:
-            best, best_cost = tuple(bands), cost
-    return best
+def _embedding_bag_pass(rows: torch.Tensor, n_in: int, n_out: int, outer: int, inner: int, mode: str,
+                        antialias: bool, transposed: bool) -> torch.Tensor:
+    indices, offsets, weights = _cached_pass_bags(n_in, n_out, outer, inner, mode, antialias, rows.dtype, transposed)
+    return torch.embedding_bag(rows, indices, offsets, False, 0, False, weights)[0]
+
+
+class _BaggedPass(torch.autograd.Function):
+    """A pass of :class:`_Separable` on the CPU under autograd. Its backward is the same kind of pass with the
+    transposed matrix (a pass is linear in its rows), so it is differentiable any number of times, where
+    ``embedding_bag``'s own backward is not differentiable."""
+
+    @staticmethod
+    def forward(rows: torch.Tensor, n_in: int, n_out: int, outer: int, inner: int, mode: str, antialias: bool,
+                transposed: bool) -> torch.Tensor:
+        return _embedding_bag_pass(rows, n_in, n_out, outer, inner, mode, antialias, transposed)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        ctx.arguments = inputs[1:]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        n_in, n_out, outer, inner, mode, antialias, transposed = ctx.arguments
+        grad_rows = _BaggedPass.apply(grad.contiguous(), n_out, n_in, outer, inner, mode, antialias, not transposed)
+        return grad_rows, None, None, None, None, None, None, None
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_bands(n_in: int, n_out: int, mode: str, antialias: bool, dtype: torch.dtype,
-                  cols: int) -> tuple[tuple[int, int, int, int], ...]:
-    """:func:`_bands` of :func:`_cached_axis_weights`' matrix (the eager CPU path), computed once per size."""
-    return _bands(_cached_axis_weights(n_in, n_out, mode, antialias, dtype), cols)
+def _cached_pass_bags(n_in: int, n_out: int, outer: int, inner: int, mode: str, antialias: bool,
+                      dtype: torch.dtype, transposed: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``torch.embedding_bag``'s ``(indices, offsets, per_sample_weights)`` for one 1-D pass of ``M [n_out, n_in]``
+    over rows read as ``[outer, n_in, inner]``: output row ``(o, i, m)`` is the sum over the non-zero ``M[i, a]``
+    (increasing ``a``) of ``M[i, a]`` times input row ``(o, a, m)``. ``M`` is :func:`_cached_axis_weights`' matrix
+    from ``n_in`` to ``n_out`` or, ``transposed``, the transpose of the one from ``n_out`` to ``n_in`` (the
+    backward). Computed once per shape; built outside inference mode (autograd keeps the indices)."""
+    if transposed:
+        matrix = _cached_axis_weights(n_out, n_in, mode, antialias, dtype).T
+    else:
+        matrix = _cached_axis_weights(n_in, n_out, mode, antialias, dtype)
+    matrix = matrix.numpy()
+    rows, cols = np.nonzero(matrix)  # by output row, then input
+    counts = np.bincount(rows, minlength=n_out)
+    ends = np.cumsum(counts)
+    span = np.arange(inner)[:, None]
+    # one outer row: bags (i, m) in that order, each listing its taps (input rows a * inner + m)
+    indices = np.concatenate([(cols[e - c:e] * inner + span).ravel() for c, e in zip(counts, ends)])
+    values = np.concatenate([np.tile(matrix[i, cols[e - c:e]], inner) for i, (c, e) in enumerate(zip(counts, ends))])
+    indices = (np.arange(outer)[:, None] * (n_in * inner) + indices).ravel()
+    sizes = np.tile(np.repeat(counts, inner), outer)
+    with torch.inference_mode(False):
+        return (torch.from_numpy(indices.astype(np.int64)), torch.from_numpy(np.cumsum(sizes) - sizes),
+                torch.from_numpy(np.tile(values, outer)).to(dtype))
 
 
 def _write_per_image(separable: _Separable, prefix: torch.Tensor, distinct: list[tuple[int, int]],
                      inverse: list[int], max_length: int, num_prefix_tokens: int, padding: str) -> torch.Tensor:
     """The eager CPU path of :func:`resample_pos_embed_per_image`: ``[B, max_length, D]`` in one fresh buffer.
 
-    Each distinct grid's last product (the same products as the autograd path, so the same bits) is written
-    straight into the rows of its first image; each later image of that grid copies those rows (a copy of rows
-    just written, still in cache, costs less than the product). No bank of grids, no gather, no intermediate copy:
-    the output is written once."""
+    Each distinct grid's last pass (the same passes as the autograd path, so the same bits) is copied from the
+    cache into the rows of its first image (``embedding_bag`` has no output argument of its own); each later image
+    of that grid copies those rows. No bank of grids, no gather: each output row is written once."""
     table, p = separable.table, num_prefix_tokens
     dim = table.shape[-1]
     members: list[list[int]] = [[] for _ in distinct]
