@@ -520,14 +520,15 @@ class _BaggedPass(torch.autograd.Function):
         return grad_rows, None, None, None, None, None, None, None
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def _cached_pass_bags(n_in: int, n_out: int, outer: int, inner: int, mode: str, antialias: bool,
                       dtype: torch.dtype, transposed: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``torch.embedding_bag``'s ``(indices, offsets, per_sample_weights)`` for one 1-D pass of ``M [n_out, n_in]``
     over rows read as ``[outer, n_in, inner]``: output row ``(o, i, m)`` is the sum over the non-zero ``M[i, a]``
     (increasing ``a``) of ``M[i, a]`` times input row ``(o, a, m)``. ``M`` is :func:`_cached_axis_weights`' matrix
     from ``n_in`` to ``n_out`` or, ``transposed``, the transpose of the one from ``n_out`` to ``n_in`` (the
-    backward). Computed once per shape; built outside inference mode (autograd keeps the indices)."""
+    backward). Computed once per shape and kept (the last 256 shapes: 8 bytes per non-zero weight and 4 per output
+    row, ~0.1 MB for a 64 x 64 grid); built outside inference mode (autograd keeps the indices)."""
     if transposed:
         matrix = _cached_axis_weights(n_out, n_in, mode, antialias, dtype).T
     else:
@@ -543,7 +544,8 @@ def _cached_pass_bags(n_in: int, n_out: int, outer: int, inner: int, mode: str, 
     indices = (np.arange(outer)[:, None] * (n_in * inner) + indices).ravel()
     sizes = np.tile(np.repeat(counts, inner), outer)
     with torch.inference_mode(False):
-        return (torch.from_numpy(indices.astype(np.int64)), torch.from_numpy(np.cumsum(sizes) - sizes),
+        offsets = np.cumsum(sizes) - sizes
+        return (torch.from_numpy(indices.astype(np.int32)), torch.from_numpy(offsets.astype(np.int32)),
                 torch.from_numpy(np.tile(values, outer)).to(dtype))
 
 
