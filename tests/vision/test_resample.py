@@ -439,8 +439,8 @@ def test_per_image_bagged_passes_follow_the_formula_and_the_autograd_path_bit_fo
     """On the CPU each 1-D pass sums only the input rows with non-zero weights (one embedding_bag, issue 38). Read
     off as a matrix (the pass applied to an identity), a pass is exactly ``I_outer (x) W (x) I_inner`` with ``W``
     read off ``F.interpolate``, and its backward pass exactly the transpose; it reads fewer rows than the dense
-    product; the float64 result is the formula's, float32 eager equals autograd, and the path is differentiable
-    twice."""
+    product; the float64 result is the formula's, float32 eager equals autograd and a table of other strides, and
+    the path is differentiable twice."""
     from omnipos.vision.resample import (
         _axis_weights,
         _cached_pass_bags,
@@ -478,6 +478,9 @@ def test_per_image_bagged_passes_follow_the_formula_and_the_autograd_path_bit_fo
     slow, _ = resample_pos_embed_per_image(table32.clone().requires_grad_(), grids, max_length=256, padding="first")
     assert torch.equal(fast, slow.detach())
     slow.sum().backward()
+    strided = table32.permute(2, 0, 1).contiguous().permute(1, 2, 0)  # channels outermost in memory
+    with torch.no_grad():
+        assert torch.equal(resample_pos_embed_per_image(strided, grids, max_length=256, padding="first")[0], fast)
     small = torch.randn(5, 7, 3, dtype=torch.float64, requires_grad=True)
     grids = [(9, 4), (2, 11), (5, 3)]
     assert torch.autograd.gradcheck(lambda t: resample_pos_embed_per_image(t, grids, max_length=36)[0], (small,))

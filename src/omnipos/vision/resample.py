@@ -447,8 +447,9 @@ class _Separable:
         dim = self.table.shape[-1]
         if n_in == n_out:
             return x.reshape(-1, dim)
-        if self.bagged:
-            return _bagged_pass(x.reshape(-1, dim), n_in, n_out, outer, inner, self.mode, self.antialias)
+        if self.bagged:  # contiguous rows: embedding_bag's fast path, whatever the table's strides
+            return _bagged_pass(x.reshape(-1, dim).contiguous(), n_in, n_out, outer, inner, self.mode,
+                                self.antialias)
         weights = self.weights(n_in, n_out, self.mode, self.antialias, self.table.dtype)
         if inner == 1:  # along the last spatial axis: one [n_out, n_in] @ [n_in, D] product per outer row
             return torch.bmm(weights.expand(outer, n_out, n_in), x.reshape(outer, n_in, dim)).reshape(-1, dim)
