@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 import torch
+from support.cuda_graphs import captured
 from support.host_work import KernelWatch
 from support.triton_interpreter import interpreter_or_skip, run_interpreted
 
@@ -706,15 +707,7 @@ def test_cuda_graph_capture_replays_like_eager():
     q = torch.randn(4, 16, 32, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(4, 4, 32, 128, device="cuda", dtype=torch.bfloat16)
     positions = torch.arange(32, device="cuda").expand(4, -1).contiguous()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # warm up: compile the kernel, check the values once
-            module(q, k, positions)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q_out, k_out = module(q, k, positions)
+    graph, (q_out, k_out) = captured(lambda: module(q, k, positions))  # warm-up compiles the kernel first
     for step in range(3):
         q.copy_(torch.randn_like(q))
         k.copy_(torch.randn_like(k))

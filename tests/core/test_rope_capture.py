@@ -9,6 +9,7 @@ absent here (a CPU tensor copied to the device, ``.item()``, ``nonzero``).
 
 import pytest
 import torch
+from support.cuda_graphs import captured
 from support.host_work import NoHostWork
 
 from omnipos.core import RotaryEmbedding, rope_kernels
@@ -229,17 +230,7 @@ def test_cuda_graph_capture_and_replay_equal_eager(kwargs, positions):
     q = torch.randn(2, 32, 16, rope.dim, device="cuda", generator=g).bfloat16()
     k = torch.randn(2, 8, 16, rope.dim, device="cuda", generator=g).bfloat16()
     pos = positions(16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # warm-up: tables and the launch plans built outside the capture
-            rope(q, k, pos)
-            rope.rotate(q, pos)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        qo, ko = rope(q, k, pos)
-        qa = rope.rotate(q, pos)
+    graph, ((qo, ko), qa) = captured(lambda: (rope(q, k, pos), rope.rotate(q, pos)))
     for step in range(3):
         q.copy_(torch.randn(q.shape, device="cuda", generator=g))
         k.copy_(torch.randn(k.shape, device="cuda", generator=g))
@@ -326,15 +317,7 @@ def test_xpos_cuda_graph_capture_and_replay_equal_eager():
     q = torch.randn(2, 8, 16, 64, device="cuda", generator=g).bfloat16()
     k = torch.randn(2, 2, 16, 64, device="cuda", generator=g).bfloat16()
     pos = torch.arange(16, device="cuda")[None].repeat(2, 1) + 2000
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            rope(q, k, pos)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        qo, ko = rope(q, k, pos)
+    graph, (qo, ko) = captured(lambda: rope(q, k, pos))
     for step in range(3):
         q.copy_(torch.randn(q.shape, device="cuda", generator=g))
         k.copy_(torch.randn(k.shape, device="cuda", generator=g))

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import torch
+from support.cuda_graphs import captured
 from support.host_work import NoHostWork
 from support.triton_interpreter import interpreter_or_skip, run_interpreted
 
@@ -199,15 +200,7 @@ def test_cuda_graph_capture_and_replay_equal_eager():
     calls = {"rc": lambda: reverse_complement(tokens), "rc mask": lambda: reverse_complement(tokens, mask),
              "rc one-hot": lambda: reverse_complement(hot, mask), "one_hot": lambda: one_hot(tokens)}
     fill()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls.values():
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = {name: call() for name, call in calls.items()}
+    graph, outs = captured(lambda: {name: call() for name, call in calls.items()}, warmups=1)
     for _ in range(3):
         fill()
         graph.replay()

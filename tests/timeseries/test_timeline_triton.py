@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 import torch
+from support.cuda_graphs import captured
 from support.host_work import NoHostWork
 from support.triton_interpreter import interpreter_or_skip, run_interpreted
 
@@ -227,15 +228,7 @@ def test_cuda_graph_capture_and_replay_equal_eager(kwargs):
     mask = torch.empty(8, 64, device="cuda", dtype=torch.bool)
     clock = torch.empty(8, device="cuda", dtype=torch.float64)
     fill(times, mask, clock)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            enc(times, mask, clock)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = enc(times, mask, clock)
+    graph, out = captured(lambda: enc(times, mask, clock))
     for _ in range(3):
         fill(times, mask, clock)
         graph.replay()
