@@ -26,34 +26,29 @@ from omnipos.core import QKNormRope, RotaryEmbedding
 HEAD_DIM, THETA, EPS = 128, 1e6, 1e-6
 
 
-def hf_modules(head_dim: int, q_heads: int, kv_heads: int, device: torch.device, dtype: torch.dtype):
-    from transformers import Qwen3Config
-    from transformers.models.qwen3.modeling_qwen3 import (
-        Qwen3RMSNorm,
-        Qwen3RotaryEmbedding,
-    )
+def hf_modules(head_dim: int, q_heads: int, kv_heads: int, device: torch.device, dtype: torch.dtype,
+               whole: bool = False):
+    """transformers' q / k RMS norms and rotary embedding: Qwen3's (one norm per head), or OLMo 2's (``whole``: one
+    norm over all heads, its weight ``[heads * head_dim]``)."""
+    if whole:
+        from transformers import Olmo2Config as Config
+        from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm as Norm
+        from transformers.models.olmo2.modeling_olmo2 import (
+            Olmo2RotaryEmbedding as Rotary,
+        )
+    else:
+        from transformers import Qwen3Config as Config
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm as Norm
+        from transformers.models.qwen3.modeling_qwen3 import (
+            Qwen3RotaryEmbedding as Rotary,
+        )
 
-    config = Qwen3Config(head_dim=head_dim, hidden_size=head_dim * q_heads, num_attention_heads=q_heads,
-                         num_key_value_heads=kv_heads, rms_norm_eps=EPS,
-                         rope_parameters={"rope_type": "default", "rope_theta": THETA})
-    q_norm = Qwen3RMSNorm(head_dim, eps=EPS).to(device=device, dtype=dtype)
-    k_norm = Qwen3RMSNorm(head_dim, eps=EPS).to(device=device, dtype=dtype)
-    return q_norm, k_norm, Qwen3RotaryEmbedding(config).to(device)
-
-
-def hf_olmo2_modules(head_dim: int, q_heads: int, kv_heads: int, device: torch.device, dtype: torch.dtype):
-    from transformers import Olmo2Config
-    from transformers.models.olmo2.modeling_olmo2 import (
-        Olmo2RMSNorm,
-        Olmo2RotaryEmbedding,
-    )
-
-    config = Olmo2Config(head_dim=head_dim, hidden_size=head_dim * q_heads, num_attention_heads=q_heads,
-                         num_key_value_heads=kv_heads, rms_norm_eps=EPS,
-                         rope_parameters={"rope_type": "default", "rope_theta": THETA})
-    q_norm = Olmo2RMSNorm(q_heads * head_dim, eps=EPS).to(device=device, dtype=dtype)
-    k_norm = Olmo2RMSNorm(kv_heads * head_dim, eps=EPS).to(device=device, dtype=dtype)
-    return q_norm, k_norm, Olmo2RotaryEmbedding(config).to(device)
+    config = Config(head_dim=head_dim, hidden_size=head_dim * q_heads, num_attention_heads=q_heads,
+                    num_key_value_heads=kv_heads, rms_norm_eps=EPS,
+                    rope_parameters={"rope_type": "default", "rope_theta": THETA})
+    q_norm = Norm(q_heads * head_dim if whole else head_dim, eps=EPS).to(device=device, dtype=dtype)
+    k_norm = Norm(kv_heads * head_dim if whole else head_dim, eps=EPS).to(device=device, dtype=dtype)
+    return q_norm, k_norm, Rotary(config).to(device)
 
 
 def hf_olmo2_call(q_norm, k_norm, rotary):
@@ -131,7 +126,7 @@ def measure(batch: int, hq: int, hk: int, seq: int, *, device: torch.device, dty
     heads = {"num_heads": hq, "num_kv_heads": hk} if whole else {}
     ours_module = QKNormRope(RotaryEmbedding(HEAD_DIM, base=THETA), eps=EPS, variant=variant, **heads).to(
         device=device, dtype=dtype)
-    q_norm, k_norm, rotary = (hf_olmo2_modules if whole else hf_modules)(HEAD_DIM, hq, hk, device, dtype)
+    q_norm, k_norm, rotary = hf_modules(HEAD_DIM, hq, hk, device, dtype, whole=whole)
     with torch.no_grad():
         for p, w in ((ours_module.q_weight, qw), (ours_module.k_weight, kw), (q_norm.weight, qw),
                      (k_norm.weight, kw)):
