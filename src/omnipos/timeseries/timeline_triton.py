@@ -118,6 +118,15 @@ if HAS_TRITON:
         return tl.reshape(tl.join(s, c), [BLOCK_L, 2 * BLOCK_HALF])
 
     @triton.jit
+    def _sum_into(acc, term, FIRST: tl.constexpr):
+        """``acc + term``; the sum's first term is written, not added (as the CPU path writes its first block)."""
+        if FIRST:
+            total = term
+        else:
+            total = acc + term
+        return total
+
+    @triton.jit
     def _timeline_kernel(
         t_ptr, m_ptr, c_ptr, o_ptr, flag_ptr,
         cyc_ptr, gcyc_ptr, per_ptr, pmod_ptr, tzt_ptr, tzo_ptr, w_ptr, scr_ptr,
@@ -236,20 +245,12 @@ if HAS_TRITON:
                 turns = t64[:, None] * tl.load(cyc_ptr + j, mask=j_ok, other=0.0)[None, :]
                 turns = tl.where(tl.abs(turns) < 9007199254740992.0, turns, 0.0)  # >= 2**53 turns: whole
                 a_s, a_c = _centered_sincos(turns)
-                abs_tile = _interleave(a_s, a_c, BLOCK_L, BLOCK_HALF)
-                if slot == 0:
-                    acc = abs_tile
-                else:
-                    acc = acc + abs_tile
+                acc = _sum_into(acc, _interleave(a_s, a_c, BLOCK_L, BLOCK_HALF), slot == 0)
             if slot == GAP_AT:
                 x = tl.load(scratch + lane, cache_modifier=".cg")
                 gturns = x[:, None] * tl.load(gcyc_ptr + j, mask=j_ok, other=0.0)[None, :]
                 gs, gc = _centered_sincos(gturns)
-                gap_tile = _interleave(gs, gc, BLOCK_L, BLOCK_HALF)
-                if slot == 0:
-                    acc = gap_tile
-                else:
-                    acc = acc + gap_tile
+                acc = _sum_into(acc, _interleave(gs, gc, BLOCK_L, BLOCK_HALF), slot == 0)
             if slot == PER_AT:
                 for k in tl.static_range(0, 2 * P * H, 2):
                     w_s = tl.load(w_ptr + d * w_sd + k * w_sk, mask=d_ok, other=0.0).to(tl.float32)
@@ -257,11 +258,7 @@ if HAS_TRITON:
                     sin = tl.load(scratch + (GAP_SLOTS + k) * BLOCK_L + lane, cache_modifier=".cg").to(tl.float32)
                     cos = tl.load(scratch + (GAP_SLOTS + k + 1) * BLOCK_L + lane, cache_modifier=".cg")
                     cos = cos.to(tl.float32)
-                    term = sin[:, None] * w_s[None, :]
-                    if slot + k == 0:  # the very first product of the sum is written, not added
-                        acc = term
-                    else:
-                        acc = acc + term
+                    acc = _sum_into(acc, sin[:, None] * w_s[None, :], slot + k == 0)
                     acc = acc + cos[:, None] * w_c[None, :]
 
         keep = real[:, None] & d_ok[None, :]
