@@ -75,6 +75,23 @@ if HAS_TRITON:
         return tl.load(ptr + index, mask=index < size, other=0.0).to(tl.float32) + offset
 
     @triton.jit
+    def _head_weights(w_ptr, h, d, j, r, offset, D: tl.constexpr, HALF: tl.constexpr, ROT: tl.constexpr,
+                      REST: tl.constexpr, BLOCK_HALF: tl.constexpr, INTERLEAVED: tl.constexpr, WHOLE: tl.constexpr):
+        """Head ``h``'s norm weights (+ offset) as its rotated part is laid out, ``(wd, w1, w2, wr)``: ``wd`` the
+        interleaved pairs, ``w1`` / ``w2`` the two halves (the layout not in use gets zeros), ``wr`` the unrotated
+        rest. OLMo 2's weight (``WHOLE``) is ``[heads * D]``, head-major; the others are one head's ``[D]``."""
+        wh = w_ptr + h * D if WHOLE else w_ptr
+        if INTERLEAVED:
+            wd = _weight(wh, d, ROT, offset)
+            w1 = tl.zeros([BLOCK_HALF], dtype=tl.float32)
+            w2 = tl.zeros([BLOCK_HALF], dtype=tl.float32)
+        else:
+            wd = tl.zeros([2 * BLOCK_HALF], dtype=tl.float32)
+            w1 = _weight(wh, j, HALF, offset)
+            w2 = _weight(wh + HALF, j, HALF, offset)
+        return wd, w1, w2, _weight(wh + ROT, r, REST, offset)
+
+    @triton.jit
     def _rstd(squares, eps, D, BLOCK_S: tl.constexpr):
         """``1 / sqrt(sum / D + eps)`` per row, ``[BLOCK_S, 1]``: IEEE-rounded square root and division (as torch's
         CPU ``rsqrt``; the approximate ``rsqrt`` instruction is off by up to 2 ulp)."""
@@ -116,13 +133,8 @@ if HAS_TRITON:
         r = tl.arange(0, BLOCK_REST)
         r_ok = s_ok[:, None] & (r < REST)[None, :]
         for h in range(h0, h1):
-            wh = w_ptr + h * D if WHOLE else w_ptr  # OLMo 2's weight is [heads * D], head-major
-            if INTERLEAVED:
-                wd = _weight(wh, d, ROT, offset)
-            else:
-                w1 = _weight(wh, j, HALF, offset)
-                w2 = _weight(wh + HALF, j, HALF, offset)
-            wr = _weight(wh + ROT, r, REST, offset)
+            wd, w1, w2, wr = _head_weights(w_ptr, h, d, j, r, offset, D, HALF, ROT, REST, BLOCK_HALF, INTERLEAVED,
+                                           WHOLE)
             x_row = x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss
             o_row = o_ptr + row * o_sb + h * o_sh + s[:, None] * o_ss
             xr = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
@@ -221,13 +233,8 @@ if HAS_TRITON:
         acc_2 = tl.zeros([BLOCK_HALF], dtype=tl.float32)
         acc_r = tl.zeros([BLOCK_REST], dtype=tl.float32)
         for h in range(h0, h1):
-            wh = w_ptr + h * D if WHOLE else w_ptr  # OLMo 2's weight is [heads * D], head-major
-            if INTERLEAVED:
-                wd = _weight(wh, d, ROT, offset)
-            else:
-                w1 = _weight(wh, j, HALF, offset)
-                w2 = _weight(wh + HALF, j, HALF, offset)
-            wr = _weight(wh + ROT, r, REST, offset)
+            wd, w1, w2, wr = _head_weights(w_ptr, h, d, j, r, offset, D, HALF, ROT, REST, BLOCK_HALF, INTERLEAVED,
+                                           WHOLE)
             g_row = g_ptr + row * g_sb + h * g_sh + s[:, None] * g_ss
             x_row = x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss
             o_row = gx_ptr + row * o_sb + h * o_sh + s[:, None] * o_ss
