@@ -75,6 +75,17 @@ if HAS_TRITON:
         return tl.load(ptr + index, mask=index < size, other=0.0).to(tl.float32) + offset
 
     @triton.jit
+    def _tile_masks(s_ok, HALF: tl.constexpr, ROT: tl.constexpr, REST: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                    BLOCK_REST: tl.constexpr):
+        """A tile's channel indices and masks (``s_ok``: its rows in range): ``j`` / ``ok`` for either half of the
+        rotated part, ``d`` / ``d_ok`` for its interleaved pairs, ``r`` / ``r_ok`` for the unrotated rest."""
+        j = tl.arange(0, BLOCK_HALF)
+        d = tl.arange(0, 2 * BLOCK_HALF)
+        r = tl.arange(0, BLOCK_REST)
+        return (j, s_ok[:, None] & (j < HALF)[None, :], d, s_ok[:, None] & (d < ROT)[None, :], r,
+                s_ok[:, None] & (r < REST)[None, :])
+
+    @triton.jit
     def _head_weights(w_ptr, h, d, j, r, offset, D: tl.constexpr, HALF: tl.constexpr, ROT: tl.constexpr,
                       REST: tl.constexpr, BLOCK_HALF: tl.constexpr, INTERLEAVED: tl.constexpr, WHOLE: tl.constexpr):
         """Head ``h``'s norm weights (+ offset) as its rotated part is laid out, ``(wd, w1, w2, wr)``: ``wd`` the
@@ -102,10 +113,9 @@ if HAS_TRITON:
     def _squares(x_row, s_ok, HALF: tl.constexpr, REST: tl.constexpr, ROT: tl.constexpr,
                  BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr):
         """``sum(x^2)`` over one head's channels, per token of the tile (x_row: the head's row pointers)."""
-        d = tl.arange(0, 2 * BLOCK_HALF)
-        r = tl.arange(0, BLOCK_REST)
-        x = tl.load(x_row + d[None, :], mask=s_ok[:, None] & (d < ROT)[None, :], other=0.0).to(tl.float32)
-        xr = tl.load(x_row + ROT + r[None, :], mask=s_ok[:, None] & (r < REST)[None, :], other=0.0).to(tl.float32)
+        _, _, d, d_ok, r, r_ok = _tile_masks(s_ok, HALF, ROT, REST, BLOCK_HALF, BLOCK_REST)
+        x = tl.load(x_row + d[None, :], mask=d_ok, other=0.0).to(tl.float32)
+        xr = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
         return tl.sum(x * x, 1) + tl.sum(xr * xr, 1)
 
     @triton.jit
@@ -126,12 +136,7 @@ if HAS_TRITON:
                 squares_all += _squares(x_ptr + row * x_sb + h * x_sh + s[:, None] * x_ss, s_ok,
                                         HALF, REST, ROT, BLOCK_HALF, BLOCK_REST)
             rstd_all = _rstd(squares_all, eps, (h1 - h0) * D, BLOCK_S)
-        j = tl.arange(0, BLOCK_HALF)
-        ok = s_ok[:, None] & (j < HALF)[None, :]
-        d = tl.arange(0, 2 * BLOCK_HALF)
-        d_ok = s_ok[:, None] & (d < ROT)[None, :]
-        r = tl.arange(0, BLOCK_REST)
-        r_ok = s_ok[:, None] & (r < REST)[None, :]
+        j, ok, d, d_ok, r, r_ok = _tile_masks(s_ok, HALF, ROT, REST, BLOCK_HALF, BLOCK_REST)
         for h in range(h0, h1):
             wd, w1, w2, wr = _head_weights(w_ptr, h, d, j, r, offset, D, HALF, ROT, REST, BLOCK_HALF, INTERLEAVED,
                                            WHOLE)
@@ -168,12 +173,7 @@ if HAS_TRITON:
                          ROT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr,
                          BLOCK_REST: tl.constexpr, INTERLEAVED: tl.constexpr):
         """One head's ``sum(x^2)`` and ``sum((R^T g) (w + offset) x)`` per token of the tile (c, sn: R^T)."""
-        j = tl.arange(0, BLOCK_HALF)
-        ok = s_ok[:, None] & (j < HALF)[None, :]
-        d = tl.arange(0, 2 * BLOCK_HALF)
-        d_ok = s_ok[:, None] & (d < ROT)[None, :]
-        r = tl.arange(0, BLOCK_REST)
-        r_ok = s_ok[:, None] & (r < REST)[None, :]
+        j, ok, d, d_ok, r, r_ok = _tile_masks(s_ok, HALF, ROT, REST, BLOCK_HALF, BLOCK_REST)
         xr = tl.load(x_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
         gr = tl.load(g_row + ROT + r[None, :], mask=r_ok, other=0.0).to(tl.float32)
         wr = _weight(wh + ROT, r, REST, offset)
@@ -209,12 +209,7 @@ if HAS_TRITON:
         # R^T: the rotation the other way (sign -1)
         c, sn = _cos_sin(pos_ptr, row, s, s_ok, p_sb, p_ss, p_sa, inv_ptr, axis_ptr, attention_factor, -1.0,
                          HALF, BLOCK_HALF)
-        j = tl.arange(0, BLOCK_HALF)
-        ok = s_ok[:, None] & (j < HALF)[None, :]
-        d = tl.arange(0, 2 * BLOCK_HALF)
-        d_ok = s_ok[:, None] & (d < ROT)[None, :]
-        r = tl.arange(0, BLOCK_REST)
-        r_ok = s_ok[:, None] & (r < REST)[None, :]
+        j, ok, d, d_ok, r, r_ok = _tile_masks(s_ok, HALF, ROT, REST, BLOCK_HALF, BLOCK_REST)
         part = part_ptr + pid.to(tl.int64) * PART_W
         if WHOLE:  # OLMo 2: rstd and mean(g' w n) per token over all its heads first
             squares_all = tl.zeros([BLOCK_S], dtype=tl.float32)
